@@ -1,0 +1,22 @@
+"""Array conversion shared by the diagnostics modules (numpy only: no torch import)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def as_numpy(x: Any, name: str, dtype: Any = np.float64) -> np.ndarray:
+    """Return ``x`` as a numpy array of ``dtype``.
+
+    Accepts numpy arrays, sequences and anything with a ``.detach().cpu().numpy()`` chain
+    (torch tensors on any device) without importing torch.
+    """
+    if hasattr(x, "detach") and hasattr(x, "cpu"):
+        x = x.detach().cpu().numpy()
+    try:
+        arr = np.asarray(x, dtype=dtype)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be array-like of numbers; got {type(x).__name__}") from exc
+    return arr

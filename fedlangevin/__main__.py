@@ -1,0 +1,5 @@
+import sys
+
+from fedlangevin.cli import main
+
+sys.exit(main())
