@@ -1,0 +1,64 @@
+"""Injected noise of FA-LD's local step (Deng et al., eq. 10 / eq. 14).
+
+Client c at step k adds
+
+    sqrt(2 eta tau rho^2) * xi_shared_k  +  sqrt(2 eta tau (1 - rho^2) / p_c) * xi^c_k,
+
+with xi_shared_k one standard Gaussian vector per chain and step, shared by every client,
+and xi^c_k independent per client. After p-weighted averaging the total noise is
+sqrt(2 eta tau) * (rho xi_shared + sqrt(1 - rho^2) sum_c sqrt(p_c) xi^c), a standard
+Gaussian scaled by sqrt(2 eta tau) (eq. 15): the sampler keeps the temperature tau while
+each client runs at the higher temperature T_{c,rho} = tau (rho^2 + (1 - rho^2) / p_c).
+
+Draw order (fixed, so that runs are reproducible): the shared vector first, then the private
+ones; a term whose scale is zero (rho = 0 or rho = 1) draws nothing. With rho = 1 the stream
+is exactly that of centralised SGLD drawing one (R, d) Gaussian per step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = ["NoiseScales", "noise_scales", "add_noise_"]
+
+
+class NoiseScales:
+    """Per-unit-step noise scales: multiply by sqrt(eta) to get eq. (10)'s coefficients.
+
+    ``shared`` = sqrt(2 tau rho^2) (a float); ``private`` = sqrt(2 tau (1 - rho^2) / p_c)
+    with shape (N, 1), ready to broadcast against (R, N, d); ``None`` where the term is zero.
+    """
+
+    __slots__ = ("shared", "private")
+
+    def __init__(self, shared: float | None, private: torch.Tensor | None) -> None:
+        self.shared = shared
+        self.private = private
+
+
+def noise_scales(
+    weights: torch.Tensor, temperature: float, correlation: float, *, device=None, dtype=torch.float64
+) -> NoiseScales:
+    """Scales of the shared and private noise for weights p_c, temperature tau, correlation rho."""
+    rho2 = correlation * correlation
+    shared = math.sqrt(2.0 * temperature * rho2) if rho2 > 0 else None
+    private = None
+    if rho2 < 1:
+        p = weights.to(dtype=torch.float64, device="cpu")
+        private = torch.sqrt(2.0 * temperature * (1.0 - rho2) / p).to(device=device, dtype=dtype)[:, None]
+    return NoiseScales(shared, private)
+
+
+def add_noise_(theta: torch.Tensor, scales: NoiseScales, eta: float, generator: torch.Generator | None) -> torch.Tensor:
+    """Add eq. (10)'s noise for step size ``eta`` to client states ``theta`` (R, N, d) in place."""
+    r, n, d = theta.shape
+    root = math.sqrt(eta)
+    if scales.shared is not None:
+        shared = torch.randn(r, 1, d, generator=generator, device=theta.device, dtype=theta.dtype)
+        theta.add_(shared, alpha=root * scales.shared)
+    if scales.private is not None:
+        private = torch.randn(r, n, d, generator=generator, device=theta.device, dtype=theta.dtype)
+        theta.addcmul_(private, scales.private, value=root)
+    return theta

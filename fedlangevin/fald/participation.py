@@ -1,0 +1,131 @@
+"""Device participation at synchronisation (Deng et al., Alg. 1 / Alg. 4, App. C.1).
+
+Every rule turns the local states beta (R, N, d) into one global parameter per chain with a
+weighted sum over clients, sum_c w_rc beta_rc — the only cross-client operation of FA-LD
+(:func:`synchronize`). The rules differ in the weights w (R, N):
+
+- :class:`Full`: w_rc = p_c (eq. 4).
+- :class:`SchemeI` (with replacement): S indices drawn i.i.d. with P(c) = p_c, plain mean
+  theta = (1/S) sum_{j} beta_{n_j}, so w_rc = (times c drawn) / S.
+- :class:`SchemeII` (without replacement): S distinct clients drawn uniformly, plain mean,
+  w_rc = 1/S on the chosen clients. Unbiased only for balanced data p_c = 1/N (Lemma C.1);
+  the constructor rule ``allow_unbalanced`` decides what happens otherwise.
+
+Each chain is an independent replicate and draws its own subset every round.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from fedlangevin._validation import check_int
+
+__all__ = ["Participation", "Full", "SchemeI", "SchemeII", "as_participation", "synchronize"]
+
+
+class Participation:
+    """Base class; subclasses implement :meth:`weights` and :meth:`validate`."""
+
+    def validate(self, weights: torch.Tensor) -> None:
+        """Check the rule against the client weights p_c (raises ``ValueError``)."""
+
+    def weights(self, p: torch.Tensor, chains: int, generator: torch.Generator | None) -> torch.Tensor:
+        """Aggregation weights: (N,) shared by all chains, or (R, N) per chain."""
+        raise NotImplementedError
+
+    def uploads(self, w: torch.Tensor) -> float:
+        """Client-to-server messages in one round (mean over chains): clients with w > 0."""
+        if w.dim() == 1:
+            return float(w.numel())
+        return float((w > 0).sum(1).double().mean())
+
+
+@dataclass(frozen=True)
+class Full(Participation):
+    """Full device participation: theta = sum_c p_c beta^c."""
+
+    def weights(self, p, chains, generator):
+        return p
+
+    def __repr__(self) -> str:
+        return "Full()"
+
+
+@dataclass(frozen=True)
+class SchemeI(Participation):
+    """Scheme I: S devices drawn with replacement with probabilities p_c; plain mean."""
+
+    num_sampled: int
+
+    def __post_init__(self) -> None:
+        check_int("num_sampled", self.num_sampled, 1)
+
+    def weights(self, p, chains, generator):
+        idx = torch.multinomial(p.expand(chains, -1), self.num_sampled, replacement=True, generator=generator)
+        w = torch.zeros(chains, p.numel(), device=p.device, dtype=p.dtype)
+        w.scatter_add_(1, idx, torch.full(idx.shape, 1.0 / self.num_sampled, device=p.device, dtype=p.dtype))
+        return w
+
+
+@dataclass(frozen=True)
+class SchemeII(Participation):
+    """Scheme II: S devices drawn uniformly without replacement; plain mean.
+
+    The paper's analysis (and the unbiasedness of Lemma C.1) assumes balanced data,
+    p_c = 1/N. With unequal weights the rule targets a different posterior; by default the
+    sampler refuses (``ValueError``); ``allow_unbalanced=True`` runs it with a warning.
+    """
+
+    num_sampled: int
+    allow_unbalanced: bool = False
+
+    def __post_init__(self) -> None:
+        check_int("num_sampled", self.num_sampled, 1)
+
+    def validate(self, weights):
+        n = weights.numel()
+        if self.num_sampled > n:
+            raise ValueError(f"num_sampled (S) for SchemeII must be in [1, N={n}]; got {self.num_sampled}")
+        balanced = torch.allclose(weights, torch.full_like(weights, 1.0 / n), rtol=1e-9, atol=0)
+        if not balanced:
+            msg = (
+                "SchemeII assumes balanced clients (all weights p_c = 1/N; Lemma C.1); these weights are "
+                "unequal, so the plain mean over sampled clients is a biased synchronisation. Use SchemeI "
+                "(sampling with probabilities p_c) or pass SchemeII(S, allow_unbalanced=True)."
+            )
+            if not self.allow_unbalanced:
+                raise ValueError("participation: " + msg)
+            warnings.warn(msg, stacklevel=3)
+
+    def weights(self, p, chains, generator):
+        n = p.numel()
+        keys = torch.rand(chains, n, generator=generator, device=p.device)
+        idx = keys.argsort(dim=1)[:, : self.num_sampled]
+        w = torch.zeros(chains, n, device=p.device, dtype=p.dtype)
+        w.scatter_(1, idx, 1.0 / self.num_sampled)
+        return w
+
+
+def as_participation(value: Participation | str | None) -> Participation:
+    """Accept a rule object, ``None`` / ``"full"``; anything else is a ``ValueError``."""
+    if value is None or (isinstance(value, str) and value.lower() == "full"):
+        return Full()
+    if isinstance(value, Participation):
+        return value
+    raise ValueError(
+        f"participation must be Full(), SchemeI(num_sampled) or SchemeII(num_sampled) (or 'full'); got {value!r}"
+    )
+
+
+def synchronize(beta: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Server aggregation sum_c w_rc beta_rc: beta (R, N, d), w (N,) or (R, N) -> (R, d).
+
+    This is the only operation that crosses clients; a distributed engine replaces it with
+    an all-reduce of the weighted local sums.
+    """
+    if w.dim() == 1:
+        return torch.einsum("n,rnd->rd", w, beta)
+    return torch.einsum("rn,rnd->rd", w, beta)

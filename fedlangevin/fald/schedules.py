@@ -1,0 +1,123 @@
+"""Step-size schedules eta_k, indexed by the global local-step counter k = 0, 1, 2, ...
+
+Every schedule is a callable k -> eta_k; the engine evaluates the whole run's step sizes
+before it starts, so an invalid value (<= 0, NaN, too short a sequence) fails early with a
+``ValueError`` naming ``step_size``.
+
+- :class:`Constant`: eta_k = eta (Thm 5.4 / 5.7).
+- :class:`PaperDecay`: eta_k = 1 / (2L + m k / 12) (Thm 5.8, Deng et al.), W2 = O(k^{-1/2}).
+- :class:`Polynomial`: eta_k = a (b + k)^{-gamma}, the classical SGLD schedule (Welling & Teh 2011).
+- :class:`Sequence`: an explicit list; ``callable`` objects are wrapped as they are.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence as SequenceT
+
+import numpy as np
+
+from fedlangevin._validation import check_real
+
+__all__ = ["Constant", "PaperDecay", "Polynomial", "Sequence", "as_schedule", "step_sizes"]
+
+
+@dataclass(frozen=True)
+class Constant:
+    eta: float
+
+    def __post_init__(self) -> None:
+        check_real("step_size", self.eta, low=0.0, low_open=True)
+
+    def __call__(self, k: int) -> float:
+        return self.eta
+
+
+@dataclass(frozen=True)
+class PaperDecay:
+    """eta_k = 1 / (2L + m k / 12) (Thm 5.8); L = smoothness, m = strong convexity."""
+
+    smoothness: float
+    convexity: float
+
+    def __post_init__(self) -> None:
+        check_real("smoothness", self.smoothness, low=0.0, low_open=True)
+        check_real("convexity", self.convexity, low=0.0)
+
+    def __call__(self, k: int) -> float:
+        return 1.0 / (2.0 * self.smoothness + self.convexity * k / 12.0)
+
+
+@dataclass(frozen=True)
+class Polynomial:
+    """eta_k = a (b + k)^(-gamma) with a > 0, b > 0, gamma in [0, 1]."""
+
+    a: float
+    b: float = 1.0
+    gamma: float = 0.55
+
+    def __post_init__(self) -> None:
+        check_real("a", self.a, low=0.0, low_open=True)
+        check_real("b", self.b, low=0.0, low_open=True)
+        check_real("gamma", self.gamma, low=0.0, high=1.0)
+
+    def __call__(self, k: int) -> float:
+        return self.a * (self.b + k) ** (-self.gamma)
+
+
+@dataclass(frozen=True)
+class Sequence:
+    values: tuple[float, ...]
+
+    def __call__(self, k: int) -> float:
+        if k >= len(self.values):
+            raise ValueError(
+                f"step_size: the sequence has {len(self.values)} values but step {k} was requested; "
+                "give at least one value per local step of the run"
+            )
+        return self.values[k]
+
+
+def as_schedule(step_size, problem=None) -> Callable[[int], float]:
+    """Turn ``step_size`` into a schedule.
+
+    Accepts a positive number, ``"paper"`` (Thm 5.8's decay, using the problem's smoothness
+    L and convexity m), a sequence of numbers, or a callable k -> eta_k.
+    """
+    if isinstance(step_size, str):
+        if step_size.lower() in ("paper", "decay", "thm5.8"):
+            L = getattr(problem, "smoothness", None)
+            m = getattr(problem, "convexity", None)
+            if L is None or m is None:
+                raise ValueError(
+                    "step_size='paper' needs a problem with known smoothness L and convexity m; "
+                    "use PaperDecay(smoothness=L, convexity=m) or a number"
+                )
+            return PaperDecay(L, m)
+        raise ValueError(f"step_size must be a positive number, 'paper', a sequence or a callable; got {step_size!r}")
+    if isinstance(step_size, (Constant, PaperDecay, Polynomial, Sequence)) or callable(step_size):
+        return step_size
+    if isinstance(step_size, (int, float, np.floating, np.integer)) and not isinstance(step_size, bool):
+        return Constant(float(step_size))
+    if isinstance(step_size, (SequenceT, np.ndarray)) or hasattr(step_size, "tolist"):
+        values = tuple(float(v) for v in np.asarray(step_size, dtype=np.float64).ravel())
+        if not values:
+            raise ValueError("step_size: the sequence is empty")
+        return Sequence(values)
+    raise ValueError(f"step_size must be a positive number, 'paper', a sequence or a callable; got {step_size!r}")
+
+
+def step_sizes(schedule: Callable[[int], float], start: int, count: int) -> list[float]:
+    """eta_k for k in [start, start + count), validated (finite, > 0)."""
+    out = []
+    for k in range(start, start + count):
+        eta = schedule(k)
+        try:
+            eta = float(eta)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"step_size at step {k} must be a real number; got {eta!r}") from exc
+        if not (math.isfinite(eta) and eta > 0):
+            raise ValueError(f"step_size at step {k} must be finite and > 0; got {eta!r}")
+        out.append(eta)
+    return out
