@@ -102,6 +102,8 @@ class SchemeII(Participation):
 
     def weights(self, p, chains, generator):
         n = p.numel()
+        if self.num_sampled == n:  # every client takes part: the plain mean, no draw needed
+            return torch.full_like(p, 1.0 / n)
         keys = torch.rand(chains, n, generator=generator, device=p.device)
         idx = keys.argsort(dim=1)[:, : self.num_sampled]
         w = torch.zeros(chains, n, device=p.device, dtype=p.dtype)

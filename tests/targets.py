@@ -1,0 +1,85 @@
+"""Shared test targets: small quadratic federated problems and an independent, exact
+moment recursion for FA-LD on them (numpy only; does not use the engine's code).
+
+For affine client gradients grad f^c(theta) = A_c theta - b_c, the stacked client vector
+X = (theta^1, ..., theta^N) evolves linearly with additive Gaussian noise:
+
+    local step:   X <- M X + eta b + noise,  M = blockdiag(I - eta A_c),
+                  Cov(noise) = 2 eta tau [rho^2 (J_N ⊗ I_d) + diag((1 - rho^2)/p_c) ⊗ I_d]
+    synchronise:  g = (w^T ⊗ I_d) X with random weights w independent of X, then X = 1 ⊗ g.
+
+So mean and covariance follow an exact recursion; with full participation the law stays
+Gaussian. For random participation E[g] = (E[w]^T ⊗ I) mu and
+E[g g^T] = sum_ij E[w_i w_j] (Sigma_ij + mu_i mu_j^T), with E[w w^T] known in closed form.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def weight_moments(p: np.ndarray, scheme: str, s: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """E[w] and E[w w^T] of the aggregation weights for 'full', 'I' or 'II'."""
+    n = p.size
+    if scheme == "full":
+        return p.copy(), np.outer(p, p)
+    if scheme == "I":  # counts ~ Multinomial(S, p), w = counts / S
+        return p.copy(), (s - 1) / s * np.outer(p, p) + np.diag(p) / s
+    if scheme == "II":  # S of N uniformly without replacement, w = 1/S on the chosen ones
+        off = (s - 1) / (s * n * (n - 1)) if n > 1 else 0.0
+        m2 = np.full((n, n), off)
+        np.fill_diagonal(m2, 1.0 / (s * n))
+        return np.full(n, 1.0 / n), m2
+    raise ValueError(scheme)
+
+
+def fald_moments(
+    hessians: np.ndarray,
+    shifts: np.ndarray,
+    p: np.ndarray,
+    init_mean: np.ndarray,
+    etas_per_round: list[list[float]],
+    tau: float,
+    rho: float,
+    scheme: str = "full",
+    s: int | None = None,
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Exact (mean, cov) of the global parameter after each round, starting from a point."""
+    n, d = shifts.shape
+    a = np.broadcast_to(hessians, (n, d, d))
+    ew, eww = weight_moments(p, scheme, s)
+    g_mean, g_cov = np.asarray(init_mean, float), np.zeros((d, d))
+    out = []
+    eye = np.eye(d)
+    for etas in etas_per_round:
+        mu = np.tile(g_mean, n)
+        cov = np.kron(np.ones((n, n)), g_cov)
+        for eta in etas:
+            m = np.zeros((n * d, n * d))
+            for c in range(n):
+                m[c * d : (c + 1) * d, c * d : (c + 1) * d] = eye - eta * a[c]
+            q = 2 * eta * tau * (rho**2 * np.kron(np.ones((n, n)), eye) + np.kron(np.diag((1 - rho**2) / p), eye))
+            mu = m @ mu + eta * shifts.reshape(-1)
+            cov = m @ cov @ m.T + q
+        mus = mu.reshape(n, d)
+        blocks = cov.reshape(n, d, n, d).transpose(0, 2, 1, 3)  # blocks[i, j] = Cov(X_i, X_j)
+        g_mean = ew @ mus
+        second = np.einsum("ij,ijab->ab", eww, blocks) + np.einsum("ij,ia,jb->ab", eww, mus, mus)
+        g_cov = second - np.outer(g_mean, g_mean)
+        g_cov = 0.5 * (g_cov + g_cov.T)
+        out.append((g_mean.copy(), g_cov.copy()))
+    return out
+
+
+def small_problem_arrays(seed: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Three heterogeneous clients in 2-d with unequal weights (hessians, shifts, p)."""
+    rng = np.random.default_rng(seed)
+    hs = []
+    for scale in (1.0, 2.5, 0.6):
+        q, _ = np.linalg.qr(rng.standard_normal((2, 2)))
+        hs.append(q @ np.diag([scale, 3.0 * scale]) @ q.T)
+    hessians = np.stack(hs)
+    hessians = 0.5 * (hessians + hessians.transpose(0, 2, 1))
+    shifts = rng.standard_normal((3, 2)) * 2.0
+    p = np.array([0.5, 0.3, 0.2])
+    return hessians, shifts, p
