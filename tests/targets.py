@@ -75,7 +75,7 @@ def small_problem_arrays(seed: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndar
     """Three heterogeneous clients in 2-d with unequal weights (hessians, shifts, p)."""
     rng = np.random.default_rng(seed)
     hs = []
-    for scale in (1.0, 2.5, 0.6):
+    for scale in (1.0, 5.0, 0.3):
         q, _ = np.linalg.qr(rng.standard_normal((2, 2)))
         hs.append(q @ np.diag([scale, 3.0 * scale]) @ q.T)
     hessians = np.stack(hs)
