@@ -13,6 +13,14 @@ each client runs at the higher temperature T_{c,rho} = tau (rho^2 + (1 - rho^2) 
 Draw order (fixed, so that runs are reproducible): the shared vector first, then the private
 ones; a term whose scale is zero (rho = 0 or rho = 1) draws nothing. With rho = 1 the stream
 is exactly that of centralised SGLD drawing one (R, d) Gaussian per step.
+
+Noise precision: the standard normals are drawn in ``noise_dtype`` (by default float32) and
+promoted when added to the state. On CPU torch draws float32 normals about 4x faster than
+float64 ones (vectorised Box-Muller), and this draw dominates a step for small d. The only
+statistical difference is that float32 Box-Muller normals are bounded by
+sqrt(-2 log 2^-24) ≈ 5.77 in absolute value (a tail of probability 8e-9 is cut) and carry a
+relative rounding of 6e-8: far below any Monte Carlo error of a run. Pass
+``noise_dtype=torch.float64`` for double-precision normals.
 """
 
 from __future__ import annotations
@@ -29,17 +37,27 @@ class NoiseScales:
 
     ``shared`` = sqrt(2 tau rho^2) (a float); ``private`` = sqrt(2 tau (1 - rho^2) / p_c)
     with shape (N, 1), ready to broadcast against (R, N, d); ``None`` where the term is zero.
+    ``noise_dtype``: precision of the standard normals (``None``: the state's dtype);
+    ``buffers``: reusable draw buffers (filled lazily).
     """
 
-    __slots__ = ("shared", "private")
+    __slots__ = ("shared", "private", "noise_dtype", "buffers")
 
-    def __init__(self, shared: float | None, private: torch.Tensor | None) -> None:
+    def __init__(self, shared: float | None, private: torch.Tensor | None, noise_dtype: torch.dtype | None = None) -> None:
         self.shared = shared
         self.private = private
+        self.noise_dtype = noise_dtype
+        self.buffers: dict = {}
 
 
 def noise_scales(
-    weights: torch.Tensor, temperature: float, correlation: float, *, device=None, dtype=torch.float64
+    weights: torch.Tensor,
+    temperature: float,
+    correlation: float,
+    *,
+    device=None,
+    dtype=torch.float64,
+    noise_dtype: torch.dtype | None = None,
 ) -> NoiseScales:
     """Scales of the shared and private noise for weights p_c, temperature tau, correlation rho."""
     rho2 = correlation * correlation
@@ -48,17 +66,39 @@ def noise_scales(
     if rho2 < 1:
         p = weights.to(dtype=torch.float64, device="cpu")
         private = torch.sqrt(2.0 * temperature * (1.0 - rho2) / p).to(device=device, dtype=dtype)[:, None]
-    return NoiseScales(shared, private)
+    return NoiseScales(shared, private, noise_dtype)
 
 
-def add_noise_(theta: torch.Tensor, scales: NoiseScales, eta: float, generator: torch.Generator | None) -> torch.Tensor:
-    """Add eq. (10)'s noise for step size ``eta`` to client states ``theta`` (R, N, d) in place."""
+def add_noise_(
+    theta: torch.Tensor,
+    scales: NoiseScales,
+    eta: float,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
+    """Add eq. (10)'s noise for step size ``eta`` to client states ``theta`` (R, N, d) in place.
+
+    The normals are drawn in ``scales.noise_dtype`` (default: theta's dtype) into buffers
+    reused across calls.
+    """
     r, n, d = theta.shape
     root = math.sqrt(eta)
+    dtype = theta.dtype if scales.noise_dtype is None else scales.noise_dtype
+    buffers = scales.buffers
     if scales.shared is not None:
-        shared = torch.randn(r, 1, d, generator=generator, device=theta.device, dtype=theta.dtype)
+        shared = _buffer(buffers, "shared", (r, 1, d), theta.device, dtype)
+        torch.randn((r, 1, d), generator=generator, out=shared)
         theta.add_(shared, alpha=root * scales.shared)
     if scales.private is not None:
-        private = torch.randn(r, n, d, generator=generator, device=theta.device, dtype=theta.dtype)
+        private = _buffer(buffers, "private", (r, n, d), theta.device, dtype)
+        torch.randn((r, n, d), generator=generator, out=private)
         theta.addcmul_(private, scales.private, value=root)
     return theta
+
+
+def _buffer(buffers: dict | None, key: str, shape: tuple, device, dtype) -> torch.Tensor:
+    if buffers is None:
+        return torch.empty(shape, device=device, dtype=dtype)
+    buf = buffers.get(key)
+    if buf is None or buf.shape != shape or buf.dtype != dtype or buf.device != device:
+        buf = buffers[key] = torch.empty(shape, device=device, dtype=dtype)
+    return buf

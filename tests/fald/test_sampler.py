@@ -32,21 +32,22 @@ def _problem():
     return QuadraticProblem(h, b, p)
 
 
+@pytest.mark.parametrize("noise_dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("generic", [False, True])
-def test_rho_one_k_one_is_centralised_sgld_on_the_same_noise(generic):
+def test_rho_one_k_one_is_centralised_sgld_on_the_same_noise(generic, noise_dtype):
     """rho = 1, K = 1: theta_{k+1} = theta_k - eta grad f(theta_k) + sqrt(2 eta tau) xi_k with
     the shared vector as xi_k, i.e. SGLD on f = sum_c p_c f^c (Sec. 3.2, eq. 15)."""
     problem = _problem()
     eta, tau, r, steps = 0.03, 0.8, 7, 25
     run_problem = _Opaque(problem) if generic else problem
     trace = fl.FALD(run_problem, step_size=eta, local_steps=1, temperature=tau, correlation=1.0,
-                    chains=r, seed=123).run(steps)
+                    chains=r, seed=123, noise_dtype=noise_dtype).run(steps)
     g = torch.Generator().manual_seed(123)
     a, b = problem.global_hessian, problem.global_shift
     theta = torch.zeros(r, 2, dtype=torch.float64)
     ref = []
     for _ in range(steps):
-        theta = theta - eta * (theta @ a - b) + math.sqrt(2 * eta * tau) * torch.randn(r, 2, generator=g, dtype=torch.float64)
+        theta = theta - eta * (theta @ a - b) + math.sqrt(2 * eta * tau) * torch.randn(r, 2, generator=g, dtype=noise_dtype).double()
         ref.append(theta)
     torch.testing.assert_close(trace.samples, torch.stack(ref, 1), rtol=1e-12, atol=1e-12)
 
