@@ -61,7 +61,7 @@ from fedlangevin.compression.models import (
     classification_metrics,
     per_device_loss,
 )
-from fedlangevin.compression.quantize import _quantize, lossless_bits, quantized_bits
+from fedlangevin.compression.quantize import _quantize, lossless_bits, quantization_skewness, quantized_bits
 from fedlangevin.compression import wireless
 
 __all__ = [
@@ -117,6 +117,11 @@ def _next_pow2(d: int) -> int:
     return 1 << (d - 1).bit_length()
 
 
+def _check_base(ps_base: str) -> None:
+    if ps_base not in ("estimate", "model"):
+        raise ValueError(f"ps_base must be 'estimate' (eq. 4) or 'model'; got {ps_base!r}")
+
+
 # ---------------------------------------------------------------------------------------------
 # Broadcast codecs (PS -> devices)
 
@@ -140,6 +145,10 @@ class LosslessBroadcast:
     name: str = "lossless"
     ps_base: str = "estimate"
 
+    def __post_init__(self) -> None:
+        check_int("bits_per_entry", self.bits_per_entry, minimum=1)
+        _check_base(self.ps_base)
+
     def init_state(self, theta0: torch.Tensor, generator: torch.Generator | None = None) -> Any:
         return None
 
@@ -157,6 +166,7 @@ class LFLBroadcast:
 
     def __post_init__(self) -> None:
         check_int("q1", self.q, minimum=1)
+        _check_base(self.ps_base)
 
     def init_state(self, theta0: torch.Tensor, generator: torch.Generator | None = None) -> Any:
         return None
@@ -177,6 +187,7 @@ class LGMBroadcast:
 
     def __post_init__(self) -> None:
         check_int("q1", self.q, minimum=1)
+        _check_base(self.ps_base)
 
     def init_state(self, theta0: torch.Tensor, generator: torch.Generator | None = None) -> Any:
         return torch.zeros_like(theta0)
@@ -206,6 +217,7 @@ class LTGMBroadcast:
 
     def __post_init__(self) -> None:
         check_int("q1", self.q, minimum=1)
+        _check_base(self.ps_base)
 
     def _signs(self, n: int, like: torch.Tensor, generator) -> torch.Tensor:
         bits = torch.randint(0, 2, (n,), generator=generator, device=like.device)
@@ -400,12 +412,15 @@ class LFLState:
 
 @dataclass(frozen=True)
 class RoundInfo:
-    """Bits of one round in each direction and Fig. 2's statistics of the broadcast vector."""
+    """Bits of one round in each direction, Fig. 2's statistics of the vector quantized at the
+    PS (variance and peak-to-average ratio of its magnitudes) and its Lemma 1 skewness eps
+    (the paper reports eps ≈ 1e-3 for LFL, Sec. 3.3); NaN for a lossless broadcast."""
 
     bits_down: float
     bits_up: float
     sent_variance: float
     sent_peak_to_average: float
+    sent_skewness: float
 
 
 def vector_variance(x: torch.Tensor) -> float:
@@ -457,7 +472,9 @@ def lfl_round(
 ) -> tuple[LFLState, RoundInfo]:
     """One round of Algorithm 1 with the given codecs (see the module docstring).
 
-    The defaults are the paper's (all devices every round, no loss). ``clients_per_round`` K
+    The PS adds the aggregate to theta_hat(t) (eq. 4) — for every codec unless its
+    ``ps_base`` is ``"model"``, which adds it to theta(t) instead (an alternative reading for
+    LGM/LTGM, not the default). The defaults are the paper's (all devices every round, no loss). ``clients_per_round`` K
     and ``loss_rate`` gamma add the wireless paper's client sampling and packet loss
     (:mod:`~fedlangevin.compression.wireless`): theta(t+1) = theta_hat(t) + sum_m c_m s_m with
     the coefficients c of :func:`~fedlangevin.compression.wireless.aggregation_coefficients`
@@ -492,6 +509,7 @@ def lfl_round(
         bits_up=out_u.bits,
         sent_variance=vector_variance(sent) if sent is not None else float("nan"),
         sent_peak_to_average=peak_to_average(sent) if sent is not None else float("nan"),
+        sent_skewness=float(quantization_skewness(sent)) if sent is not None else float("nan"),
     )
     new_state = LFLState(
         theta=theta_next,
@@ -633,6 +651,7 @@ class LFLOptimizer:
             up += info.bits_up
             hist.extra.setdefault("sent_variance", []).append(info.sent_variance)
             hist.extra.setdefault("sent_peak_to_average", []).append(info.sent_peak_to_average)
+            hist.extra.setdefault("sent_skewness", []).append(info.sent_skewness)
             if not bool(torch.isfinite(self.state.theta).all()):
                 hist.diverged_at = r
                 metrics = {k: float("nan") for k in ("accuracy", "nll", "brier", "ece")} if test is not None else {}
