@@ -204,10 +204,12 @@ class LTGMBroadcast:
     devices use (diag(s) H^T Q(y))[:d].
 
     **(choice)** ``resample_signs=False`` draws the shared +-1 vector s once per run (from the
-    shared seed, so it costs no bits); True draws a fresh s every round. With the PS base
-    theta_hat(t) (eq. 4) and q1 = 2, fresh signs make the broadcast noise a fresh ~60 % of
-    ||theta|| every round and the model norm grows geometrically until it overflows; with a fixed
-    s the run stays finite (see docs/compression.md).
+    shared seed, so it costs no bits); True draws a fresh s every round. LTGM has no error
+    feedback and the PS adds the uploads to theta_hat(t) (eq. 4), so broadcast noise
+    accumulates in the model: at q1 = 2 the noise is about 60 % of ||theta|| per round and the
+    model norm grows geometrically — with fresh signs it overflows float32 around round 200 in
+    the docs' reproduction, with a fixed s it grows more slowly and stays finite for 300 rounds
+    (see docs/compression.md).
     """
 
     q: int = 50
