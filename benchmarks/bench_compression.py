@@ -90,6 +90,9 @@ def main() -> None:
         note = f" (diverged at {div})" if div else ""
         print(f"| {label} | {min(acc):.3f}-{max(acc):.3f}{note} | {spec} | {nll:.3f} | {brier:.4f} | {ece:.4f} "
               f"| {down:,.0f} | {up:,.0f} | {h.bits_total[-1]:.3e} |")
+    print("\nper-seed accuracy (last 50 rounds):")
+    for label, *_ in CONFIGS:
+        print(f"  {label:15s} " + "  ".join(f"{np.nanmean(h.metrics['accuracy'][-6:]):.4f}" for h in results[label]))
     print(f"\nLTGM (2,2) with fresh signs every round: diverged at rounds {extra_fresh}")
     for label in ("LFL (2,2)", "LGM (2,2)", "LTGM (2,2)"):
         eps = np.concatenate([np.asarray(h.extra["sent_skewness"]) for h in results[label]])

@@ -9,6 +9,8 @@
 * :mod:`.models` — flat-parameter classifiers, stacked client data, metrics;
 * :mod:`.runner` — :func:`run_method`: any optimizer on given federated data, per-round test
   metrics against cumulative bits.
+
+See docs/compression.md.
 """
 
 from fedlangevin.compression.quantize import (
@@ -24,6 +26,11 @@ from fedlangevin.compression.quantize import (
     stochastic_quantize,
     stochastic_round_float,
 )
+from fedlangevin.compression.models import MLP, History, MultinomialLogistic, StackedClients
+from fedlangevin.compression.lfl import LFLOptimizer, LocalAdam, LocalSGD
+from fedlangevin.compression.dzofl import DZOFLConfig, DZOFLOptimizer
+from fedlangevin.compression.runner import METHODS, run_method
+from fedlangevin.compression import bounds, dzofl, lfl, models, quantize, runner, wireless
 
 __all__ = [
     "QuantizedTensor",
@@ -37,4 +44,22 @@ __all__ = [
     "quantized_bits",
     "stochastic_quantize",
     "stochastic_round_float",
+    "MLP",
+    "History",
+    "MultinomialLogistic",
+    "StackedClients",
+    "LFLOptimizer",
+    "LocalAdam",
+    "LocalSGD",
+    "DZOFLConfig",
+    "DZOFLOptimizer",
+    "METHODS",
+    "run_method",
+    "bounds",
+    "dzofl",
+    "lfl",
+    "models",
+    "quantize",
+    "runner",
+    "wireless",
 ]

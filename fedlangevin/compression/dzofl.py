@@ -44,6 +44,7 @@ from fedlangevin.compression.models import (
     per_device_loss,
 )
 from fedlangevin.compression.quantize import stochastic_round_float
+from fedlangevin.compression.lfl import _check_test
 
 __all__ = [
     "check_exponents",
@@ -61,6 +62,7 @@ __all__ = [
     "mac_energy",
     "forward_energy",
     "backward_energy",
+    "processing_energy",
 ]
 
 
@@ -200,6 +202,10 @@ class DZOFLOptimizer:
             raise ValueError(
                 f"clients have {self.clients.num_features} features; model expects {model.num_features}"
             )
+        if self.clients.num_classes_seen > model.num_classes:
+            raise ValueError(
+                f"clients hold labels up to {self.clients.num_classes_seen - 1}; model has {model.num_classes} classes"
+            )
         self.model = model
         self.config = config if config is not None else DZOFLConfig()
         self.generator = torch.Generator(device=self.device).manual_seed(int(seed))
@@ -222,8 +228,7 @@ class DZOFLOptimizer:
         eval_every = check_int("eval_every", eval_every, minimum=1)
         hist = History(method="dzofl")
         if test is not None:
-            Xt = torch.as_tensor(test[0]).to(self.device, self.state.theta.dtype)
-            yt = torch.as_tensor(test[1]).to(self.device, torch.int64)
+            Xt, yt = _check_test(test, self.model, self.device, self.state.theta.dtype)
         down = up = 0.0
         for r in range(1, rounds + 1):
             info = self.step()
@@ -323,3 +328,19 @@ def backward_energy(model: EnergyModel = EnergyModel()) -> float:
         + 2.0 * model.N_c * e_max * math.sqrt(1.0 / model.p)
         + 2.0 * model.A_d * e_max * max(model.d * model.M_max + model.O_c * model.M_max - model.S_bits, 0.0)
     )
+
+
+def processing_energy(
+    rounds: int, *, backward: bool, forward_passes: int = 1, model: EnergyModel = EnergyModel()
+) -> float:
+    """Device processing energy over ``rounds``: rounds x (forward_passes E_FP + [E_BP]) joules.
+
+    Sec. III-C counts E_FP x T for DZOFL (no backward pass) and (E_FP + E_BP) x T' for
+    gradient-based FL. Alg. 1 queries the loss twice per round (theta +- gamma Phi); pass
+    ``forward_passes=2`` to count both queries — the paper's total counts one. Transmission
+    energy is not modelled here (the paper derives it from its channel model, Sec. V).
+    """
+    rounds = check_int("rounds", rounds, minimum=0)
+    forward_passes = check_int("forward_passes", forward_passes, minimum=1)
+    per_round = forward_passes * forward_energy(model)["total"] + (backward_energy(model) if backward else 0.0)
+    return rounds * per_round

@@ -48,7 +48,7 @@ peak-to-average ratio, the quantities of version 2's Fig. 2.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Union
 
 import torch
@@ -553,6 +553,21 @@ def method_codecs(method: str, q1: int = 2, q2: int = 2, bits_per_entry: int = 3
     return LTGMBroadcast(q1), up
 
 
+def _check_test(test, model: FlatModel, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validate a test set (X (n, p), y (n,) labels in [0, C)) and move it to the run's device."""
+    if not isinstance(test, (tuple, list)) or len(test) != 2:
+        raise ValueError("test must be an (X, y) pair")
+    X = torch.as_tensor(test[0]).to(device, dtype)
+    y = torch.as_tensor(test[1]).to(device, torch.int64)
+    if X.dim() != 2 or X.shape[1] != model.num_features or y.shape != (X.shape[0],) or X.shape[0] < 1:
+        raise ValueError(
+            f"test must be X of shape (n, {model.num_features}) and y of shape (n,); got {tuple(X.shape)}, {tuple(y.shape)}"
+        )
+    if int(y.min()) < 0 or int(y.max()) >= model.num_classes:
+        raise ValueError(f"test labels must lie in [0, {model.num_classes - 1}]")
+    return X, y
+
+
 class LFLOptimizer:
     """Thin runner around :func:`lfl_round`: seeded, device-aware, records a :class:`History`.
 
@@ -591,6 +606,10 @@ class LFLOptimizer:
         if self.clients.num_features != model.num_features:
             raise ValueError(
                 f"clients have {self.clients.num_features} features; model expects {model.num_features}"
+            )
+        if self.clients.num_classes_seen > model.num_classes:
+            raise ValueError(
+                f"clients hold labels up to {self.clients.num_classes_seen - 1}; model has {model.num_classes} classes"
             )
         if clients_per_round is not None:
             check_int("clients_per_round", clients_per_round, minimum=1, maximum=M)
@@ -644,8 +663,7 @@ class LFLOptimizer:
         eval_every = check_int("eval_every", eval_every, minimum=1)
         hist = History(method=self.method)
         if test is not None:
-            Xt = torch.as_tensor(test[0]).to(self.device, self.state.theta.dtype)
-            yt = torch.as_tensor(test[1]).to(self.device, torch.int64)
+            Xt, yt = _check_test(test, self.model, self.device, self.state.theta.dtype)
         down = up = 0.0
         for r in range(1, rounds + 1):
             info = self.step()

@@ -123,3 +123,14 @@ def test_dzofl_learns_a_separable_problem_and_counts_bits():
     # theta(0) = 0 predicts one class (accuracy 1/3); 600 zero-order rounds get well above it
     assert hist.final() > 0.8
     assert hist.bits_up[-1] == 600 * 10 * 16 and hist.bits_down[-1] == 600 * 16
+
+
+def test_processing_energy_totals():
+    from fedlangevin.compression.dzofl import processing_energy
+
+    fp, bp = forward_energy()["total"], backward_energy()
+    assert processing_energy(1000, backward=False) == pytest.approx(1000 * fp)
+    assert processing_energy(100, backward=True) == pytest.approx(100 * (fp + bp))
+    assert processing_energy(10, backward=False, forward_passes=2) == pytest.approx(20 * fp)
+    with pytest.raises(ValueError, match="forward_passes"):
+        processing_energy(10, backward=False, forward_passes=0)

@@ -15,7 +15,6 @@ from fedlangevin.compression.lfl import (
     LGMBroadcast,
     LocalAdam,
     LocalSGD,
-    LosslessBroadcast,
     LosslessUpload,
     LTGMBroadcast,
     QuantizedUpload,

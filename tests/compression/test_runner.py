@@ -88,3 +88,23 @@ def test_metrics_against_hand_computation():
     bins = np.minimum((conf * 10).astype(int), 9)
     ece = sum(abs(correct[bins == b].sum() - conf[bins == b].sum()) for b in range(10)) / 4
     assert m["ece"] == pytest.approx(ece)
+
+
+def test_labels_and_test_set_are_validated(data):
+    clients, test = data
+    with pytest.raises(ValueError, match="classes"):
+        run_method("lfl", clients, test, MultinomialLogistic(5, 3), rounds=1)  # labels 0..3
+    with pytest.raises(ValueError, match="test"):
+        run_method("lfl", clients, (test[0][:, :4], test[1]), MultinomialLogistic(5, 4), rounds=1)
+    with pytest.raises(ValueError, match="test labels"):
+        run_method("dzofl", clients, (test[0], test[1] + 4), MultinomialLogistic(5, 4), rounds=1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("method", ["lfl", "ltgm", "dzofl", "fedavg"])
+def test_cuda_device_is_honoured(method, data):
+    clients, test = data
+    kw = dict(clients_per_round=4, loss_rate=0.2) if method == "fedavg" else {}
+    h = run_method(method, clients, test, MLP(5, 16, 4), rounds=5, eval_every=5, device="cuda", **kw)
+    cpu = run_method(method, clients, test, MLP(5, 16, 4), rounds=5, eval_every=5, device="cpu", **kw)
+    assert np.isfinite(h.final()) and h.bits_down == cpu.bits_down and h.bits_up == cpu.bits_up
