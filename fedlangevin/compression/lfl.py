@@ -481,7 +481,7 @@ def lfl_round(
     (:mod:`~fedlangevin.compression.wireless`): theta(t+1) = theta_hat(t) + sum_m c_m s_m with
     the coefficients c of :func:`~fedlangevin.compression.wireless.aggregation_coefficients`
     (equal to B_m / B when K = M and gamma = 0). Every device trains (batched), only the
-    selected ones upload.
+    selected ones upload and keep their new error memory and Adam moments.
     """
     M = clients.num_clients
     out_b = broadcast(state.theta, state.theta_hat, state.broadcast_state, generator)
@@ -503,6 +503,11 @@ def lfl_round(
         selected = (counts > 0).to(delta.device)
         out_u = upload(delta, state.memory, generator, selected=selected)
         coef = wireless.aggregation_coefficients(received, weights.cpu(), scheme=sampling).to(delta)
+        if isinstance(solver, LocalAdam) and not solver.reset_each_round:
+            # devices that sat this round out keep their Adam moments (their local run is discarded)
+            (m1, m2, k_adam), (o1, o2, _) = solver_state, state.solver_state
+            keep = selected[:, None]
+            solver_state = (torch.where(keep, m1, o1), torch.where(keep, m2, o2), k_adam)
     base = theta_hat if broadcast.ps_base == "estimate" else state.theta
     theta_next = base + coef @ out_u.sent
     sent = out_b.sent

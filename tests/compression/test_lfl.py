@@ -224,6 +224,10 @@ def test_client_sampling_and_packet_loss_round():
     h = opt.run(6, test, eval_every=3)
     assert h.bits_up[-1] == pytest.approx(6 * 4 * 33 * 35)  # only the K sampled devices transmit
     assert h.bits_down[-1] == pytest.approx(6 * 33 * 35)
+    adam = LFLOptimizer(model, clients, method="lfl", clients_per_round=3, local=LocalAdam(steps=2), seed=3)
+    adam.step()
+    moved = (adam.state.solver_state[0].abs().sum(1) > 0) & (adam.state.memory.abs().sum(1) > 0)
+    assert int(moved.sum()) == 3  # only the 3 sampled devices keep Adam moments and error memory
     # with every packet lost (gamma -> 1 is excluded; use a tiny K and check the no-arrival rule)
     b, u = method_codecs("fedavg")
     stacked = StackedClients.from_list(clients, dtype=torch.float64)
