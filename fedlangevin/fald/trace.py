@@ -102,10 +102,22 @@ class Trace:
             mean, cov = self.posterior()
         return w2_floor(mean, cov, self.num_chains, repeats=repeats, seed=seed)
 
+    def constrained(self) -> dict[str, np.ndarray] | None:
+        """Draws in the model's own space, {name: array (chains, draws, *shape)}, from
+        ``problem.constrain`` (e.g. a Pyro model's sites, a positive scale back from its
+        log); None when the problem samples theta as is."""
+        constrain = getattr(self.problem, "constrain", None)
+        return None if constrain is None else constrain(self.samples)
+
     def to_arviz(self, **kwargs: Any):
-        """ArviZ data (chains x draws) via :func:`diagnostics.to_arviz`."""
+        """ArviZ data (chains x draws) via :func:`diagnostics.to_arviz`: the problem's named
+        sites in their own space when it has them (:meth:`constrained`), else theta."""
         from diagnostics import to_arviz
 
+        if "var_names" not in kwargs:
+            values = self.constrained()
+            if values is not None:
+                return to_arviz(values, **kwargs)
         kwargs.setdefault("var_names", self.var_names)
         return to_arviz(self.numpy(), **kwargs)
 

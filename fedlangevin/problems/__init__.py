@@ -1,12 +1,16 @@
 """Federated problems: per-client energies f^c = (1/p_c) * NLL_c + prior share."""
 
 from fedlangevin.problems.base import FederatedProblem, QuadraticForm, check_weights
+from fedlangevin.problems.custom import CustomProblem
 from fedlangevin.problems.gaussian import PAPER_COV, GaussianSimulation, QuadraticProblem
+from fedlangevin.problems.pyro import PyroProblem
 
 __all__ = [
+    "CustomProblem",
     "FederatedProblem",
     "GaussianSimulation",
     "PAPER_COV",
+    "PyroProblem",
     "QuadraticForm",
     "QuadraticProblem",
     "check_weights",

@@ -63,8 +63,9 @@ class FederatedProblem:
     Subclasses set ``num_clients``, ``dim`` and ``weights`` (a float64 CPU tensor p_c) and
     implement :meth:`grad` and :meth:`to`. Optional capabilities, returned as ``None`` when
     absent: :meth:`quadratic` (affine gradients, enables the fast path), :meth:`posterior`
-    (exact Gaussian posterior), ``smoothness`` L and ``convexity`` m (Assumptions 5.1–5.2),
-    ``client_sizes`` n_c (needed for minibatches).
+    (exact Gaussian posterior), :meth:`constrain` (draws in the model's own space, named),
+    ``smoothness`` L and ``convexity`` m (Assumptions 5.1–5.2), ``client_sizes`` n_c
+    (needed for minibatches).
     """
 
     num_clients: int
@@ -97,6 +98,14 @@ class FederatedProblem:
         return None
 
     def posterior(self, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor] | None:
+        return None
+
+    def constrain(self, samples) -> dict | None:
+        """Draws of theta, shape (..., d), in the model's own space: {name: array (..., *shape)}.
+
+        For problems that sample in a transformed space (e.g. log of a positive scale) or
+        whose theta packs named blocks; ``Trace.to_arviz`` shows these names. None: theta as is.
+        """
         return None
 
     @property

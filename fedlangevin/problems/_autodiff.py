@@ -1,0 +1,431 @@
+"""Shared machinery of the autodiff problems (:class:`CustomProblem`, :class:`PyroProblem`).
+
+A subclass supplies one scalar function, the client energy for one parameter vector and one
+client's rows,
+
+    energy(theta (d,), data, mask, scale) = scale * ell(theta; data, mask) + U_0(theta),
+
+with ell the negative log-likelihood of the rows (``mask`` (n,) zeroes padded rows, or is
+``None``) and U_0 the prior energy (the prior share of every client). This module turns it
+into the protocol's ``grad(theta (R, N, d))`` with ``torch.func``: ``grad`` of the energy,
+``vmap`` over clients (their data stacked on a leading axis) and ``vmap`` over chains, so a
+local step of all R x N chain-client pairs is a single call (no Python loop over chains or
+clients).
+
+Data layout: a client's dataset is a tensor, a tuple/list of tensors, or a dict of tensors,
+all with the rows on axis 0 (n_c rows). Clients are stacked on a new axis 0, padded to the
+largest n_c with copies of their own rows (so every padded value is a valid data point);
+padded rows are masked out where the subclass can mask, else clients of equal size are
+grouped (one vectorised call per distinct size).
+
+Full-batch energy (scale = 1/p_c):         f^c = (1/p_c) ell^c(theta) + U_0(theta).
+Minibatch energy (b rows drawn uniformly with replacement, scale = (1/p_c)(n_c/b)):
+E[f~^c] = f^c, so the gradient estimate is unbiased.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from fedlangevin.problems.base import FederatedProblem, check_weights
+
+__all__ = ["ClientData", "AutodiffProblem"]
+
+
+# -- client datasets -----------------------------------------------------------------------
+
+
+def _as_leaf(value: Any, where: str) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    if isinstance(value, np.ndarray) or hasattr(value, "__array__"):
+        return torch.as_tensor(np.asarray(value))
+    raise ValueError(
+        f"client_data: {where} must be a tensor or array with the data rows on axis 0; got {type(value).__name__} "
+        "(pass fixed non-data arguments to the model with functools.partial)"
+    )
+
+
+def _flatten(dataset: Any, where: str) -> tuple[list[torch.Tensor], Any]:
+    """Leaves (tensors) and a spec to rebuild the container: tensor, tuple/list, or dict."""
+    if isinstance(dataset, dict):
+        keys = list(dataset.keys())
+        if not keys or not all(isinstance(k, str) for k in keys):
+            raise ValueError(f"client_data: {where} must be a non-empty dict with string keys")
+        return [_as_leaf(dataset[k], f"{where}[{k!r}]") for k in keys], ("dict", tuple(keys))
+    if isinstance(dataset, (tuple, list)):
+        if not dataset:
+            raise ValueError(f"client_data: {where} is an empty {type(dataset).__name__}")
+        kind = "tuple" if isinstance(dataset, tuple) else "list"
+        return [_as_leaf(v, f"{where}[{i}]") for i, v in enumerate(dataset)], (kind, len(dataset))
+    return [_as_leaf(dataset, where)], ("tensor", None)
+
+
+def _unflatten(leaves: Sequence[torch.Tensor], spec: Any) -> Any:
+    kind, info = spec
+    if kind == "dict":
+        return dict(zip(info, leaves))
+    if kind == "tuple":
+        return tuple(leaves)
+    if kind == "list":
+        return list(leaves)
+    return leaves[0]
+
+
+@dataclass
+class ClientData:
+    """Per-client datasets, validated and stacked.
+
+    ``padded``: one tensor per leaf, (N, n_max, ...), rows past n_c are copies of the
+    client's own rows (cyclic); ``sizes``: n_c (int64, CPU); ``spec``: the container type.
+    """
+
+    padded: list[torch.Tensor]
+    sizes: torch.Tensor
+    spec: Any
+
+    @classmethod
+    def from_clients(cls, client_data: Any) -> "ClientData":
+        if isinstance(client_data, (torch.Tensor, np.ndarray)):
+            raise ValueError(
+                "client_data must be a sequence with one dataset per client (a list of tensors, of "
+                "tuples of tensors or of dicts of tensors); for a stacked (N, n, ...) tensor pass list(tensor)"
+            )
+        try:
+            clients = list(client_data)
+        except TypeError:
+            raise ValueError("client_data must be a sequence with one dataset per client") from None
+        if not clients:
+            raise ValueError("client_data must hold at least one client's dataset")
+        flat = [_flatten(ds, f"client {c}'s dataset") for c, ds in enumerate(clients)]
+        spec = flat[0][1]
+        sizes = []
+        for c, (leaves, sp) in enumerate(flat):
+            if sp != spec:
+                raise ValueError(
+                    f"client_data: every client's dataset must have the same structure; client 0 is {spec}, client {c} is {sp}"
+                )
+            for j, leaf in enumerate(leaves):
+                if leaf.dim() == 0:
+                    raise ValueError(f"client_data: leaf {j} of client {c}'s dataset is a scalar; data rows must be on axis 0")
+                ref = flat[0][0][j]
+                if leaf.shape[1:] != ref.shape[1:] or leaf.dtype != ref.dtype:
+                    raise ValueError(
+                        f"client_data: leaf {j} of client {c} has row shape {tuple(leaf.shape[1:])} and dtype {leaf.dtype}; "
+                        f"client 0 has {tuple(ref.shape[1:])} and {ref.dtype}"
+                    )
+                if leaf.is_floating_point() and not torch.isfinite(leaf).all():
+                    raise ValueError(f"client_data: client {c}'s dataset has non-finite values (leaf {j})")
+            n_c = {int(leaf.shape[0]) for leaf in leaves}
+            if len(n_c) != 1:
+                raise ValueError(f"client_data: the tensors of client {c}'s dataset have different numbers of rows {sorted(n_c)}")
+            n_c = n_c.pop()
+            if n_c < 1:
+                raise ValueError(f"client_data: client {c} has no data rows")
+            sizes.append(n_c)
+        n_max = max(sizes)
+        padded = []
+        for j in range(len(flat[0][0])):
+            rows = []
+            for c, (leaves, _) in enumerate(flat):
+                leaf = leaves[j].cpu()
+                if leaf.shape[0] < n_max:
+                    leaf = leaf[torch.arange(n_max) % leaf.shape[0]]
+                rows.append(leaf)
+            padded.append(torch.stack(rows))
+        return cls(padded, torch.tensor(sizes, dtype=torch.int64), spec)
+
+    @property
+    def num_clients(self) -> int:
+        return int(self.sizes.numel())
+
+    def client(self, c: int) -> Any:
+        """Client c's dataset in its own container, without padding."""
+        n = int(self.sizes[c])
+        return _unflatten([leaf[c, :n] for leaf in self.padded], self.spec)
+
+    def stacked(self, clients: torch.Tensor, rows: int) -> Any:
+        """Datasets of ``clients`` stacked on axis 0, first ``rows`` rows each."""
+        return _unflatten([leaf[clients.to(leaf.device), :rows] for leaf in self.padded], self.spec)
+
+    def gather(self, idx: torch.Tensor) -> Any:
+        """Rows idx (R, N, b) of every client: leaves of shape (R, N, b, ...)."""
+        r, n, b = idx.shape
+        out = []
+        for leaf in self.padded:
+            n_max = leaf.shape[1]
+            flat = idx.to(leaf.device) + (torch.arange(n, device=leaf.device) * n_max)[None, :, None]
+            rows = leaf.reshape(n * n_max, *leaf.shape[2:]).index_select(0, flat.reshape(-1))
+            out.append(rows.reshape(r, n, b, *leaf.shape[2:]))
+        return _unflatten(out, self.spec)
+
+    def to(self, device=None, dtype=None) -> "ClientData":
+        leaves = [
+            leaf.to(device=device, dtype=dtype if (dtype is not None and leaf.is_floating_point()) else None)
+            for leaf in self.padded
+        ]
+        return ClientData(leaves, self.sizes, self.spec)
+
+
+def minibatch_indices(sizes: torch.Tensor, chains: int, batch_size: int, generator, device, dtype) -> torch.Tensor:
+    """Row indices (R, N, b) drawn uniformly with replacement inside each client.
+
+    The same draw as :class:`~fedlangevin.problems.GaussianSimulation` (one uniform per
+    index in the state's dtype), so equal seeds give equal minibatches.
+    """
+    n = sizes.numel()
+    sizes = sizes.to(device)
+    u = torch.rand(chains, n, batch_size, generator=generator, device=device, dtype=dtype)
+    return (u * sizes[None, :, None]).long().clamp_max_(sizes[None, :, None] - 1)
+
+
+# -- the problem -----------------------------------------------------------------------------
+
+
+@dataclass
+class _Group:
+    clients: torch.Tensor  # (G,) int64
+    data: Any  # leaves (G, n, ...)
+    mask: torch.Tensor | None  # (G, n) or None
+    scale: torch.Tensor  # (G,)
+    everyone: bool
+
+
+class AutodiffProblem(FederatedProblem):
+    """A federated problem whose client energies are differentiated by ``torch.func``.
+
+    Subclasses implement :meth:`_energy` (see the module docstring) and set
+    ``_can_mask`` (whether :meth:`_energy` honours a row mask, which lets clients of
+    different sizes share one vectorised call).
+    """
+
+    _can_mask: bool = False
+
+    def _setup(
+        self,
+        data: ClientData,
+        dim: int,
+        weights: Any,
+        vectorize: bool | None,
+        chunk_size: int | None,
+    ) -> None:
+        self.data = data.to(dtype=torch.float64)
+        self.dtype, self.device = torch.float64, torch.device("cpu")
+        self.num_clients = data.num_clients
+        self.dim = dim
+        self.client_sizes = data.sizes.clone()
+        if weights is None:
+            weights = data.sizes.double() / data.sizes.sum()
+        self.weights = check_weights(weights, self.num_clients)
+        if vectorize not in (None, True, False):
+            raise ValueError(f"vectorize must be None (try, fall back with a warning), True or False; got {vectorize!r}")
+        if chunk_size is not None:
+            from fedlangevin._validation import check_int
+
+            chunk_size = check_int("chunk_size", chunk_size, 1)
+        self.chunk_size = chunk_size
+        self._vectorize_request = vectorize
+        self.vectorized = vectorize is not False
+        self._fns: dict[str, Callable] = {}
+        self._groups = None
+
+    # -- to be provided ---------------------------------------------------------------------
+    def _energy(self, theta: torch.Tensor, data: Any, mask: torch.Tensor | None, scale: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    # -- groups of clients for full-batch gradients --------------------------------------------
+    def _full_groups(self) -> list[_Group]:
+        if self._groups is None:
+            sizes = self.data.sizes
+            p = self.weights.to(device=self.device, dtype=self.dtype)
+            n_max = int(sizes.max())
+            everyone = torch.arange(self.num_clients)
+            if bool((sizes == n_max).all()):
+                groups = [_Group(everyone, self.data.stacked(everyone, n_max), None, 1.0 / p, True)]
+            elif self._can_mask:
+                dev = self.device
+                mask = (torch.arange(n_max)[None, :] < sizes[:, None]).to(device=dev)
+                groups = [_Group(everyone, self.data.stacked(everyone, n_max), mask, 1.0 / p, True)]
+            else:
+                groups = []
+                for n_c in torch.unique(sizes).tolist():
+                    members = (sizes == n_c).nonzero().flatten()
+                    groups.append(_Group(members, self.data.stacked(members, n_c), None, 1.0 / p[members.to(p.device)], False))
+            self._groups = groups
+        return self._groups
+
+    # -- gradients --------------------------------------------------------------------------
+    def _fn(self, kind: str) -> Callable:
+        """Vectorised gradient functions, built once per instance."""
+        if kind not in self._fns:
+            g = torch.func.grad(self._energy)
+            if kind == "full":  # theta (R, G, d); data, mask, scale per client, shared by chains
+                per_client = torch.func.vmap(g, in_dims=(0, 0, 0, 0))
+                fn = torch.func.vmap(per_client, in_dims=(0, None, None, None), chunk_size=self.chunk_size)
+            elif kind == "full_nomask":
+                per_client = torch.func.vmap(lambda t, x, s: g(t, x, None, s), in_dims=(0, 0, 0))
+                fn = torch.func.vmap(per_client, in_dims=(0, None, None), chunk_size=self.chunk_size)
+            elif kind == "batch":  # theta (R, N, d), batch (R, N, b, ...), scale (N,)
+                per_client = torch.func.vmap(lambda t, x, s: g(t, x, None, s), in_dims=(0, 0, 0))
+                fn = torch.func.vmap(per_client, in_dims=(0, 0, None), chunk_size=self.chunk_size)
+            else:  # pragma: no cover
+                raise KeyError(kind)
+            self._fns[kind] = fn
+        return self._fns[kind]
+
+    def _loop_grad(self, theta: torch.Tensor, data: Any, mask, scale, per_chain_data: bool) -> torch.Tensor:
+        """Reference path: one autograd call per chain and client (used when vmap cannot run)."""
+        out = torch.empty_like(theta)
+        r, g, _ = theta.shape
+        leaves_spec = _flatten(data, "data")
+        leaves, spec = leaves_spec
+        for i in range(r):
+            for c in range(g):
+                sel = [leaf[i, c] if per_chain_data else leaf[c] for leaf in leaves]
+                t = theta[i, c].detach().clone().requires_grad_(True)
+                with torch.enable_grad():
+                    e = self._energy(t, _unflatten(sel, spec), None if mask is None else mask[c], scale[c])
+                    (out[i, c],) = torch.autograd.grad(e, t)
+        return out
+
+    def _check_theta(self, theta: torch.Tensor) -> None:
+        if theta.dim() != 3 or theta.shape[1] != self.num_clients or theta.shape[2] != self.dim:
+            raise ValueError(
+                f"theta must have shape (chains, num_clients, dim) = (R, {self.num_clients}, {self.dim}); got {tuple(theta.shape)}"
+            )
+
+    def grad(self, theta, *, batch_size=None, generator=None):
+        self._check_theta(theta)
+        if batch_size is None:
+            out = None
+            for grp in self._full_groups():
+                th = theta if grp.everyone else theta[:, grp.clients.to(theta.device)]
+                if self.vectorized:
+                    if grp.mask is None:
+                        g = self._fn("full_nomask")(th, grp.data, grp.scale)
+                    else:
+                        g = self._fn("full")(th, grp.data, grp.mask, grp.scale)
+                else:
+                    g = self._loop_grad(th, grp.data, grp.mask, grp.scale, per_chain_data=False)
+                if grp.everyone:
+                    return g
+                if out is None:
+                    out = torch.empty_like(theta)
+                out[:, grp.clients.to(theta.device)] = g
+            return out
+        b = self.check_batch_size(batch_size)
+        idx = minibatch_indices(self.client_sizes, theta.shape[0], b, generator, theta.device, theta.dtype)
+        batch = self.data.gather(idx)
+        p = self.weights.to(device=theta.device, dtype=theta.dtype)
+        scale = self.client_sizes.to(device=theta.device, dtype=theta.dtype) / (p * b)
+        if self.vectorized:
+            return self._fn("batch")(theta, batch, scale)
+        return self._loop_grad(theta, batch, None, scale, per_chain_data=True)
+
+    def energy(self, theta: torch.Tensor) -> torch.Tensor:
+        """Client energies f^c(theta[r, c]) (full batch), shape (R, N); theta (R, N, d)."""
+        self._check_theta(theta)
+        out = torch.empty(theta.shape[:2], dtype=theta.dtype, device=theta.device)
+        with torch.no_grad():
+            for grp in self._full_groups():
+                idx = grp.clients.to(theta.device)
+                th = theta[:, idx]
+                if self.vectorized:
+                    f = torch.func.vmap(
+                        torch.func.vmap(self._energy, in_dims=(0, 0, 0 if grp.mask is not None else None, 0)),
+                        in_dims=(0, None, None, None),
+                    )(th, grp.data, grp.mask, grp.scale)
+                else:
+                    leaves, spec = _flatten(grp.data, "data")
+                    f = torch.stack([
+                        torch.stack([
+                            self._energy(th[i, c], _unflatten([leaf[c] for leaf in leaves], spec),
+                                         None if grp.mask is None else grp.mask[c], grp.scale[c])
+                            for c in range(th.shape[1])
+                        ])
+                        for i in range(th.shape[0])
+                    ])
+                out[:, idx] = f
+        return out
+
+    def global_energy(self, theta: torch.Tensor) -> torch.Tensor:
+        """f(theta) = sum_c p_c f^c(theta) (the negative log posterior up to a constant); theta (..., d)."""
+        flat = theta.reshape(-1, self.dim)
+        per = self.energy(flat[:, None, :].expand(-1, self.num_clients, -1))
+        p = self.weights.to(device=per.device, dtype=per.dtype)
+        return (per @ p).reshape(theta.shape[:-1])
+
+    # -- start-up checks ----------------------------------------------------------------------
+    def _probe(self, theta0: torch.Tensor) -> None:
+        """Evaluate energies and gradients at theta0 (d,) on every client; decide vmap vs loop.
+
+        Raises ValueError when an energy or gradient is not finite there (with
+        :meth:`_explain_nonfinite`'s details).
+        """
+        theta = theta0.to(self.dtype)[None, None, :].expand(1, self.num_clients, self.dim).contiguous()
+        if self._vectorize_request is not False:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    grad = self.grad(theta)
+                    energy = self.energy(theta)
+            except ValueError:
+                raise
+            except Exception as exc:  # vmap could not run this function
+                if self._vectorize_request:
+                    raise ValueError(
+                        f"vectorize=True but torch.func.vmap cannot run this energy: {type(exc).__name__}: {exc}"
+                    ) from exc
+                warnings.warn(
+                    f"{type(self).__name__}: torch.func.vmap cannot run this energy ({type(exc).__name__}: {exc}); "
+                    "falling back to one autograd call per chain and client (correct, but slower). "
+                    "Pass vectorize=False to silence this warning.",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+                self.vectorized = False
+        if not self.vectorized:
+            try:
+                grad = self.grad(theta)
+                energy = self.energy(theta)
+            except ValueError:
+                raise
+            except Exception as exc:
+                raise ValueError(
+                    f"{type(self).__name__}: evaluating the energy at the initial point failed: {type(exc).__name__}: {exc}"
+                ) from exc
+        bad_e = ~torch.isfinite(energy[0])
+        bad_g = ~torch.isfinite(grad[0]).all(dim=-1)
+        if bool(bad_e.any()) or bool(bad_g.any()):
+            clients = (bad_e | bad_g).nonzero().flatten().tolist()
+            what = "log-density" if bool(bad_e.any()) else "gradient of the log-density"
+            detail = self._explain_nonfinite(theta0, clients[0])
+            raise ValueError(
+                f"{type(self).__name__}: the {what} is not finite at the initial point on client(s) "
+                f"{clients[:10]}{' ...' if len(clients) > 10 else ''}: {detail}"
+            )
+
+    def _explain_nonfinite(self, theta0: torch.Tensor, client: int) -> str:
+        return f"energy f^c = {float(self.energy(theta0[None, None, :].expand(1, self.num_clients, -1))[0, client])}"
+
+    def to(self, device=None, dtype=None):
+        new = copy.copy(self)
+        new.data = self.data.to(device=device, dtype=dtype)
+        new.dtype = self.dtype if dtype is None else dtype
+        new.device = self.device if device is None else torch.device(device)
+        new._fns = {}
+        new._groups = None
+        for name in self._tensor_attrs():
+            t = getattr(self, name, None)
+            if t is not None:
+                setattr(new, name, t.to(device=device, dtype=dtype if t.is_floating_point() else None))
+        return new
+
+    def _tensor_attrs(self) -> tuple[str, ...]:
+        return ()

@@ -1,0 +1,180 @@
+"""A federated problem from a plain torch energy written for one parameter vector and one batch.
+
+The user gives ``client_energy(theta, batch)``: the negative log-likelihood of the rows in
+``batch`` (a sum over rows, not a mean) at one parameter vector theta of shape (d,), and
+optionally ``prior(theta)``, the negative log prior U_0 (up to a constant). With p_c = n_c / n
+the client energy is (Deng et al., eq. 7)
+
+    f^c(theta) = (1/p_c) * client_energy(theta, D_c) + prior(theta),
+
+so that sum_c p_c f^c = sum_c ell^c + U_0 is the negative log posterior. With minibatches of
+b rows drawn uniformly with replacement the likelihood term is scaled by (1/p_c)(n_c/b), an
+unbiased estimate. Gradients: ``torch.func.grad`` of f^c, ``vmap`` over clients (data stacked)
+and over chains; clients of different sizes are grouped by size (one vectorised call per
+distinct n_c) because ``client_energy`` sees whole batches and cannot mask padding.
+
+``client_energy`` must be a function torch.func can transform: torch operations on its
+arguments, no ``.item()``, no Python branching on tensor values, no in-place updates of its
+inputs. Where vmap cannot run it, the problem warns and falls back to a loop (one autograd
+call per chain and client), with the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from fedlangevin._validation import check_int
+from fedlangevin.problems._autodiff import AutodiffProblem, ClientData
+
+__all__ = ["CustomProblem"]
+
+
+def _as_prior(prior: Any) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    if prior is None:
+        return None
+    if isinstance(prior, torch.distributions.Distribution):
+        dist = prior
+
+        def energy(theta: torch.Tensor) -> torch.Tensor:
+            return -dist.log_prob(theta).sum()
+
+        return energy
+    if callable(prior):
+        return prior
+    raise ValueError(
+        f"prior must be None (flat), a callable theta -> negative log prior, or a torch Distribution; got {type(prior).__name__}"
+    )
+
+
+class CustomProblem(AutodiffProblem):
+    """Federated problem from a user energy ``client_energy(theta, batch)``.
+
+    Parameters
+    ----------
+    client_energy : callable (theta (d,), batch) -> scalar tensor, the negative
+        log-likelihood of the batch's rows (summed over rows). ``batch`` has the structure
+        of one client's dataset (tensor, tuple/list or dict of tensors, rows on axis 0).
+    client_data : one dataset per client, e.g. ``[(X_1, y_1), (X_2, y_2), ...]``.
+    prior : the negative log prior U_0(theta) as a callable, or a torch Distribution over
+        theta (its ``-log_prob(theta).sum()``), or None for a flat prior.
+    dim : d, the length of theta (or give ``param_shapes`` or ``init``).
+    param_shapes : optional ordered dict name -> shape splitting theta into named blocks
+        (e.g. an MLP's weight matrices); ``constrain`` and ``trace.to_arviz()`` use it.
+    var_names : optional names of theta's d coordinates (default from ``param_shapes``,
+        else ``theta[i]``).
+    init : initial theta (d,) (default zeros); energy and gradient are checked finite there.
+        Pass the same to ``FALD(init=...)``; it is kept as :attr:`initial_params`.
+    weights : p_c (default n_c / n).
+    vectorize, chunk_size : as in :class:`~fedlangevin.problems.PyroProblem`.
+    """
+
+    def __init__(
+        self,
+        client_energy: Callable[[torch.Tensor, Any], torch.Tensor],
+        client_data: Sequence[Any],
+        *,
+        prior: Any = None,
+        dim: int | None = None,
+        param_shapes: Mapping[str, Sequence[int]] | None = None,
+        var_names: Sequence[str] | None = None,
+        init: Any = None,
+        weights: Sequence[float] | torch.Tensor | None = None,
+        vectorize: bool | None = None,
+        chunk_size: int | None = None,
+    ) -> None:
+        if not callable(client_energy):
+            raise ValueError(f"client_energy must be a callable (theta, batch) -> scalar; got {type(client_energy).__name__}")
+        self.client_energy = client_energy
+        self.prior = _as_prior(prior)
+        self.param_shapes = self._check_shapes(param_shapes)
+        init_t = None
+        if init is not None:
+            init_t = torch.as_tensor(np.asarray(init, dtype=np.float64) if not isinstance(init, torch.Tensor) else init)
+            init_t = init_t.detach().cpu().double()
+            if init_t.dim() != 1:
+                raise ValueError(f"init must be a vector of shape (d,); got shape {tuple(init_t.shape)}")
+            if not torch.isfinite(init_t).all():
+                raise ValueError("init must be finite")
+        sizes = {}
+        if dim is not None:
+            sizes["dim"] = check_int("dim", dim, 1)
+        if self.param_shapes is not None:
+            sizes["param_shapes"] = sum(math.prod(s) for s in self.param_shapes.values())
+        if init_t is not None:
+            sizes["init"] = int(init_t.numel())
+        if not sizes:
+            raise ValueError("give the parameter dimension: dim=, param_shapes= or init=")
+        if len(set(sizes.values())) != 1:
+            raise ValueError(f"dim, param_shapes and init disagree on the parameter dimension: {sizes}")
+        d = next(iter(sizes.values()))
+        data = ClientData.from_clients(client_data)
+        self._setup(data, d, weights, vectorize, chunk_size)
+        if var_names is not None:
+            var_names = [str(v) for v in var_names]
+            if len(var_names) != d:
+                raise ValueError(f"var_names must have {d} names; got {len(var_names)}")
+        elif self.param_shapes is not None:
+            var_names = [
+                name if not shape else f"{name}[{','.join(map(str, idx))}]"
+                for name, shape in self.param_shapes.items()
+                for idx in (np.ndindex(*shape) if shape else [()])
+            ]
+        self.var_names = var_names
+        self.initial_params = init_t if init_t is not None else torch.zeros(d, dtype=torch.float64)
+        self._probe(self.initial_params)
+
+    @staticmethod
+    def _check_shapes(param_shapes) -> dict[str, tuple[int, ...]] | None:
+        if param_shapes is None:
+            return None
+        if not isinstance(param_shapes, Mapping) or not param_shapes:
+            raise ValueError("param_shapes must be a non-empty dict name -> shape")
+        out = {}
+        for name, shape in param_shapes.items():
+            shape = (shape,) if isinstance(shape, int) else tuple(shape)
+            if not all(isinstance(s, (int, np.integer)) and s >= 1 for s in shape):
+                raise ValueError(f"param_shapes[{name!r}] must be a tuple of positive ints; got {shape}")
+            out[str(name)] = tuple(int(s) for s in shape)
+        return out
+
+    def _energy(self, theta, data, mask, scale):
+        # mask is never used: clients of different sizes are grouped (_can_mask = False)
+        e = scale * self.client_energy(theta, data)
+        if self.prior is not None:
+            e = e + self.prior(theta)
+        if not isinstance(e, torch.Tensor) or e.dim() != 0:
+            raise ValueError(
+                "client_energy(theta, batch) (+ prior(theta)) must return a scalar tensor (the batch's negative "
+                f"log-likelihood summed over rows); got {type(e).__name__} of shape {tuple(getattr(e, 'shape', ()))}"
+            )
+        return e
+
+    def constrain(self, samples: Any) -> dict[str, np.ndarray] | None:
+        """Draws (..., d) split into the named blocks of ``param_shapes`` (None without it)."""
+        if self.param_shapes is None:
+            return None
+        x = np.asarray(samples.detach().cpu() if isinstance(samples, torch.Tensor) else samples, dtype=np.float64)
+        if x.shape[-1:] != (self.dim,):
+            raise ValueError(f"samples must have shape (..., d) with d = {self.dim}; got {x.shape}")
+        out, start = {}, 0
+        for name, shape in self.param_shapes.items():
+            size = math.prod(shape)
+            out[name] = x[..., start : start + size].reshape(*x.shape[:-1], *shape)
+            start += size
+        return out
+
+    def _explain_nonfinite(self, theta0, client):
+        data = self.data.client(client)
+        t = theta0.to(self.dtype)
+        with torch.no_grad():
+            lik = float(self.client_energy(t, data))
+            prior = float(self.prior(t)) if self.prior is not None else 0.0
+        return f"client_energy(theta0, client {client}'s data) = {lik}, prior(theta0) = {prior}"
+
+    def __repr__(self) -> str:
+        name = getattr(self.client_energy, "__name__", type(self.client_energy).__name__)
+        return f"CustomProblem(client_energy={name}, num_clients={self.num_clients}, n={int(self.client_sizes.sum())}, d={self.dim})"
