@@ -114,12 +114,23 @@ class Trace:
         sites in their own space when it has them (:meth:`constrained`), else theta."""
         from diagnostics import to_arviz
 
-        if "var_names" not in kwargs:
-            values = self.constrained()
-            if values is not None:
-                return to_arviz(values, **kwargs)
+        values = self.constrained() if "var_names" not in kwargs else None
+        if values is not None:
+            columns, names = _named_columns(values)
+            return to_arviz(columns, var_names=names, **kwargs)
         kwargs.setdefault("var_names", self.var_names)
         return to_arviz(self.numpy(), **kwargs)
+
+
+def _named_columns(values: dict[str, np.ndarray]) -> tuple[np.ndarray, list[str]]:
+    """{name: (chains, draws, *shape)} -> (chains, draws, D) and labels ``sigma``, ``beta[0]``, ``W[0,1]``."""
+    columns, names = [], []
+    for name, v in values.items():
+        v = np.asarray(v, dtype=np.float64)
+        shape = v.shape[2:]
+        columns.append(v.reshape(v.shape[0], v.shape[1], -1))
+        names += [name] if not shape else [f"{name}[{','.join(map(str, i))}]" for i in np.ndindex(*shape)]
+    return np.concatenate(columns, axis=2), names
 
 
 class DivergenceError(RuntimeError):

@@ -285,6 +285,22 @@ def test_positive_site_never_goes_negative_and_comes_back_named():
     np.testing.assert_array_equal(values["beta"], trace.samples[..., :2].numpy())
 
 
+def test_to_arviz_and_summary_show_the_sites():
+    """trace.to_arviz() has variables beta (vector) and sigma (constrained), not theta[0..d]."""
+    pytest.importorskip("arviz")
+    import diagnostics as dg
+
+    prob = PyroProblem(blr_unknown, make_clients())
+    trace = fl.FALD(prob, step_size=1e-3, local_steps=2, chains=2, seed=3).run(30)
+    post = dg.posterior_dataset(trace.to_arviz())
+    assert set(post.data_vars) == {"beta", "sigma"}
+    assert dict(post["beta"].sizes) == {"chain": 2, "draw": 30, "beta_dim_0": 2}
+    np.testing.assert_allclose(post["sigma"].values, np.exp(trace.numpy()[..., 2]), rtol=1e-12)
+    assert list(dg.summary(trace).index) == ["beta[0]", "beta[1]", "sigma"]
+    # var_names= keeps the raw (unconstrained) theta
+    assert set(dg.posterior_dataset(trace.to_arviz(var_names=prob.var_names)).data_vars) == {"beta", "sigma_unconstrained"}
+
+
 def test_interval_and_simplex_sites_stay_in_their_supports():
     """Pyro's bijections for (0, 2) (sigmoid) and the simplex (stick-breaking): every draw of a
     rattled run lies in the support."""
