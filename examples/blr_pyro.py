@@ -84,7 +84,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="reduced settings for CI (a few seconds)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    chains, rounds, warmup = (4, 60, 20) if args.quick else (32, 1200, 250)
+    chains, rounds, warmup = (4, 60, 20) if args.quick else (64, 1000, 250)
 
     rng = np.random.default_rng(args.seed)
     sizes = rng.integers(15, 70, size=10)

@@ -369,6 +369,16 @@ class AutodiffProblem(FederatedProblem):
         :meth:`_explain_nonfinite`'s details).
         """
         theta = theta0.to(self.dtype)[None, None, :].expand(1, self.num_clients, self.dim).contiguous()
+        try:  # once, concretely (no vmap): errors in the user's code are reported as such
+            p0 = float(self.weights[0])
+            self._energy(theta0.to(self.dtype), self.data.client(0), None, torch.tensor(1.0 / p0, dtype=self.dtype))
+        except ValueError:
+            raise
+        except Exception as exc:
+            raise ValueError(
+                f"{type(self).__name__}: evaluating the energy on client 0's data at the initial point failed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
         if self._vectorize_request is not False:
             try:
                 with warnings.catch_warnings():

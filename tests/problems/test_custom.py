@@ -141,3 +141,13 @@ def test_energy_vmap_cannot_run_falls_back_with_a_warning():
     torch.testing.assert_close(prob.grad(theta), ref.grad(theta), rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match="vectorize=True"):
         CustomProblem(branchy, clients, dim=2, vectorize=True)
+
+
+def test_an_error_in_the_users_energy_is_reported_before_any_vmap():
+    def wrong_shapes(theta, batch):
+        return (batch @ theta).sum()  # batch is (n, 2), theta (3,)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no misleading "vmap cannot run" warning first
+        with pytest.raises(ValueError, match="evaluating the energy on client 0's data at the initial point failed"):
+            CustomProblem(wrong_shapes, [torch.ones(4, 2, dtype=F64)], dim=3)
