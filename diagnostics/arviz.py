@@ -96,8 +96,45 @@ def arviz_family() -> int:
 @dataclass(frozen=True)
 class _Var:
     name: str
-    columns: list[int]  # columns of the (chains, draws, d) array
-    coords: list[Any] | None  # None: scalar variable (one column)
+    columns: list[int]  # columns of the (chains, draws, d) array, in C order of ``axes``
+    axes: list[list[Any]] | None  # coordinate values per dimension; None: scalar (one column)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(len(a) for a in self.axes)
+
+
+def _coord_value(text: str) -> Any:
+    text = text.strip()
+    return int(text) if re.fullmatch(r"-?\d+", text) else text
+
+
+def _grid(base: str, columns: list[int], indices: list[str]) -> _Var:
+    """Entries ``base[i]`` or ``base[i, j, ...]`` -> a 1-d or n-d variable.
+
+    Multi-index names form an n-d variable when they are a full grid (every combination of
+    the values seen on each axis appears once); otherwise the index strings label a 1-d
+    variable as they are."""
+    parts = [[_coord_value(p) for p in idx.split(",")] for idx in indices]
+    ndim = len(parts[0])
+    if ndim > 1 and all(len(p) == ndim for p in parts):
+        axes: list[list[Any]] = []
+        for k in range(ndim):
+            seen: list[Any] = []
+            for p in parts:
+                if p[k] not in seen:
+                    seen.append(p[k])
+            axes.append(seen)
+        if int(np.prod([len(a) for a in axes])) == len(parts):
+            position = {tuple(p): col for p, col in zip(parts, columns)}
+            if len(position) == len(parts):
+                grid_cols = [position[tuple(axes[k][i] for k, i in enumerate(ix))]
+                             for ix in np.ndindex(*[len(a) for a in axes])]
+                return _Var(base, grid_cols, axes)
+    coords = [_coord_value(i) if "," not in i else i.strip() for i in indices]
+    if len(set(coords)) != len(coords):
+        raise ValueError(f"var_names gives {base!r} repeated indices {indices}")
+    return _Var(base, columns, [coords])
 
 
 def _parse_layout(d: int, var_names: Any, name: str, vector: bool) -> list[_Var]:
@@ -106,7 +143,7 @@ def _parse_layout(d: int, var_names: Any, name: str, vector: bool) -> list[_Var]
         base = name if var_names is None else var_names
         if not base:
             raise ValueError("var_names must be a non-empty string")
-        return [_Var(base, list(range(d)), list(range(d)) if vector else None)]
+        return [_Var(base, list(range(d)), [list(range(d))] if vector else None)]
     try:
         names = list(var_names)
     except TypeError as exc:
@@ -116,31 +153,24 @@ def _parse_layout(d: int, var_names: Any, name: str, vector: bool) -> list[_Var]
     if len(set(names)) != d:
         dup = sorted({n for n in names if names.count(n) > 1})
         raise ValueError(f"var_names must be unique; repeated: {dup}")
-    groups: dict[str, _Var] = {}
+    scalars: dict[str, int] = {}
+    groups: dict[str, tuple[list[int], list[str]]] = {}
     order: list[str] = []
     for col, n in enumerate(names):
         m = _NAME_RE.match(n)
-        if m is None:
-            if n in groups:
-                raise ValueError(f"var_names uses {n!r} both as a scalar and as a vector (e.g. {n}[0])")
-            groups[n] = _Var(n, [col], None)
-            order.append(n)
-            continue
-        base, idx = m.group("base"), m.group("idx").strip()
-        if base in groups and groups[base].coords is None:
+        base = n if m is None else m.group("base")
+        if (m is None and base in groups) or (m is not None and base in scalars):
             raise ValueError(f"var_names uses {base!r} both as a scalar and as a vector (e.g. {base}[0])")
-        if base not in groups:
-            groups[base] = _Var(base, [], [])
+        if m is None:
+            scalars[base] = col
             order.append(base)
-        groups[base].columns.append(col)
-        groups[base].coords.append(idx)
-    out = []
-    for base in order:
-        v = groups[base]
-        if v.coords is not None and all(re.fullmatch(r"-?\d+", c) for c in v.coords):
-            v = _Var(v.name, v.columns, [int(c) for c in v.coords])
-        out.append(v)
-    return out
+            continue
+        if base not in groups:
+            groups[base] = ([], [])
+            order.append(base)
+        groups[base][0].append(col)
+        groups[base][1].append(m.group("idx"))
+    return [_Var(b, [scalars[b]], None) if b in scalars else _grid(b, *groups[b]) for b in order]
 
 
 def to_arviz(
@@ -169,10 +199,11 @@ def to_arviz(
           variable ``base`` with coordinates i (integers when they all are), so
           ``["theta[0]", "theta[1]"]`` (what FA-LD problems report) round-trips to the
           summary labels ``theta[0]``, ``theta[1]``, and ``["mu[0]", "mu[1]", "sigma"]``
-          gives a vector ``mu`` and a scalar ``sigma``.
+          gives a vector ``mu`` and a scalar ``sigma``; ``"W[i,j]"`` names that cover a
+          full grid give a matrix ``W`` (any number of indices), in any column order.
 
-    dims : optional {variable: [dim name]} to rename the dimension of a vector variable
-        (default ``<variable>_dim_0``), as in ArviZ.
+    dims : optional {variable: [dim names]} to rename the dimensions of a vector or array
+        variable (default ``<variable>_dim_0``, ``<variable>_dim_1``, ...), as in ArviZ.
     coords : optional {dim name: values} to label that dimension's entries, as in ArviZ.
     name : the variable name used when ``var_names`` is None.
     """
@@ -205,23 +236,23 @@ def to_arviz(
     all_dims: dict[str, list[str]] = {}
     all_coords: dict[str, list[Any]] = {}
     for v in layout:
-        if v.coords is None:
+        if v.axes is None:
             if v.name in dims and list(dims[v.name]):
                 raise ValueError(f"dims[{v.name!r}] given but {v.name!r} is a scalar variable")
             posterior[v.name] = np.ascontiguousarray(x3[:, :, v.columns[0]])
             continue
-        posterior[v.name] = np.ascontiguousarray(x3[:, :, v.columns])
-        vdims = list(dims.get(v.name, [f"{v.name}_dim_0"]))
-        if len(vdims) != 1:
-            raise ValueError(f"dims[{v.name!r}] must name exactly one dimension; got {vdims}")
-        dim = vdims[0]
-        values = coords.get(dim, v.coords)
-        if len(values) != len(v.columns):
-            raise ValueError(f"coords[{dim!r}] must have {len(v.columns)} values; got {len(values)}")
-        if dim in all_coords and list(all_coords[dim]) != list(values):
-            raise ValueError(f"dimension {dim!r} is shared by variables with different coordinates")
-        all_dims[v.name] = [dim]
-        all_coords[dim] = list(values)
+        posterior[v.name] = np.ascontiguousarray(x3[:, :, v.columns]).reshape(chains, draws, *v.shape)
+        vdims = list(dims.get(v.name, [f"{v.name}_dim_{k}" for k in range(len(v.shape))]))
+        if len(vdims) != len(v.shape):
+            raise ValueError(f"dims[{v.name!r}] must name {len(v.shape)} dimension(s); got {vdims}")
+        for dim, default in zip(vdims, v.axes):
+            values = coords.get(dim, default)
+            if len(values) != len(default):
+                raise ValueError(f"coords[{dim!r}] must have {len(default)} values; got {len(values)}")
+            if dim in all_coords and list(all_coords[dim]) != list(values):
+                raise ValueError(f"dimension {dim!r} is shared by variables with different coordinates")
+            all_coords[dim] = list(values)
+        all_dims[v.name] = vdims
     extra = sorted(set(coords) - set(all_coords))
     if extra:
         raise ValueError(f"coords names unknown dimensions {extra}; the dimensions are {sorted(all_coords)}")

@@ -401,15 +401,18 @@ def reliability_diagram(
     title: str | None = None,
     path: Any = None,
     figsize: tuple[float, float] = (5.0, 6.0),
+    axes: Any = None,
 ):
     """Reliability diagram (Guo et al. 2017, Fig. 1): accuracy per confidence bin.
 
-    Top panel: one bar per non-empty bin at its accuracy, the gap to the bin's mean
-    confidence shaded (red hatch: over-confidence, acc < conf; blue: under-confidence), the
-    diagonal of perfect calibration, and the sample count above each bin. Bottom panel:
+    Top panel: one bar per non-empty bin at its accuracy, the bin's mean confidence as a
+    black line and the gap between them hatched (orange: over-confidence, acc < conf; green:
+    under-confidence), the diagonal of perfect calibration, and the sample count above each
+    bin. Bottom panel:
     histogram of the confidences (sample counts per bin, log scale) with the mean confidence
     and accuracy. The title gives ECE, MCE and n. Returns the matplotlib ``Figure``; with
-    ``path`` it is also saved there (PNG by extension).
+    ``path`` it is also saved there (PNG by extension). ``axes``: an optional pair (top,
+    bottom) of existing Axes to draw into (e.g. to put two models side by side).
     """
     bins = calibration_bins(probs, labels, n_bins, binning=binning)
     from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend needed
@@ -419,8 +422,15 @@ def reliability_diagram(
     conf_all = p[np.arange(p.shape[0]), pred]
     acc_all = float(np.mean(pred == y))
 
-    fig = Figure(figsize=figsize, layout="constrained")
-    ax, axh = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    if axes is None:
+        fig = Figure(figsize=figsize, layout="constrained")
+        ax, axh = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    else:
+        try:
+            ax, axh = axes
+        except (TypeError, ValueError) as exc:
+            raise ValueError("axes must be a pair (top, bottom) of matplotlib Axes") from exc
+        fig = ax.figure
     left, right = bins.edges[:-1], bins.edges[1:]
     width = right - left
     nz = bins.counts > 0
@@ -432,14 +442,15 @@ def reliability_diagram(
            align="edge", color="#dd8452", alpha=0.45, hatch="//", edgecolor="#c44e52", linewidth=0.6,
            label="gap (over-confident)")
     ax.bar(left[under], (bins.accuracy - bins.confidence)[under], bottom=bins.confidence[under],
-           width=width[under], align="edge", color="#8172b3", alpha=0.35, hatch="\\\\", edgecolor="#8172b3",
+           width=width[under], align="edge", color="#8fd19e", alpha=0.75, hatch="\\\\", edgecolor="#2d7a3e",
            linewidth=0.6, label="gap (under-confident)")
+    ax.hlines(bins.confidence[nz], left[nz], right[nz], colors="black", linewidth=1.2, label="mean confidence in bin")
     ax.plot([0, 1], [0, 1], "k--", linewidth=1.0, label="perfect calibration")
     tops = np.maximum(bins.accuracy, bins.confidence)
     for xl, w, top, c in zip(left[nz], width[nz], tops[nz], bins.counts[nz]):
         ax.text(xl + w / 2, top + 0.01, str(int(c)), ha="center", va="bottom", fontsize=6, rotation=90)
     ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1.1)
+    ax.set_ylim(0, 1.15)
     ax.set_ylabel("accuracy in bin")
     ax.legend(loc="upper left", fontsize=7)
     kind = "equal-width" if binning == "uniform" else "equal-mass"
@@ -451,6 +462,7 @@ def reliability_diagram(
                 label=f"mean confidence {conf_all.mean():.3f}")
     axh.axvline(acc_all, color="#4c72b0", linestyle="--", linewidth=1.2, label=f"accuracy {acc_all:.3f}")
     axh.set_yscale("log")
+    axh.set_xlim(0, 1)
     axh.set_xlabel("confidence (top-class probability)")
     axh.set_ylabel("samples (log)")
     axh.legend(loc="upper left", fontsize=7)

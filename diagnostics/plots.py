@@ -135,7 +135,7 @@ def rank_plot(
         ax.axhline(expected, color="black", linestyle="--", linewidth=1.0, label="expected count")
         for c in range(chains):
             counts, _ = np.histogram(ranks[c], bins=edges)
-            ax.stairs(counts, edges, color=colors[c], linewidth=1.1, label=f"chain {c}")
+            ax.stairs(counts, edges, baseline=None, color=colors[c], linewidth=1.1, label=f"chain {c}")
         ax.set_title(labels[j], fontsize=9, loc="left")
         ax.set_xlabel(f"rank among all {total} draws")
         ax.set_ylabel(f"draws per bin ({bins} bins)")
@@ -146,7 +146,7 @@ def rank_plot(
     handles, lab = axes[0].get_legend_handles_labels()
     if chains > 10:
         handles, lab = handles[:2], lab[:2]
-    axes[0].legend(handles, lab, fontsize=7, ncol=2, loc="lower right")
+    fig.legend(handles, lab, fontsize=7, ncol=min(len(lab), 3 * ncols), loc="outside lower center")
     fig.suptitle(
         f"Rank plot: {n_chain_all} chains x {draws} draws" + (f" ({note})" if note else ""), fontsize=10
     )

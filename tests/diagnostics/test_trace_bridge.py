@@ -20,7 +20,12 @@ def run():
     warm-up rounds (about 1e-24 of the start's offset left) are plenty and 400 kept rounds
     give an ESS of about 4 * 400 * 0.24 / 1.76 = 220 per coordinate."""
     problem = fl.problems.GaussianSimulation(num_clients=50, alpha=1.0, samples_per_client=20, seed=0)
-    trace = fl.FALD(problem, step_size=8e-5, local_steps=20, chains=4, seed=1).run(600, warmup=200)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tensors this small: one thread is fastest, and immune to busy cores
+    try:
+        trace = fl.FALD(problem, step_size=8e-5, local_steps=20, chains=4, seed=1).run(600, warmup=200)
+    finally:
+        torch.set_num_threads(threads)
     return problem, trace
 
 
