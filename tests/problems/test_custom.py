@@ -16,6 +16,15 @@ from fedlangevin.problems import CustomProblem, GaussianSimulation
 F64 = torch.float64
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """The tensors here are tiny: one thread is fastest and immune to busy cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def gaussian_as_custom(sim: GaussianSimulation, **kw) -> CustomProblem:
     """The simulation's model written as a user would: l(theta; x) = 1/2 (theta - x)^T Sigma^-1 (theta - x)
     summed over the batch, prior lambda |theta|^2 / 2."""

@@ -30,6 +30,15 @@ SIZES = [10, 15, 20, 25]
 F64 = torch.float64
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """The tensors here are tiny: one thread is fastest and immune to busy cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def blr_known(data):
     """y ~ N(X beta, SIGMA^2), beta ~ N(0, S0^2 I): Gaussian posterior in closed form."""
     X, y = data
