@@ -201,7 +201,7 @@ class PyroProblem(AutodiffProblem):
             raise ValueError(f"model must be a callable Pyro model model(data); got {type(model).__name__}")
         if data_plate is not None and not isinstance(data_plate, str):
             raise ValueError(f"data_plate must be the name (str) of the model's plate over data rows; got {data_plate!r}")
-        data = ClientData.from_clients(client_data)
+        data = ClientData.from_clients(client_data).to(dtype=torch.float64)
         self.model = model
         self._messenger = _messenger_class()
         traces = [self._concrete_trace(data.client(c), c) for c in range(data.num_clients)]

@@ -18,7 +18,6 @@ import torch
 pyro = pytest.importorskip("pyro")
 import pyro.distributions as dist  # noqa: E402
 from pyro import poutine  # noqa: E402
-from scipy import stats  # noqa: E402
 
 import fedlangevin as fl  # noqa: E402
 from fedlangevin.problems import PyroProblem  # noqa: E402
@@ -471,3 +470,13 @@ def test_model_vmap_cannot_run_falls_back_to_the_loop_with_a_warning():
     torch.testing.assert_close(prob.grad(theta), ref, rtol=1e-11, atol=1e-11)
     with pytest.raises(ValueError, match="vectorize=True"):
         PyroProblem(itemized, clients, vectorize=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_gradients_and_minibatches_match_the_cpu():
+    prob = PyroProblem(blr_unknown, make_clients())
+    theta = 0.3 * _theta(5, 4, 3, seed=8)
+    gpu = prob.to(device="cuda", dtype=F64)
+    torch.testing.assert_close(gpu.grad(theta.cuda()).cpu(), prob.grad(theta), rtol=1e-10, atol=1e-10)
+    trace = fl.FALD(prob, step_size=1e-3, local_steps=2, chains=4, seed=0, device="cuda", batch_size=5).run(10)
+    assert torch.isfinite(trace.samples).all() and (trace.constrained()["sigma"] > 0).all()
