@@ -7,7 +7,7 @@
 torch.Size([300, 200, 2])
 """
 
-from fedlangevin import problems
+from fedlangevin import privacy, problems
 from fedlangevin.fald import (
     FALD,
     Communication,
@@ -25,5 +25,5 @@ __version__ = "0.1.0"
 
 __all__ = [
     "FALD", "Communication", "Constant", "DivergenceError", "Full", "PaperDecay", "Polynomial",
-    "SchemeI", "SchemeII", "Trace", "problems", "__version__",
+    "SchemeI", "SchemeII", "Trace", "privacy", "problems", "__version__",
 ]

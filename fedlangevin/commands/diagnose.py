@@ -100,7 +100,12 @@ def _list(df, labels, col: str, k: int = 5) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    import importlib.util
+
     import diagnostics as dg
+
+    if importlib.util.find_spec("arviz") is None:
+        raise ValueError("diagnose needs ArviZ: pip install 'fedlangevin[arviz]' (or pip install arviz)")
 
     for name in ("max_rows", "max_vars"):
         if getattr(args, name) < 1:

@@ -102,6 +102,17 @@ class Trace:
             mean, cov = self.posterior()
         return w2_floor(mean, cov, self.num_chains, repeats=repeats, seed=seed)
 
+    def privacy(self, *, delta: float, sensitivity: float, **kwargs: Any):
+        """(epsilon, delta) this run spent: tight accountant and the paper's Thm 6.1 / G.3.
+
+        ``sensitivity`` is Delta_l of Assumption G.1; other keywords (delta0/1/2, chains,
+        discretization) as :func:`fedlangevin.privacy.trace_privacy`, which documents what is
+        counted. Returns a :class:`fedlangevin.privacy.PrivacyReport` (``.summary()`` prints it).
+        """
+        from fedlangevin.privacy import trace_privacy
+
+        return trace_privacy(self, delta=delta, sensitivity=sensitivity, **kwargs)
+
     def constrained(self) -> dict[str, np.ndarray] | None:
         """Draws in the model's own space, {name: array (chains, draws, *shape)}, from
         ``problem.constrain`` (e.g. a Pyro model's sites, a positive scale back from its

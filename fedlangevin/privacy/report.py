@@ -1,0 +1,176 @@
+"""What an FA-LD run spent: both accountants applied to a :class:`~fedlangevin.Trace`.
+
+:func:`trace_privacy` (also ``trace.privacy(...)``) reads the run's settings — step sizes of
+every local step, temperature, correlation, participation rule, number of clients, client
+weights p_c and data sizes n_c, minibatch size — and reports the paper's bound (Thm 6.1 / G.3)
+and the tight accountant at the same delta.
+
+What counts as released: every broadcast of every chain recorded in the trace (warm-up and
+thinning do not reduce the cost: the server saw all rounds). ``chains`` replicate chains on
+the same data are ``chains`` independent runs, composed (for the paper's bound: ``chains * T``
+iterations, i.e. chains * T / K rounds composed as in the theorem's proof). A trace holds one
+call of ``FALD.run``; rounds run by earlier calls of the same sampler must be added by the user.
+
+Conservative reductions, each recorded in ``report.notes``:
+- unequal client weights or sizes: the tight accountant uses the smallest noise multiplier
+  over clients (z_c = (gamma_c / Delta) sqrt(2 p_c tau (1 - rho^2) / eta)), the largest batch
+  fraction gamma_c = b / n_c and, for scheme I (draws with probabilities p_c), the largest
+  inclusion probability 1 - (1 - max_c p_c)^S;
+- the paper's bound takes the largest step size of the run (the theorem assumes a constant one)
+  and the largest gamma_c, and its step-size condition (59) is checked client by client.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from fedlangevin._validation import check_int, check_real
+from fedlangevin.privacy.accountant import Accounting, _account_levels, _levels
+from fedlangevin.privacy.paper import PaperBound, paper_bound, paper_delta_split
+
+__all__ = ["PrivacyReport", "trace_privacy"]
+
+_PARTICIPATION = re.compile(r"^\s*(Full|SchemeII|SchemeI)\s*\((?:\s*num_sampled\s*=\s*(\d+))?")
+
+
+@dataclass(frozen=True)
+class PrivacyReport:
+    """Privacy spent by a run at one delta, under both accountants.
+
+    ``epsilon``: the tight accountant's epsilon (the number to quote); ``tight``: its
+    :class:`~fedlangevin.privacy.Accounting` (with RDP cross-check and lower bound);
+    ``paper``: the :class:`~fedlangevin.privacy.PaperBound`; ``mechanism``: the parameters used;
+    ``notes``: every conservative reduction or caveat that applied.
+    """
+
+    delta: float
+    epsilon: float
+    tight: Accounting
+    paper: PaperBound
+    chains: int
+    mechanism: dict
+    notes: tuple[str, ...]
+
+    def summary(self) -> str:
+        m = self.mechanism
+        lines = [
+            f"FA-LD run: {m['chains']} chain(s) x {m['iterations']} local steps (K = {m['local_steps']}, "
+            f"{m['iterations'] // m['local_steps']} rounds), {m['participation']}, gamma = {m['gamma']:.4g}, eta <= {m['eta_max']:.4g}, tau = {m['tau']:g}, "
+            f"rho = {m['rho']:g}, sensitivity = {m['sensitivity']:g}",
+            f"tight accountant (PLD): epsilon = {self.tight.epsilon:.4g} at delta = {self.delta:.3g}   "
+            f"[RDP: {self.tight.rdp_epsilon:.4g}, lower bound: {self.tight.lower_epsilon:.4g}; z = "
+            f"{self.tight.noise_multiplier:.4g}, q = {self.tight.q:.4g}]",
+            f"paper (Thm 6.1/G.3): epsilon = {self.paper.epsilon_formula:.4g}, delta = {self.paper.delta_formula:.3g} "
+            f"— {self.paper.status}",
+        ]
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def _participation(text: str, num_clients: int) -> tuple[str, int]:
+    m = _PARTICIPATION.match(str(text))
+    if m is None:
+        raise ValueError(f"cannot read the participation rule {text!r} from the trace settings")
+    kind, s = m.group(1), m.group(2)
+    if kind == "Full":
+        return "II", num_clients
+    return ("I" if kind == "SchemeI" else "II"), int(s)
+
+
+def trace_privacy(trace: Any, *, delta: float, sensitivity: float, delta0: float | None = None,
+                  delta1: float | None = None, delta2: float | None = None, chains: int | None = None,
+                  discretization: float | None = None, step_size_ratio: float = 1.05) -> PrivacyReport:
+    """Report the (epsilon, delta) an FA-LD run spent, under the tight accountant and the paper's bound.
+
+    Parameters
+    ----------
+    trace : the :class:`~fedlangevin.Trace` of a run (with its ``problem``).
+    delta : the delta at which epsilon is reported, in (0, 1).
+    sensitivity : Delta_l of Assumption G.1 (the run itself cannot know it: a bound on
+        ||grad l(theta; x) - grad l(theta; x')||, e.g. 2 x a gradient-clipping norm).
+    delta0, delta1, delta2 : the paper's deltas; by default split so that the paper's delta equals
+        ``delta`` (:func:`~fedlangevin.privacy.paper_delta_split`, exact for scheme II).
+    chains : how many of the run's chains are released (default: all of them).
+    discretization, step_size_ratio : see :func:`~fedlangevin.privacy.tight_epsilon`.
+
+    Minibatches are assumed to be drawn without replacement (Assumption G.2); a problem whose
+    sampler draws indices with replacement is not covered by this accounting.
+    """
+    problem = getattr(trace, "problem", None)
+    if problem is None:
+        raise ValueError("trace.privacy needs the trace's problem (client weights); this trace has none")
+    delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    sensitivity = check_real("sensitivity", sensitivity, low=0.0, low_open=True)
+    settings = trace.settings
+    r = check_int("chains", trace.num_chains if chains is None else chains, 1, trace.num_chains)
+    k = int(settings["local_steps"])
+    tau, rho = float(settings["temperature"]), float(settings["correlation"])
+    etas = np.asarray(trace.step_sizes, dtype=np.float64)
+    if etas.size == 0:
+        raise ValueError("this trace has no local steps to account for")
+    t = int(etas.size)
+    weights = np.asarray(problem.weights, dtype=np.float64)
+    n = weights.size
+    scheme, s = _participation(settings["participation"], n)
+    notes: list[str] = []
+
+    # batch fraction per client
+    b = settings.get("batch_size")
+    sizes = getattr(problem, "client_sizes", None)
+    if b is None:
+        gammas = np.ones(n)
+    else:
+        sizes = np.asarray(sizes, dtype=np.float64)
+        gammas = np.minimum(1.0, float(b) / sizes)
+        notes.append("assumes minibatches drawn uniformly without replacement (Assumption G.2); a sampler drawing "
+                     "indices with replacement is not covered")
+    gamma = float(gammas.max())
+    # z_c^2 is proportional to gamma_c^2 p_c: the tight accountant takes the smallest over clients
+    p_eff = float((gammas**2 * weights).min() / gamma**2)
+    p_min = float(weights.min())
+    if not np.allclose(weights, weights[0], rtol=1e-9, atol=0) or not np.allclose(gammas, gammas[0], rtol=1e-9, atol=0):
+        notes.append("unequal clients: the tight accountant uses the smallest noise multiplier and the largest batch "
+                     "fraction over clients (conservative)")
+    inclusion = None
+    if scheme == "I" and not np.allclose(weights, 1.0 / n, rtol=1e-9, atol=0):
+        inclusion = -math.expm1(s * math.log1p(-float(weights.max()))) if weights.max() < 1 else 1.0
+        notes.append("scheme I draws clients with probabilities p_c: the tight accountant uses the largest inclusion "
+                     "probability 1 - (1 - max p_c)^S; the paper's formula (eq. 64) assumes uniform draws")
+
+    eta_arg: Any = float(etas[0]) if np.all(etas == etas[0]) else etas
+    common = dict(tau=tau, rho=rho, sensitivity=sensitivity, num_clients=n, num_sampled=s, local_steps=k,
+                  scheme=scheme)
+    up = _levels(eta_arg, tau, rho, gamma, sensitivity, p_eff, n, s, k, t, scheme, inclusion, step_size_ratio, "up")
+    down = _levels(eta_arg, tau, rho, gamma, sensitivity, p_eff, n, s, k, t, scheme, inclusion, step_size_ratio, "down")
+    tight = _account_levels(up.scaled(r), down.scaled(r), delta, discretization)
+
+    eta_max = float(etas.max())
+    if not isinstance(eta_arg, float):
+        notes.append(f"varying step sizes: the paper's bound uses the largest, {eta_max:.4g}; the tight accountant "
+                     f"groups rounds on a grid of ratio {step_size_ratio:g} (rounded up)")
+    if None in (delta0, delta1, delta2):
+        if not all(d is None for d in (delta0, delta1, delta2)):
+            raise ValueError("give all of delta0, delta1, delta2 or none of them")
+        delta0, delta1, delta2 = paper_delta_split(delta, gamma=gamma, num_clients=n, num_sampled=s, local_steps=k,
+                                                   iterations=r * t, scheme=scheme)
+    paper = paper_bound(eta=eta_max, gamma=gamma, p_min=p_min, iterations=r * t, delta0=delta0, delta1=delta1,
+                        delta2=delta2, **common)
+    # condition (59) client by client: eta <= tau (1 - rho^2) gamma_c^2 p_c / (Delta^2 log(1.25 / delta0))
+    limit = tau * (1 - rho * rho) * float((gammas**2 * weights).min()) / (sensitivity**2 * math.log(1.25 / delta0))
+    if limit < paper.eta_max:
+        paper = replace(paper, eta_max=limit)
+        if eta_max > limit * (1 + 1e-12) and paper.within_theorem:
+            paper = replace(paper, within_theorem=False, epsilon=math.inf, delta=1.0)
+    if r > 1:
+        notes.append(f"{r} chains released: composed as {r} runs on the same data")
+    participation = (f"full participation of N = {n}" if str(settings["participation"]).startswith("Full")
+                     else f"scheme {scheme} with S = {s} of N = {n}")
+    mechanism = dict(common, participation=participation, gamma=gamma, p_min=p_min, eta_max=eta_max, iterations=t, chains=r,
+                     delta0=delta0, delta1=delta1, delta2=delta2)
+    return PrivacyReport(delta=delta, epsilon=tight.epsilon, tight=tight, paper=paper, chains=r,
+                         mechanism=mechanism, notes=tuple(notes))

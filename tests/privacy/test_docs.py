@@ -1,0 +1,63 @@
+"""docs/privacy.md: its examples run and print what the page says; the package docstring too."""
+
+from __future__ import annotations
+
+import contextlib
+import doctest
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+import fedlangevin.privacy
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "privacy.md"
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e-?\d+)?")
+
+
+def _blocks(text: str):
+    """(language, body) of every fenced block, in order."""
+    return re.findall(r"```(\w*)\n(.*?)```", text, flags=re.S)
+
+
+def _run(code: str) -> list[str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, str(PAGE), "exec"), {"__name__": "__docs__"})
+    return out.getvalue().splitlines()
+
+
+def _close(shown: str, got: float) -> bool:
+    """Equal to the digits shown (a trailing 'x' factor or rounding to the shown precision)."""
+    value = float(shown)
+    digits = len(shown.split("e")[0].replace("-", "").replace(".", "").lstrip("0")) or 1
+    return got == pytest.approx(value, rel=0.6 * 10 ** (1 - digits))
+
+
+def test_first_example_prints_the_commented_values():
+    blocks = [body for lang, body in _blocks(PAGE.read_text()) if lang == "python"]
+    code = blocks[0]
+    printed = _run(code)
+    expected = [line.split("#", 1)[1] for line in code.splitlines() if line.startswith("print(") and "#" in line]
+    assert len(printed) == len(expected) == 5
+    for got_line, comment in zip(printed, expected):
+        if "True" in comment:
+            assert got_line.split() == comment.split()
+            continue
+        shown = _NUMBER.findall(comment.split(":")[0].replace(" · ", "e"))
+        got = [float(x) for x in _NUMBER.findall(got_line)]
+        for s, g in zip(shown, got):
+            assert _close(s, g), (comment, got_line)
+
+
+def test_trace_example_prints_the_shown_summary():
+    blocks = _blocks(PAGE.read_text())
+    i = next(k for k, (lang, body) in enumerate(blocks) if lang == "python" and "trace.privacy" in body)
+    printed = _run(blocks[i][1])
+    assert printed == blocks[i + 1][1].strip().splitlines()
+
+
+def test_package_docstring_example():
+    result = doctest.testmod(fedlangevin.privacy, verbose=False)
+    assert result.attempted >= 3 and result.failed == 0
