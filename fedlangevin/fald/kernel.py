@@ -17,7 +17,7 @@ never touches data.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -93,22 +93,29 @@ def fald_round(
     generator: torch.Generator | None,
     batch_size: int | None = None,
     stepper: _AffineStepper | None = None,
+    on_step: Callable[[int, torch.Tensor], None] | None = None,
 ) -> tuple[FALDState, torch.Tensor]:
     """One communication round: broadcast, K = len(etas) local steps, synchronise.
 
     Returns the new state and the aggregation weights used (N,) or (R, N). ``p`` holds the
     client weights on the run's device and dtype. The input state is not modified.
+    ``on_step(i, theta)``, if given, sees the client states (R, N, d) after local step i of
+    the round (the runner replays a diverged round with it to find the first bad step).
     """
     r, d = state.theta.shape
     n = problem.num_clients
     theta = state.theta.unsqueeze(1).expand(r, n, d).clone()  # broadcast
     if stepper is not None and batch_size is None:
         buf = torch.empty_like(theta)
-        for eta in etas:
+        for i, eta in enumerate(etas):
             theta, buf = stepper.step(theta, buf, eta, scales, generator)
+            if on_step is not None:
+                on_step(i, theta)
     else:
-        for eta in etas:
+        for i, eta in enumerate(etas):
             local_step(theta, problem, eta, scales, generator, batch_size)
+            if on_step is not None:
+                on_step(i, theta)
     w = participation.weights(p, r, generator)
     new_theta = synchronize(theta, w)
     return replace(state, theta=new_theta, step=state.step + len(etas), round=state.round + 1), w
