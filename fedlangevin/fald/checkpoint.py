@@ -78,7 +78,7 @@ def write_file(path: str | os.PathLike, obj: dict, keep_previous: bool = True) -
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
-        if keep_previous and path.exists():
+        if keep_previous and path.exists() and _intact(path):  # never keep a damaged file as the fallback
             prev = path.with_name(path.name + PREV_SUFFIX)
             prev_tmp = path.with_name(path.name + PREV_SUFFIX + TMP_SUFFIX)
             if prev_tmp.exists():
@@ -101,6 +101,19 @@ def write_file(path: str | os.PathLike, obj: dict, keep_previous: bool = True) -
             exc.errno,
             f"could not write checkpoint {str(path)!r} ({exc.strerror or exc}); the previous checkpoint, if any, is intact",
         ) from exc
+
+
+def _intact(path: Path) -> bool:
+    """Whether ``path`` holds a complete checkpoint whose checksum matches (no decoding)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return False
+    if len(data) < _HEADER.size:
+        return False
+    magic, version, length, digest = _HEADER.unpack_from(data)
+    payload = memoryview(data)[_HEADER.size :]
+    return magic == MAGIC and len(payload) == length and hashlib.sha256(payload).digest() == digest
 
 
 def _read_raw(path: Path) -> dict:

@@ -625,12 +625,18 @@ class FALD:
             sampler.generator.manual_seed((sampler.seed + 1_000_003 * int(record["round"])) % 2**64)
         sampler.communication = Communication(*record["communication"])
         sampler.ledger = ckpt.decode(record["ledger"])
-        main_path = Path(path)
+        # a run resumed from <path>.prev goes on writing its checkpoints to <path>
+        main_path = used.with_name(used.name.removesuffix(ckpt.PREV_SUFFIX)) if used.name.endswith(ckpt.PREV_SUFFIX) else used
         if record["problem"]["file"] is not None:
             sampler._problem_digest = record["problem"]["digest"]
             sampler._sidecars.add((str(main_path.with_name(main_path.name + ckpt.PROBLEM_SUFFIX)), record["problem"]["digest"]))
-        if record["run"] is not None and not record["run"]["finished"]:
-            sampler._pending = _Run.from_record(sampler, record["run"], main_path)
+        rec_run = record["run"]
+        if rec_run is not None and not rec_run["finished"]:
+            sampler._pending = _Run.from_record(sampler, rec_run, main_path)
+        elif rec_run is not None:  # "communication" holds the totals before that run
+            done, uploads = int(rec_run["done"]), float(rec_run["uploads"])
+            d, n = problem.dim, problem.num_clients
+            sampler.communication = sampler.communication + Communication(done, uploads, uploads * d, float(done * n * d))
         return sampler
 
 
