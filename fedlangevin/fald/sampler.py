@@ -762,7 +762,7 @@ class _MemoryDraws:
         return {"kind": "memory", "samples": self.buf[:, : self.count].detach().cpu().clone(),
                 "rounds": torch.from_numpy(self.rounds[: self.count].copy())}
 
-    def close(self) -> None:
+    def close(self, dropped: dict | None = None) -> None:
         pass
 
 
@@ -808,10 +808,10 @@ class _DiskDraws:
         return {"kind": "disk", "path": str(self.store.path.resolve()), "draws": self.store.draws,
                 "crc32": dict(self.store.meta["crc32"])}
 
-    def close(self) -> None:
+    def close(self, dropped: dict | None = None) -> None:
         try:
             self._write()
-            self.store.sync()
+            self.store.sync(dropped)
         finally:
             self.store.close()
 
@@ -839,7 +839,7 @@ class _NoDraws:
     def record(self) -> dict:
         return {"kind": "none"}
 
-    def close(self) -> None:
+    def close(self, dropped: dict | None = None) -> None:
         pass
 
 
@@ -897,7 +897,7 @@ class _Run:
             self.stats.flush()
 
     def close(self) -> None:
-        self.draws.close()
+        self.draws.close(self.dropped)
 
     def add(self, theta: torch.Tensor, round: int) -> None:
         if self.stats is not None:
