@@ -12,7 +12,8 @@ from typing import Any
 
 
 def check_int(name: str, value: Any, minimum: int | None = None, maximum: int | None = None) -> int:
-    """An integer (bool excluded) within [minimum, maximum]."""
+    """An integer (bool excluded) within [minimum, maximum]; 0-d arrays/tensors count as numbers."""
+    value = _scalar(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         if isinstance(value, float) and value.is_integer():
             value = int(value)
@@ -34,6 +35,7 @@ def check_real(
     high_open: bool = False,
 ) -> float:
     """A finite real number in the interval given by low/high (closed unless *_open)."""
+    value = _scalar(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{name} must be a real number{_interval(low, high, low_open, high_open)}; got {value!r}")
     value = float(value)
@@ -44,6 +46,15 @@ def check_real(
         ok = value < high if high_open else value <= high
     if not ok:
         raise ValueError(f"{name} must be a finite real number{_interval(low, high, low_open, high_open)}; got {value!r}")
+    return value
+
+
+def _scalar(value: Any) -> Any:
+    """The Python number inside a 0-d numpy array or torch tensor (other values unchanged)."""
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "item") and not isinstance(value, numbers.Number):
+        dtype = str(getattr(value, "dtype", ""))
+        if "bool" not in dtype:
+            return value.item()
     return value
 
 
@@ -302,3 +313,14 @@ def run_arguments(
         stats=stats, target=target, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
         on_divergence=on_divergence,
     )
+
+
+def check_tensor(name: str, value: Any, dtype=None):
+    """``torch.as_tensor(value)`` as a float64 CPU tensor (or ``dtype``), with a ValueError naming
+    the argument when the value is not an array of numbers."""
+    import torch
+
+    try:
+        return torch.as_tensor(value, dtype=torch.float64 if dtype is None else dtype).detach().cpu()
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise ValueError(f"{name} must be an array of numbers; got {type(value).__name__} ({exc})") from None
