@@ -92,6 +92,9 @@ def write_file(path: str | os.PathLike, obj: dict, keep_previous: bool = True) -
             os.replace(prev_tmp, prev)
         os.replace(tmp, path)
         _fsync_dir(path.parent)
+        stamp = _stamp(path)
+        if stamp is not None:
+            _WRITTEN[str(path.resolve())] = stamp
     except OSError as exc:
         try:
             tmp.unlink()
@@ -103,8 +106,27 @@ def write_file(path: str | os.PathLike, obj: dict, keep_previous: bool = True) -
         ) from exc
 
 
+#: (size, mtime_ns) of the files this process wrote, by path: those need no re-reading
+_WRITTEN: dict[str, tuple[int, int]] = {}
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
 def _intact(path: Path) -> bool:
-    """Whether ``path`` holds a complete checkpoint whose checksum matches (no decoding)."""
+    """Whether ``path`` holds a complete checkpoint whose checksum matches (no decoding).
+
+    A file this process wrote and nobody changed since (same size and modification time) is
+    taken as intact without reading it again.
+    """
+    stamp = _stamp(path)
+    if stamp is not None and _WRITTEN.get(str(path.resolve())) == stamp:
+        return True
     try:
         data = path.read_bytes()
     except OSError:
@@ -165,6 +187,7 @@ def read_file(path: str | os.PathLike, fallback: bool = False) -> tuple[dict, Pa
     try:
         return _read_raw(path), path
     except CheckpointError as exc:
+        _WRITTEN.pop(str(path.resolve()), None)  # found damaged: never trusted without reading again
         prev = path.with_name(path.name + PREV_SUFFIX)
         if not prev.exists():
             raise

@@ -362,3 +362,59 @@ def test_checkpoint_file_loads_without_pickled_code(tmp_path):
     record = torch.load(io.BytesIO(data[_HEADER.size :]), weights_only=True)
     assert record["kind"] == "fedlangevin.FALD" and record["round"] == 5
     assert isinstance(record["generator"], torch.Tensor) and record["generator"].dtype == torch.uint8
+
+
+def test_interrupted_in_process_the_sampler_stays_consistent(monkeypatch):
+    """Ctrl-C mid-round: the sampler stays at the last completed round (random stream
+    included), the draws so far are in interrupted_trace, and later runs continue exactly."""
+    import fedlangevin.fald.sampler as S
+
+    problem, kw = _problem(), dict(step_size=1e-3, chains=3, seed=6, participation=fl.SchemeI(3), batch_size=2)
+    whole = fl.FALD(problem, **kw).run(20)
+    real, calls = S.fald_round, [0]
+
+    def interrupt_in_round_8(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 8:
+            torch.randn(5, generator=args[6])  # the interrupted round had already drawn noise
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(S, "fald_round", interrupt_in_round_8)
+    sampler = fl.FALD(problem, **kw)
+    with pytest.raises(KeyboardInterrupt):
+        sampler.run(20)
+    monkeypatch.setattr(S, "fald_round", real)
+    assert sampler.state.round == 7 and sampler.unfinished is None
+    assert torch.equal(sampler.interrupted_trace.samples, whole.samples[:, :7])
+    assert torch.equal(sampler.run(13).samples, whole.samples[:, 7:])
+
+
+def test_default_checkpoints_follow_the_clock(tmp_path, monkeypatch):
+    import fedlangevin.fald.sampler as S
+
+    writes = []
+    real = S.ckpt.write_file
+    monkeypatch.setattr(S.ckpt, "write_file", lambda path, *a, **k: (writes.append(Path(path).name), real(path, *a, **k)))
+    fl.FALD(_problem(), step_size=1e-3, seed=0).run(5, checkpoint=tmp_path / "a")
+    assert writes == ["a.problem", "a"]  # well under 60 s: only the final checkpoint
+    writes.clear()
+    monkeypatch.setattr(S, "CHECKPOINT_SECONDS", 0.0)
+    fl.FALD(_problem(), step_size=1e-3, seed=0).run(5, checkpoint=tmp_path / "b")
+    assert writes == ["b.problem"] + ["b"] * 5  # after rounds 1-4, and the final one
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("store", [False, True])
+def test_cuda_resume_is_bit_for_bit(store, tmp_path):
+    problem = _problem()
+    kw = dict(step_size=1e-3, local_steps=2, chains=64, seed=3, device="cuda", participation=fl.SchemeI(3),
+              batch_size=2, correlation=0.5)
+    extra = {"store": tmp_path / "s"} if store else {}
+    whole = fl.FALD(problem, **kw).run(30, thin=2, target="posterior")
+    fl.FALD(problem, **kw).run(30, thin=2, target="posterior", checkpoint=tmp_path / "c", checkpoint_every=10, **extra)
+    resumed = fl.FALD.resume(tmp_path / "c.prev")  # round 20 of 30
+    assert resumed.device.type == "cuda" and resumed.unfinished["done"] == 20
+    trace = resumed.run()
+    assert torch.equal(trace.samples, whole.samples)
+    np.testing.assert_allclose(trace.stats.w2, whole.stats.w2, rtol=1e-12)
