@@ -758,7 +758,7 @@ class _MemoryDraws:
     def view(self) -> tuple[torch.Tensor, np.ndarray]:
         return self.buf[:, : self.count].detach().cpu(), self.rounds[: self.count].copy()
 
-    def record(self) -> dict:
+    def record(self, checkpoint: Path | None = None) -> dict:
         return {"kind": "memory", "samples": self.buf[:, : self.count].detach().cpu().clone(),
                 "rounds": torch.from_numpy(self.rounds[: self.count].copy())}
 
@@ -804,8 +804,10 @@ class _DiskDraws:
         self._write()
         return torch.from_numpy(self.store.samples()), np.asarray(self.store.draw_rounds())
 
-    def record(self) -> dict:
-        return {"kind": "disk", "path": str(self.store.path.resolve()), "draws": self.store.draws,
+    def record(self, checkpoint: Path | None = None) -> dict:
+        path = self.store.path.resolve()
+        rel = None if checkpoint is None else os.path.relpath(path, Path(checkpoint).resolve().parent)
+        return {"kind": "disk", "path": str(path), "relative": rel, "draws": self.store.draws,
                 "crc32": dict(self.store.meta["crc32"])}
 
     def close(self, dropped: dict | None = None) -> None:
@@ -836,7 +838,7 @@ class _NoDraws:
     def view(self):
         return torch.zeros(self.shape, dtype=self.dtype), np.zeros(0, dtype=np.int64)
 
-    def record(self) -> dict:
+    def record(self, checkpoint: Path | None = None) -> dict:
         return {"kind": "none"}
 
     def close(self, dropped: dict | None = None) -> None:
@@ -920,7 +922,7 @@ class _Run:
             "alive": torch.as_tensor(self.alive, dtype=torch.int64),
             "dropped": [[int(c), int(r), int(s)] for c, (r, s) in self.dropped.items()],
             "uploads": float(self.uploads),
-            "draws": self.draws.record(),
+            "draws": self.draws.record(self.checkpoint),
             "stats": None if self.stats is None else self.stats.state_dict(),
             "target": None if self.stats is None or self.stats.target is None
             else [torch.from_numpy(self.stats.target[0]), torch.from_numpy(self.stats.target[1])],
@@ -950,7 +952,10 @@ class _Run:
             mem.count = n
             run.draws = mem
         elif draws["kind"] == "disk":
-            store = SampleStore.open(draws["path"], writable=True)
+            path = Path(draws["path"])
+            if not path.exists() and draws.get("relative"):  # the run's folder was moved: look beside the checkpoint
+                path = checkpoint.resolve().parent / draws["relative"]
+            store = SampleStore.open(path, writable=True)
             store.truncate(int(draws["draws"]), draws["crc32"])
             run.draws = _DiskDraws(store, sampler.device, sampler.dtype)
         else:

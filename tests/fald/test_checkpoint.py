@@ -371,17 +371,17 @@ def test_interrupted_in_process_the_sampler_stays_consistent(monkeypatch):
 
     problem, kw = _problem(), dict(step_size=1e-3, chains=3, seed=6, participation=fl.SchemeI(3), batch_size=2)
     whole = fl.FALD(problem, **kw).run(20)
+    sampler = fl.FALD(problem, **kw)
     real, calls = S.fald_round, [0]
 
     def interrupt_in_round_8(*args, **kwargs):
         calls[0] += 1
         if calls[0] == 8:
-            torch.randn(5, generator=args[6])  # the interrupted round had already drawn noise
+            torch.randn(5, generator=sampler.generator)  # the interrupted round had already drawn noise
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
     monkeypatch.setattr(S, "fald_round", interrupt_in_round_8)
-    sampler = fl.FALD(problem, **kw)
     with pytest.raises(KeyboardInterrupt):
         sampler.run(20)
     monkeypatch.setattr(S, "fald_round", real)
@@ -418,3 +418,15 @@ def test_cuda_resume_is_bit_for_bit(store, tmp_path):
     trace = resumed.run()
     assert torch.equal(trace.samples, whole.samples)
     np.testing.assert_allclose(trace.stats.w2, whole.stats.w2, rtol=1e-12)
+
+
+def test_a_moved_run_folder_still_resumes(tmp_path):
+    problem = _problem()
+    kw = dict(step_size=1e-3, chains=3, seed=8)
+    whole = fl.FALD(problem, **kw).run(20)
+    (tmp_path / "a").mkdir()
+    fl.FALD(problem, **kw).run(20, store=tmp_path / "a" / "s", checkpoint=tmp_path / "a" / "c", checkpoint_every=5)
+    (tmp_path / "a").rename(tmp_path / "b")
+    trace = fl.FALD.resume(tmp_path / "b" / "c.prev").run()
+    assert torch.equal(trace.samples, whole.samples)
+    assert Path(trace.store).resolve() == (tmp_path / "b" / "s").resolve()
