@@ -295,18 +295,26 @@ class FALD:
                 raise ValueError(f"store={str(store)!r} differs from the run being continued; {hint}")
         if target is not None:
             raise ValueError(f"target cannot be changed when continuing a run (it keeps its own); {hint}")
-        if rounds is not None:
-            rounds = check_int("rounds", rounds, 1)
-            check_schedule(self.schedule, self.state.step, rounds * self.local_steps)
-            run.extend(run.done + rounds)
-        else:
-            check_schedule(self.schedule, self.state.step, (run.rounds - run.done) * self.local_steps)
         if checkpoint is not None:
             from fedlangevin._validation import check_path
 
-            run.checkpoint = check_path("checkpoint", checkpoint)
+            checkpoint = check_path("checkpoint", checkpoint)
+            if not checkpoint.parent.is_dir() or checkpoint.is_dir():
+                raise ValueError(f"checkpoint must be a file path in an existing directory; got {str(checkpoint)!r}")
         if checkpoint_every is not None:
-            run.checkpoint_every = check_int("checkpoint_every", checkpoint_every, 1)
+            checkpoint_every = check_int("checkpoint_every", checkpoint_every, 1)
+        if rounds is not None:
+            rounds = check_int("rounds", rounds, 1)
+            check_schedule(self.schedule, self.state.step, rounds * self.local_steps)
+        else:
+            check_schedule(self.schedule, self.state.step, (run.rounds - run.done) * self.local_steps)
+        # every argument is valid: now change the plan
+        if rounds is not None:
+            run.extend(run.done + rounds)
+        if checkpoint is not None:
+            run.checkpoint = checkpoint
+        if checkpoint_every is not None:
+            run.checkpoint_every = checkpoint_every
         return run
 
     @property
