@@ -34,7 +34,12 @@ CHILD = """
 import json, resource, sys, torch
 import fedlangevin as fl
 rounds, chains, dim, mode = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def peak():  # MiB; VmHWM starts afresh at exec, ru_maxrss keeps the parent's peak from fork
+    try:
+        line = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0]
+        return int(line.split()[1]) / 1024
+    except (OSError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 problem = fl.problems.GaussianSimulation(num_clients=4, samples_per_client=5, cov=torch.eye(dim) * 2, seed=0)
 sampler = fl.FALD(problem, step_size=1e-4, chains=chains, seed=0)
 kw = {"memory": {}, "store": {"store": "store"}, "stats": {"keep_samples": False, "stats": True}}[mode]
