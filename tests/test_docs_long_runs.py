@@ -47,20 +47,20 @@ def test_resume_recipe_continues_an_interrupted_run_exactly(tmp_path, monkeypatc
 
     real, calls = S.fald_round, [0]
 
-    def dies_in_round_340(*args, **kwargs):
+    def dies_in_round_240(*args, **kwargs):
         calls[0] += 1
-        if calls[0] == 340:
+        if calls[0] == 240:
             raise KeyboardInterrupt  # the process dies here; nothing after this point survives
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(S, "fald_round", dies_in_round_340)
+    monkeypatch.setattr(S, "fald_round", dies_in_round_240)
     with pytest.raises(KeyboardInterrupt):
         _exec(_recipe(), tmp_path / "cut")
     monkeypatch.setattr(S, "fald_round", real)
     again, printed = _exec(_recipe(), tmp_path / "cut")
-    assert "resuming: {'rounds': 600, 'done': 300, 'warmup': 100, 'thin': 5, 'draws': 40" in printed
+    assert "resuming: {'rounds': 400, 'done': 200, 'warmup': 100, 'thin': 5, 'draws': 20" in printed
     assert torch.equal(again["trace"].samples, whole["trace"].samples)
-    assert tuple(again["trace"].samples.shape) == (50, 100, 2)
+    assert tuple(again["trace"].samples.shape) == (20, 60, 2)
     with pytest.raises(SystemExit, match="complete"):
         _exec(_recipe(), tmp_path / "cut")
 
@@ -74,7 +74,7 @@ def test_other_blocks_run_and_print_what_the_page_says(tmp_path):
             warnings.simplefilter("ignore", RuntimeWarning)
             outputs.append(_exec(block, tmp_path)[1])
     text = "\n".join(outputs)
-    assert "torch.Size([100, 0, 2]) 200 20000" in text
+    assert "torch.Size([50, 0, 2]) 200 10000" in text
     assert "81 324 [0, 1, 2] {0: 'parameters', 1: 'parameters', 2: 'parameters'}" in text
     assert "torch.Size([3, 80, 2])\n80" in text
     assert "torch.Size([2, 30, 1]) [2 3] {1: (1, 1), 0: (2, 6)}\n[2 3]" in text
