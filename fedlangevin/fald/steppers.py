@@ -118,9 +118,12 @@ class SmallAffineStepper(Stepper):
 
     Local step (eq. 10) for coordinate e of every chain r and client c:
 
-        y[e] = eta b_c[e] + sqrt(eta) s_c xi[e] + sqrt(eta) s_0 xi_0[e] + sum_j M_c[j, e] x[j],
+        y[e] = w[e] + sum_j M_c[j, e] x[j],   w[e] = eta b_c[e] + sqrt(eta) (s_c xi[e] + s_0 xi_0[e]),
 
-    M_c = I - eta A_c, s_c = sqrt(2 tau (1 - rho^2) / p_c), s_0 = sqrt(2 tau rho^2).
+    M_c = I - eta A_c, s_c = sqrt(2 tau (1 - rho^2) / p_c), s_0 = sqrt(2 tau rho^2). The
+    noise-and-offset term w is one multiply-add over all planes; with a shared Hessian the
+    sum over j is one (d x d) @ (d x R N) product that also adds w (``addmm``), with
+    per-client Hessians it is d^2 multiply-adds by (N,) coefficient rows.
     """
 
     def __init__(self, problem: FederatedProblem, dtype: torch.dtype, device: torch.device) -> None:
@@ -130,7 +133,7 @@ class SmallAffineStepper(Stepper):
             raise ValueError("SmallAffineStepper needs a problem with affine gradients (problem.quadratic())")
         self.shared_hessian = form.shared
         self.hessian = form.hessian.to(device=self.device, dtype=dtype)
-        self.shift_planes = form.shift.to(device=self.device, dtype=dtype).t().contiguous()  # (d, N)
+        self.shift_planes = form.shift.to(device=self.device, dtype=dtype).t().contiguous()[:, None, :]  # (d, 1, N)
         self._eta = None
 
     def _allocate(self, chains: int) -> None:
@@ -138,8 +141,9 @@ class SmallAffineStepper(Stepper):
         kw = dict(device=self.device, dtype=self.dtype)
         self._x = torch.empty(d, r, n, **kw)
         self._y = torch.empty(d, r, n, **kw)
-        self._z = torch.empty(d, r, n, **kw) if self._private_draw is not None else None
+        self._w = torch.empty(d, r, n, **kw)
         self._z0 = torch.empty(d, r, 1, **kw) if self._shared_draw is not None else None
+        self._eta = None
 
     def _coefficients(self, eta: float) -> None:
         if eta == self._eta:
@@ -147,12 +151,11 @@ class SmallAffineStepper(Stepper):
         d = self.dim
         eye = torch.eye(d, device=self.device, dtype=self.dtype)
         if self.shared_hessian:
-            m = (eye - eta * self.hessian).cpu().tolist()  # python floats: scalar alpha= multiply-adds
-            self._m = [[m[j][e] for j in range(d)] for e in range(d)]
+            self._mt = (eye - eta * self.hessian).t().contiguous()  # y = M^T x in plane form
         else:
             m = eye - eta * self.hessian  # (N, d, d)
             self._m = [[m[:, j, e].contiguous() for j in range(d)] for e in range(d)]  # (N,) each
-        self._offset = eta * self.shift_planes  # (d, N)
+        self._offset = eta * self.shift_planes  # (d, 1, N)
         root = math.sqrt(eta)
         self._noise = None if self._private_scale is None else root * self._private_scale
         self._noise0 = None if self._shared_scale is None else root * self._shared_scale
@@ -160,33 +163,30 @@ class SmallAffineStepper(Stepper):
 
     def local_steps(self, theta, etas, scales, generator):
         r, d = theta.shape
+        n = self.num_clients
         self._setup(r, scales)
-        x, y, z, z0 = self._x, self._y, self._z, self._z0
-        x.copy_(theta.t()[:, :, None].expand(d, r, self.num_clients))  # broadcast
-        shared_hessian = self.shared_hessian
+        x, y, w, z0 = self._x, self._y, self._w, self._z0
+        x.copy_(theta.t()[:, :, None].expand(d, r, n))  # broadcast
         for eta in etas:
             self._coefficients(float(eta))
             self._draw(generator)
-            if z is not None:
-                z.copy_(self._private_draw.permute(2, 0, 1))  # promote and transpose
+            if self._private_draw is not None:
+                w.copy_(self._private_draw.permute(2, 0, 1))  # promote and transpose
+                torch.addcmul(self._offset, w, self._noise, out=w)
+            else:
+                w.copy_(self._offset.expand(d, r, n))
             if z0 is not None:
                 z0.copy_(self._shared_draw.t()[:, :, None])
-            m, off = self._m, self._offset
-            for e in range(d):
-                ye = y[e]
-                if z is not None:
-                    torch.addcmul(off[e], z[e], self._noise, out=ye)
-                    if z0 is not None:
-                        ye.add_(z0[e], alpha=self._noise0)
-                else:
-                    torch.add(off[e], z0[e], alpha=self._noise0, out=ye)
-                row = m[e]
-                if shared_hessian:
-                    for j in range(d):
-                        ye.add_(x[j], alpha=row[j])
-                else:
-                    for j in range(d):
-                        ye.addcmul_(x[j], row[j])
+                w.add_(z0, alpha=self._noise0)
+            if self.shared_hessian:
+                torch.addmm(w.view(d, r * n), self._mt, x.view(d, r * n), out=y.view(d, r * n))
+            else:
+                m = self._m
+                for e in range(d):
+                    ye = y[e]
+                    torch.addcmul(w[e], x[0], m[e][0], out=ye)
+                    for j in range(1, d):
+                        ye.addcmul_(x[j], m[e][j])
             x, y = y, x
         self._x, self._y = x, y
         return x.permute(1, 2, 0)  # (R, N, d) view
