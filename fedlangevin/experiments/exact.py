@@ -38,7 +38,7 @@ import numpy as np
 
 __all__ = [
     "RoundOperators", "exact_moments", "minibatch_gradient_noise", "participation_moments", "round_operators",
-    "w2_to_target",
+    "stationary_moments", "w2_to_target",
 ]
 
 
@@ -182,6 +182,39 @@ def exact_moments(
         means.append(mean)
         covs.append(cov)
     return np.array(means), np.array(covs)
+
+
+def stationary_moments(
+    problem,
+    etas: Sequence[float],
+    temperature: float = 1.0,
+    correlation: float = 0.0,
+    scheme: str = "full",
+    num_sampled: int | None = None,
+    gradient_noise: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Mean (d,) and covariance (d, d) that the round map of :func:`exact_moments` leaves fixed.
+
+    The long-run law of the global iterate when every round uses the local step sizes
+    ``etas``: m = (I - P)^{-1} h with P = sum_c E[w_c] Phi_c, h = sum_c E[w_c] h_c, and the
+    covariance solves the linear (Stein) equation
+    S = sum_{c,c'} E[w_c w_c'] Phi_c S Phi_c'^T + (the round's constant terms),
+    here solved directly as a d^2 x d^2 linear system (row-major vec: vec(Phi S Psi^T) =
+    (Phi kron Psi) vec S).
+    """
+    _, _, p = _client_arrays(problem)
+    d = problem.dim
+    ew, eww = participation_moments(p, scheme, num_sampled)
+    ops = round_operators(problem, etas, temperature, correlation, gradient_noise)
+    big_p = np.einsum("n,nij->ij", ew, ops.phi)
+    mean = np.linalg.solve(np.eye(d) - big_p, ew @ ops.offset)
+    nu = np.einsum("nij,j->ni", ops.phi, mean) + ops.offset - mean
+    const = np.einsum("ab,ai,bj->ij", eww, nu, nu) + np.einsum("n,nij->ij", np.diag(eww), ops.private)
+    if ops.shared is not None:
+        const = const + np.einsum("ab,abij->ij", eww, ops.shared)
+    op = np.einsum("ab,aij,bkl->ikjl", eww, ops.phi, ops.phi).reshape(d * d, d * d)
+    cov = np.linalg.solve(np.eye(d * d) - op, const.reshape(-1)).reshape(d, d)
+    return mean, 0.5 * (cov + cov.T)
 
 
 def w2_to_target(problem, means: np.ndarray, covs: np.ndarray, temperature: float = 1.0) -> np.ndarray:

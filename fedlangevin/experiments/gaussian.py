@@ -462,7 +462,7 @@ def _k_figure(results, paper_exact, curves, exact_curves, floor, eps, eta, sprea
         miss = ks[np.isnan(mc) & np.array([r["points"][k][2] > 0 for k in ks])]
         ax.plot(miss, np.full(miss.size, 0.96), "x", color=color, ms=6, transform=top, clip_on=False)
         handles.append(Line2D([], [], color=color, marker="o", ms=4, label=f"alpha={alpha:g} (gamma={r['gamma']:.2g})"))
-    a0 = next(iter(paper_exact))
+    a0 = list(paper_exact)[-1]  # the most heterogeneous: the contrast with its wall is largest
     pk = np.array(sorted(paper_exact[a0]))
     pv = np.array([np.nan if paper_exact[a0][k] is None else paper_exact[a0][k] for k in pk], dtype=float)
     ax.plot(pk, pv, ":", color="black", lw=1.2)
@@ -748,15 +748,35 @@ def participation_study(
                 bar.update(1)
     if bar is not None:
         bar.close()
+    # the long-run level as eta -> 0, from the exact stationary law (no simulation needed)
+    from fedlangevin.experiments.exact import stationary_moments
+
+    limit_factors = np.geomspace(min(step_factors) / 100, max(step_factors), 13)
+    limits = {}
+    for scheme, s in schemes:
+        vals = []
+        for c in limit_factors:
+            m_, c_ = stationary_moments(problem, [c / L] * local_steps, 1.0, 0.0, scheme, None if scheme == "full" else s)
+            vals.append(float(w2_to_target(problem, m_[None], c_[None])[0]))
+        limits[(scheme, s)] = np.array(vals)
+        summary[(scheme, s, "limit")] = {"eta": float(limit_factors[0] / L), "mc_floor": None,
+                                         "exact_end": float(vals[0])}
     table = _table(["scheme", "S", "eta (c/L)", "c", "W2 last 25% (MC)", "W2 end (exact)"],
-                   [[sc, s, v["eta"], c, v["mc_floor"], v["exact_end"]] for (sc, s, c), v in summary.items()])
-    table += f"\nexact-draw floor for R={chains}: {floor.mean:.3g} (5-95%: {floor.q05:.3g} - {floor.q95:.3g})"
+                   [[sc, s, v["eta"], (float(limit_factors[0]) if c == "limit" else c), v["mc_floor"], v["exact_end"]]
+                    for (sc, s, c), v in summary.items()])
+    table += (f"\n(rows with no Monte Carlo value: exact long-run W2 at c = {limit_factors[0]:.3g})"
+              f"\nexact-draw floor for R={chains}: {floor.mean:.3g} (5-95%: {floor.q05:.3g} - {floor.q95:.3g})")
 
     plt = _plt()
-    fig, axes = plt.subplots(1, len(schemes), figsize=(3.4 * len(schemes), 3.9), sharey=True, squeeze=False)
+    ncols = 3
+    nrows = math.ceil((len(schemes) + 1) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.8 * nrows), squeeze=False)
+    flat = axes.ravel()
     colors = plt.cm.viridis(np.linspace(0, 0.85, len(step_factors)))
     letters = "abcdefgh"
-    for i, (ax, (scheme, s)) in enumerate(zip(axes[0], schemes)):
+    lims = (min(min(float(np.min(d[0].w2)), float(np.min(d[1].w2))) for d in data.values()) * 0.7,
+            max(max(float(np.max(d[0].w2)), float(np.max(d[1].w2))) for d in data.values()) * 1.4)
+    for i, (ax, (scheme, s)) in enumerate(zip(flat, schemes)):
         for col, c in zip(colors, step_factors):
             mc, ex = data[(scheme, s, c)]
             ax.plot(mc.rounds, mc.w2, color=col, lw=1.1, label=f"eta={c:g}/L")
@@ -764,18 +784,37 @@ def participation_study(
         _floor_band(ax, floor, label=i == 0)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.set_ylim(*lims)
         ax.set_xlabel("communication rounds")
         name = "full devices" if scheme == "full" else f"scheme {scheme}"
         ax.set_title(f"({letters[i]}) {name}: S={s}", fontsize=10)
+        if i % ncols == 0:
+            ax.set_ylabel(f"W2 (solid: R={chains}, dashed: exact)")
         if i == 0:
-            ax.set_ylabel("W2 (solid: R=300, dashed: exact)")
             ax.legend(fontsize=7, loc="lower left")
+    ax = flat[len(schemes)]
+    marks = iter("os^vDP")
+    for scheme, s in schemes:
+        name = "full" if scheme == "full" else f"{scheme}, S={s}"
+        line, = ax.plot(limit_factors, limits[(scheme, s)], "-", lw=1.1, label=f"{name} (exact)")
+        mc = [summary[(scheme, s, c)]["mc_floor"] for c in step_factors]
+        ax.plot(step_factors, mc, next(marks), color=line.get_color(), ms=5, ls="")
+    _floor_band(ax, floor)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("eta x L")
+    ax.set_ylabel("long-run W2 (markers: R=300, last 25%)")
+    ax.set_title(f"({letters[len(schemes)]}) bias against step size", fontsize=10)
+    ax.legend(fontsize=7, loc="lower right")
+    for extra in flat[len(schemes) + 1 :]:
+        extra.axis("off")
     fig.suptitle(f"Fig. 2: device participation, N={problem.num_clients}, K={local_steps}, alpha={alpha:g}", fontsize=10)
     fig.tight_layout()
     settings = dict(schemes=[list(x) for x in schemes], step_factors=list(step_factors), smoothness=L, alpha=alpha,
                     local_steps=local_steps, rounds=rounds, chains=chains, seed=seed)
     return StudyResult("participation", rows.columns, fig, table, settings, time.perf_counter() - t_start,
-                       {"curves": summary, "floor": floor.mean})
+                       {"curves": {k: v for k, v in summary.items() if k[2] != "limit"}, "floor": floor.mean,
+                        "limit_factors": limit_factors, "limits": limits})
 
 
 # -- Thm 5.8: varying step size --------------------------------------------------------------
@@ -785,7 +824,7 @@ def step_size_study(
     alpha: float = 0.0,
     local_steps: int = 10,
     batch_size: int | None = 1,
-    rounds: int = 3000,
+    rounds: int = 2000,
     exact_rounds: int = 100_000,
     chains: int = 300,
     seed: int = 0,

@@ -85,3 +85,18 @@ def test_exact_moments_need_a_quadratic_problem():
 
     with pytest.raises(ValueError, match="affine"):
         exact_moments(Opaque(), [[0.1]])
+
+
+@pytest.mark.parametrize("scheme,s", [("full", None), ("I", 2), ("II", 2)])
+def test_stationary_moments_are_the_limit_of_the_round_recursion(scheme, s):
+    h, b, p = small_problem_arrays()
+    if scheme == "II":
+        p = np.full(3, 1 / 3)
+    problem = QuadraticProblem(h, b, p)
+    etas = [0.05, 0.03, 0.04]
+    from fedlangevin.experiments.exact import stationary_moments
+
+    m, c = stationary_moments(problem, etas, 0.7, 0.4, scheme, s)
+    means, covs = exact_moments(problem, [etas] * 400, 0.7, 0.4, scheme, s, init_mean=[3.0, -2.0])
+    np.testing.assert_allclose(m, means[-1], rtol=0, atol=1e-10)
+    np.testing.assert_allclose(c, covs[-1], rtol=0, atol=1e-10)
