@@ -474,6 +474,9 @@ def _k_figure(results, paper_exact, curves, exact_curves, floor, eps, eta, sprea
     ]
     ax.set_xscale("log")
     ax.set_yscale("log")
+    low = np.nanmin([v for r in results.values() for v in (r["points"][k][0] for k in r["points"]) if v is not None]
+                    or [1.0])
+    ax.set_ylim(bottom=max(0.05, low / 30))  # room for the legend below the curves
     ax.set_xlabel("local steps K")
     ax.set_ylabel(f"communication rounds T_eps / K to reach W2 <= {eps:g}")
     ax.set_title(f"Fig. 1a: K study, per-client curvature (spread {spread:g}), eta={eta:g}", fontsize=10)
