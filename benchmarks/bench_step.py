@@ -186,7 +186,7 @@ def crossover(seconds: float) -> None:
             shape = (n, d, d) if per_client else (d, d)
             q = torch.randn(shape, generator=gen, dtype=torch.float64)
             a = q @ q.transpose(-1, -2) / d + torch.eye(d, dtype=torch.float64)
-            problem = QuadraticProblem(a, torch.randn(n, d, generator=gen, dtype=torch.float64), torch.full((n,), 1 / n))
+            problem = QuadraticProblem(a, torch.randn(n, d, generator=gen, dtype=torch.float64), torch.full((n,), 1 / n, dtype=torch.float64))
             scales = noise_scales(problem.weights, 1.0, 0.0, dtype=torch.float64, noise_dtype=torch.float32)
             theta = torch.zeros(r, d, dtype=torch.float64)
             out = []

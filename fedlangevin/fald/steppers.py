@@ -48,9 +48,10 @@ __all__ = [
 ]
 
 #: Largest d for which affine problems use the coordinate-major kernel. Measured on CPU
-#: (benchmarks/bench_step.py --crossover): the d (d + 1) plane updates beat a matrix
-#: product up to about d = 5 for (R, N) = (300, 50).
-SMALL_DIM = 5
+#: (``benchmarks/bench_step.py --crossover``, (R, N) = (300, 50)): it is faster than the
+#: matrix-product kernel up to d = 6 with per-client Hessians (d^2 plane updates) and up to
+#: at least d = 10 with a shared one (one (d x d) @ (d x R N) product).
+SMALL_DIM = 6
 
 #: Rounds whose working state (R N d numbers) is at most this size run with one intra-op
 #: CPU thread. Each operation of such a step touches at most a few MB, so a second thread
