@@ -37,7 +37,7 @@ from fedlangevin._validation import (
     run_arguments,
 )
 from fedlangevin.fald import checkpoint as ckpt
-from fedlangevin.fald.kernel import FALDState, _AffineStepper, fald_round, init_state
+from fedlangevin.fald.kernel import FALDState, fald_round, init_state, make_stepper
 from fedlangevin.fald.noise import noise_scales
 from fedlangevin.fald.participation import Participation, as_participation
 from fedlangevin.fald.schedules import as_schedule, step_sizes
@@ -145,11 +145,7 @@ class FALD:
         self._scales = noise_scales(
             weights, self.temperature, self.correlation, device=self.device, dtype=self.dtype, noise_dtype=self.noise_dtype
         )
-        self._stepper = (
-            _AffineStepper(self._work_problem, self.dtype, self.device)
-            if self._work_problem.quadratic() is not None
-            else None
-        )
+        self._stepper = make_stepper(self._work_problem, self.dtype, self.device, self.batch_size)
         self.generator = torch.Generator(device=self.device).manual_seed(self.seed)
         self.state: FALDState = init_state(initial)
         #: sampler indices of the chains still running (rows of ``state.theta``)
