@@ -174,8 +174,8 @@ def check_schedule(schedule: Any, start: int, count: int) -> None:
     """Every eta_k for k in [start, start + count) is finite and > 0 (ValueError naming step_size).
 
     Checked before a run starts without keeping the values: built-in schedules are checked
-    at their end points (they are monotone), a sequence by its length and values, and any
-    other callable value by value.
+    at their end points (they are monotone), a sequence by its length (its values are
+    checked when it is built), and any other callable value by value.
     """
     from fedlangevin.fald import schedules as sch
 
@@ -185,20 +185,41 @@ def check_schedule(schedule: Any, start: int, count: int) -> None:
         sch.step_sizes(schedule, start, 1)
         sch.step_sizes(schedule, start + count - 1, 1)
         return
-    if isinstance(schedule, sch.Sequence):
+    if isinstance(schedule, sch.Sequence):  # its values were checked when it was built
         if start + count > len(schedule.values):
             schedule(start + count - 1)  # raises the sequence's own message
-        import numpy as np
-
-        values = np.asarray(schedule.values[start : start + count], dtype=np.float64)
-        bad = np.flatnonzero(~(np.isfinite(values) & (values > 0)))
-        if bad.size:
-            k = start + int(bad[0])
-            raise ValueError(f"step_size at step {k} must be finite and > 0; got {schedule.values[k]!r}")
         return
     block = 4096
     for first in range(start, start + count, block):
         sch.step_sizes(schedule, first, min(block, start + count - first))
+
+
+def check_step_sizes(name: str, values: Any) -> tuple[float, ...]:
+    """A non-empty 1-d sequence of step sizes, each finite and > 0, as a tuple of floats."""
+    import numpy as np
+
+    try:
+        array = np.asarray(_as_array(values), dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a sequence of real numbers > 0; got {type(values).__name__} ({exc})") from None
+    if array.ndim != 1 or array.size == 0:
+        raise ValueError(f"{name} must be a number or a non-empty 1-d sequence of step sizes; got shape {array.shape}")
+    bad = np.flatnonzero(~(np.isfinite(array) & (array > 0)))
+    if bad.size:
+        k = int(bad[0])
+        raise ValueError(f"{name} at step {k} must be finite and > 0; got {array[k]!r}")
+    return tuple(float(v) for v in array)
+
+
+def check_names(name: str, value: Any, count: int) -> list[str] | None:
+    """None, or a sequence of ``count`` strings (e.g. parameter names)."""
+    if value is None:
+        return None
+    if isinstance(value, str) or not hasattr(value, "__len__") or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{name} must be a sequence of {count} strings; got {value!r}")
+    if len(value) != count:
+        raise ValueError(f"{name} must have {count} names; got {len(value)}")
+    return list(value)
 
 
 def check_target(target: Any, problem: Any, temperature: float, dim: int):
@@ -312,6 +333,39 @@ def run_arguments(
         rounds=rounds, warmup=warmup, thin=thin, progress=progress, store=store, keep_samples=keep_samples,
         stats=stats, target=target, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
         on_divergence=on_divergence,
+    )
+
+
+def check_fits(name: str, nbytes: int, device, what: str, advice: str) -> None:
+    """``nbytes`` of ``what`` must fit in the total memory of ``device`` (a ValueError naming
+    ``name``, with ``advice``); devices whose size is unknown are not checked."""
+    import os
+
+    import torch
+
+    dev = torch.device(device)
+    total = None
+    if dev.type == "cpu":
+        try:
+            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (AttributeError, OSError, ValueError):
+            total = None
+    elif dev.type == "cuda":
+        total = torch.cuda.get_device_properties(dev).total_memory
+    if total is not None and nbytes > total:
+        raise ValueError(
+            f"{name}: {what} needs {nbytes / 2**30:.3g} GiB, more than the {total / 2**30:.3g} GiB of {dev}; {advice}"
+        )
+
+
+def check_memory_draws(draws: int, chains: int, dim: int, dtype, device) -> None:
+    """Draws kept in memory must fit in the device's memory (a ValueError naming ``rounds``)."""
+    import torch
+
+    check_fits(
+        "rounds", draws * chains * dim * torch.empty(0, dtype=dtype).element_size(), device,
+        f"keeping {draws} draws of {chains} chains x d = {dim} in memory",
+        "give store=path (draws on disk), a larger thin, or keep_samples=False (with stats=True for running moments)",
     )
 
 

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fedlangevin as fl
+from fedlangevin._validation import check_memory_draws
 from fedlangevin.fald.schedules import Sequence as SequenceSchedule
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -162,7 +163,8 @@ def invalid_setups(draw):
             st.floats(max_value=0.0, allow_nan=False), st.just(float("nan")), st.just(float("inf")),
             st.text(max_size=5).filter(lambda s: s.lower() not in ("paper", "decay", "thm5.8")),
             st.just([]), st.lists(st.floats(max_value=0.0, allow_nan=False), min_size=1, max_size=3),
-            st.just(None), st.just({"eta": 1e-3}),
+            st.just(None), st.just({"eta": 1e-3}), st.just([[1e-3, 1e-3]]), st.just(["a", 1e-3]),
+            st.just(np.array(-1e-3)), st.just(torch.tensor(float("nan"))),
         ))
     elif which == "step_size_later":  # valid at first, invalid at some step of the run
         bad_at = draw(st.integers(1, 5))
@@ -174,6 +176,8 @@ def invalid_setups(draw):
         name = "step_size"
     elif which in ("local_steps", "chains"):
         ctor[which] = draw(st.one_of(st.integers(max_value=0), _non_integers()))
+        if which == "chains" and draw(st.booleans()):  # more client states than any memory holds
+            ctor[which] = draw(st.integers(2**50, 2**62))
     elif which == "temperature":
         ctor[which] = draw(_reals_outside(0.0, None, low_open=True))
     elif which == "correlation":
@@ -203,7 +207,8 @@ def invalid_setups(draw):
     elif which == "problem":
         return draw(st.sampled_from(["not a problem", None, 3])), ctor, run, "problem"
     elif which == "rounds":
-        run["rounds"] = draw(st.one_of(st.integers(max_value=0), _non_integers()))
+        run["rounds"] = draw(st.one_of(st.integers(max_value=0), _non_integers(),
+                                       st.integers(2**50, 2**80)))  # too many draws to keep in memory
     elif which == "warmup":
         run["warmup"] = draw(st.one_of(st.integers(min_value=3), st.integers(max_value=-1), _non_integers().filter(
             lambda x: x is not None)))
@@ -259,6 +264,7 @@ def invalid_constructions(draw):
     which = draw(st.sampled_from([
         "SchemeI", "SchemeII", "allow_unbalanced", "Constant", "PaperDecay", "Polynomial", "num_clients", "alpha",
         "samples_per_client", "cov", "prior_precision", "sim_seed", "weights", "hessians", "shifts",
+        "Sequence", "var_names", "open_store",
     ]))
     bad_int = st.one_of(st.integers(max_value=0), _non_integers())
     if which in ("SchemeI", "SchemeII"):
@@ -267,6 +273,15 @@ def invalid_constructions(draw):
     if which == "allow_unbalanced":
         value = draw(st.one_of(st.text(max_size=3), st.integers(), st.just(None)))
         return (lambda: fl.SchemeII(2, allow_unbalanced=value)), "allow_unbalanced"
+    if which == "Sequence":
+        value = draw(st.sampled_from([(), [0.1, -0.1], [[0.1]], ["x"], [float("inf")], "abc", 3]))
+        return (lambda: SequenceSchedule(value)), "step_size"
+    if which == "var_names":
+        value = draw(st.sampled_from([3, "ab", ["a"], ["a", "b", "c"], ["a", 2]]))
+        return (lambda: fl.problems.QuadraticProblem(np.eye(2), np.zeros((2, 2)), [0.5, 0.5], var_names=value)), "var_names"
+    if which == "open_store":
+        value = draw(st.sampled_from([3, None, "", 2.5]))
+        return (lambda: fl.open_store(value)), "path"
     if which == "Constant":
         value = draw(_reals_outside(0.0, None, low_open=True))
         return (lambda: fl.Constant(value)), "step_size"
@@ -318,3 +333,24 @@ def test_random_invalid_constructor_arguments_raise_value_error(case):
     build, name = case
     with pytest.raises(ValueError, match=name):
         build()
+
+
+def test_numbers_given_as_0d_arrays_are_constant_step_sizes_and_schedules_keep_floats():
+    problem = fl.problems.GaussianSimulation(num_clients=2, samples_per_client=3, seed=0)
+    for eta in (np.array(1e-3), torch.tensor(1e-3), np.float32(1e-3)):
+        schedule = fl.FALD(problem, step_size=eta).schedule
+        assert isinstance(schedule, fl.Constant) and type(schedule.eta) is float
+    assert fl.FALD(problem, step_size=np.array([1e-3, 2e-3])).schedule == SequenceSchedule((1e-3, 2e-3))
+    assert type(fl.Polynomial(torch.tensor(1.0)).a) is float
+    assert type(fl.PaperDecay(np.float32(2.0), 1).convexity) is float
+
+
+def test_memory_checks_fail_before_any_allocation():
+    problem = fl.problems.GaussianSimulation(num_clients=2, samples_per_client=3, seed=0)
+    with pytest.raises(ValueError, match=r"chains: the client states of .* GiB"):
+        fl.FALD(problem, step_size=1e-4, chains=2**50)
+    sampler = fl.FALD(problem, step_size=1e-4, chains=4, seed=0)
+    with pytest.raises(ValueError, match=r"rounds: keeping .* draws .* store=path"):
+        sampler.run(2**60)
+    assert sampler.state.round == 0
+    check_memory_draws(2**20, 4, 2, torch.float64, "cpu")  # 64 MiB: fine

@@ -29,8 +29,10 @@ from fedlangevin._validation import (
     check_bool,
     check_device,
     check_dtype,
+    check_fits,
     check_init,
     check_int,
+    check_memory_draws,
     check_real,
     check_schedule,
     check_seed,
@@ -137,6 +139,10 @@ class FALD:
         if seed is None:
             seed = int.from_bytes(os.urandom(8), "little") >> 2
         self.seed = check_seed("seed", seed)
+        itemsize = torch.empty(0, dtype=self.dtype).element_size()
+        check_fits("chains", self.chains * problem.num_clients * problem.dim * itemsize, self.device,
+                   f"the client states of {self.chains} chains x {problem.num_clients} clients x d = {problem.dim}",
+                   "use fewer chains")
         initial = check_init(init, self.chains, problem.dim, self.dtype, self.device)
 
         self.problem = problem
@@ -239,6 +245,9 @@ class FALD:
             if args.stats and args.target is not None and len(self.active) < 2:
                 warnings.warn("target: the per-draw W2 needs at least 2 chains; only the pooled statistics are kept",
                               stacklevel=2)
+            if args.keep_samples and args.store is None:
+                check_memory_draws(_Run.count_draws(args.rounds, args.warmup, args.thin), len(self.active),
+                                   self.problem.dim, self.dtype, self.device)
             check_schedule(self.schedule, self.state.step, args.rounds * self.local_steps)
             run = _Run.start(self, args)
             todo = args.rounds
@@ -301,6 +310,9 @@ class FALD:
             checkpoint_every = check_int("checkpoint_every", checkpoint_every, 1)
         if rounds is not None:
             rounds = check_int("rounds", rounds, 1)
+            if run.draws.kind == "memory":
+                check_memory_draws(run.count_draws(run.done + rounds, run.warmup, run.thin), len(run.chain_ids),
+                                   self.problem.dim, self.dtype, self.device)
             check_schedule(self.schedule, self.state.step, rounds * self.local_steps)
         else:
             check_schedule(self.schedule, self.state.step, (run.rounds - run.done) * self.local_steps)

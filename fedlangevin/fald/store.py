@@ -36,6 +36,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from fedlangevin._validation import check_path
+
 __all__ = ["SampleStore", "StoreError", "open_store"]
 
 FORMAT = "fedlangevin-store"
@@ -313,7 +315,7 @@ def open_store(path: str | os.PathLike) -> SampleStore:
     draws; or, after a crash of the storage itself, more than the files hold — then the
     complete rows are used and a warning says so.
     """
-    store = SampleStore.open(path, writable=False)
+    store = SampleStore.open(check_path("path", path), writable=False)
     available = store._readable_draws()
     if available < store.draws:
         warnings.warn(

@@ -20,7 +20,7 @@ from typing import Sequence
 
 import torch
 
-from fedlangevin._validation import check_int, check_real, check_seed, check_tensor
+from fedlangevin._validation import check_int, check_names, check_real, check_seed, check_tensor
 from fedlangevin.problems.base import FederatedProblem, QuadraticForm, check_weights
 
 __all__ = ["QuadraticProblem", "GaussianSimulation", "PAPER_COV"]
@@ -67,9 +67,7 @@ class QuadraticProblem(FederatedProblem):
         self.weights = check_weights(weights, n_clients)
         self.num_clients, self.dim = n_clients, d
         self.hessians, self.shifts = a, b
-        if var_names is not None and len(var_names) != d:
-            raise ValueError(f"var_names must have {d} names; got {len(var_names)}")
-        self.var_names = list(var_names) if var_names is not None else None
+        self.var_names = check_names("var_names", var_names, d)
         eig = torch.linalg.eigvalsh(a)
         if (eig < -1e-10 * eig.abs().max()).any():
             raise ValueError("hessians must be positive semi-definite")
