@@ -24,7 +24,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
@@ -50,11 +49,15 @@ print(json.dumps({"growth": peak() - base}))
 """
 
 
-def memory_growth(rounds: int, chains: int, dim: int, mode: str) -> float:
+def memory_growth(rounds: int, chains: int, dim: int, mode: str, timeout: float | None = None) -> float:
+    """Growth (MiB) of the peak resident set of a fresh process over its warm-up, for a run of
+    ``rounds`` rounds in ``mode`` ("memory", "store" or "stats"); also used by tests/fald/test_store.py."""
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
         res = subprocess.run([sys.executable, "-c", CHILD, str(rounds), str(chains), str(dim), mode], cwd=tmp,
-                             env=env, capture_output=True, text=True, check=True)
+                             env=env, capture_output=True, text=True, timeout=timeout)
+    if res.returncode != 0:
+        raise RuntimeError(f"memory probe ({rounds} rounds, {mode}) failed:\n{res.stderr}")
     return json.loads(res.stdout.strip().splitlines()[-1])["growth"]
 
 

@@ -22,8 +22,8 @@ import torch
 import fedlangevin as fl
 from fedlangevin.fald.checkpoint import CheckpointError, checkpoint_info
 from fedlangevin.fald.store import StoreError
-from fedlangevin.problems import FederatedProblem, QuadraticProblem
-from tests.targets import small_problem_arrays
+from fedlangevin.problems import QuadraticProblem
+from tests.targets import OpaqueProblem, small_problem_arrays
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,20 +32,6 @@ def _problem(**kw):
     args = dict(num_clients=6, samples_per_client=5, alpha=2.0, seed=3)
     args.update(kw)
     return fl.problems.GaussianSimulation(**args)
-
-
-class _UserProblem(FederatedProblem):
-    """A problem class outside fedlangevin (hides its quadratic form: generic gradient path)."""
-
-    def __init__(self, inner: QuadraticProblem) -> None:
-        self.inner = inner
-        self.num_clients, self.dim, self.weights = inner.num_clients, inner.dim, inner.weights
-
-    def grad(self, theta, *, batch_size=None, generator=None):
-        return self.inner.grad(theta)
-
-    def to(self, device=None, dtype=None):
-        return _UserProblem(self.inner.to(device, dtype))
 
 
 CONFIGS = {
@@ -82,7 +68,7 @@ def test_run_checkpoint_resume_run_equals_one_uninterrupted_run(name, tmp_path):
 
 def test_user_problem_and_function_step_size_must_be_passed_again(tmp_path):
     h, b, p = small_problem_arrays()
-    problem = _UserProblem(QuadraticProblem(h, b, p))
+    problem = OpaqueProblem(QuadraticProblem(h, b, p))
     schedule = lambda k: 0.01 / (1 + k) ** 0.3  # noqa: E731 - a user's function, not storable
     kw = dict(step_size=schedule, local_steps=2, chains=4, seed=5)
     whole = fl.FALD(problem, **kw).run(30)
@@ -95,7 +81,7 @@ def test_user_problem_and_function_step_size_must_be_passed_again(tmp_path):
     resumed = fl.FALD.resume(tmp_path / "c", problem=problem, step_size=schedule)
     assert torch.equal(resumed.run(20).samples, whole.samples[:, 10:])
     # a different problem is refused; a different step size is allowed, with a warning
-    other = _UserProblem(QuadraticProblem(h[:2], b[:2], [0.5, 0.5]))
+    other = OpaqueProblem(QuadraticProblem(h[:2], b[:2], [0.5, 0.5]))
     with pytest.raises(ValueError, match="does not match"):
         fl.FALD.resume(tmp_path / "c", problem=other, step_size=schedule)
     with pytest.warns(UserWarning, match="step_size differs"):

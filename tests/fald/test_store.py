@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import os
-import subprocess
-import sys
-import textwrap
 import tracemalloc
 from pathlib import Path
 
@@ -146,36 +143,19 @@ def test_peak_python_memory_of_a_store_run_does_not_grow_with_rounds(tmp_path):
     assert peaks[1] - peaks[0] < 64 * 1024, peaks
 
 
-def test_peak_process_memory_is_flat_with_the_store_and_grows_without(tmp_path):
+def test_peak_process_memory_is_flat_with_the_store_and_grows_without():
     """Peak resident memory of a fresh process (torch's allocations included, which
-    tracemalloc does not see): a 4,000-round run with the store raises it by < 8 MB over a
-    400-round one; the same run keeping its draws in memory (100 chains x d = 20 x 8 bytes =
-    16 KB per draw, 64 MB in all) raises it by > 40 MB, so the measurement can see growth."""
-    script = tmp_path / "mem.py"
-    script.write_text(textwrap.dedent("""
-        import json, resource, sys, torch
-        import fedlangevin as fl
-        def peak():  # MiB; VmHWM starts afresh at exec, ru_maxrss keeps the parent's peak from fork
-            try:
-                line = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0]
-                return int(line.split()[1]) / 1024
-            except (OSError, IndexError):
-                return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        problem = fl.problems.GaussianSimulation(num_clients=4, samples_per_client=5, cov=torch.eye(20) * 2, seed=0)
-        sampler = fl.FALD(problem, step_size=1e-4, chains=100, seed=0)
-        sampler.run(200, store="warm")
-        out = {"base": peak()}
-        sampler.run(400, store="short"); out["short"] = peak()
-        sampler.run(4000, store="long"); out["long"] = peak()
-        trace = sampler.run(4000); out["memory"] = peak()
-        print(json.dumps(out))
-    """))
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    res = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr
-    out = json.loads(res.stdout.strip().splitlines()[-1])
-    assert out["long"] - out["short"] < 8, out
-    assert out["memory"] - out["long"] > 40, out
+    tracemalloc does not see), measured by the long-run benchmark's own probe: a 4,000-round
+    run with the store grows it by < 8 MB more than a 400-round one; the same run keeping its
+    draws in memory (100 chains x d = 20 x 8 bytes = 16 KB per draw, 64 MB in all) grows it by
+    > 40 MB more, so the measurement can see growth."""
+    spec = importlib.util.spec_from_file_location("bench_long_runs", ROOT / "benchmarks" / "bench_long_runs.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    short, long, memory = (bench.memory_growth(rounds, 100, 20, mode, timeout=300)
+                           for rounds, mode in ((400, "store"), (4000, "store"), (4000, "memory")))
+    assert long - short < 8, (short, long)
+    assert memory - long > 40, (long, memory)
 
 
 def test_dropped_chains_keep_their_column_as_nan(tmp_path):
