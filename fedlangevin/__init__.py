@@ -10,6 +10,7 @@ torch.Size([300, 200, 2])
 from fedlangevin import privacy, problems
 from fedlangevin.fald import (
     FALD,
+    CheckpointError,
     Communication,
     Constant,
     DivergenceError,
@@ -19,11 +20,12 @@ from fedlangevin.fald import (
     SchemeI,
     SchemeII,
     Trace,
+    open_store,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
     "FALD", "Communication", "Constant", "DivergenceError", "Full", "PaperDecay", "Polynomial",
-    "SchemeI", "SchemeII", "Trace", "privacy", "problems", "__version__",
+    "SchemeI", "SchemeII", "Trace", "privacy", "problems", "__version__", "CheckpointError", "open_store",
 ]

@@ -1,5 +1,6 @@
 """Shared test targets: small quadratic federated problems and an independent, exact
-moment recursion for FA-LD on them (numpy only; does not use the engine's code).
+moment recursion for FA-LD on them (numpy only; does not use the engine's code), and
+:class:`OpaqueProblem`, a quadratic problem that hides its structure.
 
 For affine client gradients grad f^c(theta) = A_c theta - b_c, the stacked client vector
 X = (theta^1, ..., theta^N) evolves linearly with additive Gaussian noise:
@@ -16,6 +17,8 @@ E[g g^T] = sum_ij E[w_i w_j] (Sigma_ij + mu_i mu_j^T), with E[w w^T] known in cl
 from __future__ import annotations
 
 import numpy as np
+
+from fedlangevin.problems import FederatedProblem
 
 
 def weight_moments(p: np.ndarray, scheme: str, s: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -83,3 +86,20 @@ def small_problem_arrays(seed: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndar
     shifts = rng.standard_normal((3, 2)) * 2.0
     p = np.array([0.5, 0.3, 0.2])
     return hessians, shifts, p
+
+
+class OpaqueProblem(FederatedProblem):
+    """A problem that exposes only ``grad`` of ``inner`` (e.g. a QuadraticProblem): the engine
+    takes its generic gradient path, and, as a class outside fedlangevin, it is a user's own
+    problem for checkpoints (not stored; passed again to ``FALD.resume``)."""
+
+    def __init__(self, inner: FederatedProblem) -> None:
+        self.inner = inner
+        self.num_clients, self.dim, self.weights = inner.num_clients, inner.dim, inner.weights
+
+    def grad(self, theta, *, batch_size=None, generator=None):
+        return self.inner.grad(theta)
+
+    def to(self, device=None, dtype=None):
+        return OpaqueProblem(self.inner.to(device, dtype))
+

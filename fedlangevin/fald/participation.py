@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fedlangevin._validation import check_int
+from fedlangevin._validation import check_bool, check_int
 
 __all__ = ["Participation", "Full", "SchemeI", "SchemeII", "as_participation", "synchronize"]
 
@@ -61,7 +61,7 @@ class SchemeI(Participation):
     num_sampled: int
 
     def __post_init__(self) -> None:
-        check_int("num_sampled", self.num_sampled, 1)
+        object.__setattr__(self, "num_sampled", check_int("num_sampled", self.num_sampled, 1))
 
     def weights(self, p, chains, generator):
         idx = torch.multinomial(p.expand(chains, -1), self.num_sampled, replacement=True, generator=generator)
@@ -83,7 +83,8 @@ class SchemeII(Participation):
     allow_unbalanced: bool = False
 
     def __post_init__(self) -> None:
-        check_int("num_sampled", self.num_sampled, 1)
+        object.__setattr__(self, "num_sampled", check_int("num_sampled", self.num_sampled, 1))
+        object.__setattr__(self, "allow_unbalanced", check_bool("allow_unbalanced", self.allow_unbalanced))
 
     def validate(self, weights):
         n = weights.numel()

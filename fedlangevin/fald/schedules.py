@@ -18,7 +18,7 @@ from typing import Callable, Sequence as SequenceT
 
 import numpy as np
 
-from fedlangevin._validation import check_real
+from fedlangevin._validation import check_real, check_step_sizes
 
 __all__ = ["Constant", "PaperDecay", "Polynomial", "Sequence", "as_schedule", "step_sizes"]
 
@@ -28,7 +28,7 @@ class Constant:
     eta: float
 
     def __post_init__(self) -> None:
-        check_real("step_size", self.eta, low=0.0, low_open=True)
+        object.__setattr__(self, "eta", check_real("step_size", self.eta, low=0.0, low_open=True))
 
     def __call__(self, k: int) -> float:
         return self.eta
@@ -42,8 +42,8 @@ class PaperDecay:
     convexity: float
 
     def __post_init__(self) -> None:
-        check_real("smoothness", self.smoothness, low=0.0, low_open=True)
-        check_real("convexity", self.convexity, low=0.0)
+        object.__setattr__(self, "smoothness", check_real("smoothness", self.smoothness, low=0.0, low_open=True))
+        object.__setattr__(self, "convexity", check_real("convexity", self.convexity, low=0.0))
 
     def __call__(self, k: int) -> float:
         return 1.0 / (2.0 * self.smoothness + self.convexity * k / 12.0)
@@ -58,9 +58,9 @@ class Polynomial:
     gamma: float = 0.55
 
     def __post_init__(self) -> None:
-        check_real("a", self.a, low=0.0, low_open=True)
-        check_real("b", self.b, low=0.0, low_open=True)
-        check_real("gamma", self.gamma, low=0.0, high=1.0)
+        object.__setattr__(self, "a", check_real("a", self.a, low=0.0, low_open=True))
+        object.__setattr__(self, "b", check_real("b", self.b, low=0.0, low_open=True))
+        object.__setattr__(self, "gamma", check_real("gamma", self.gamma, low=0.0, high=1.0))
 
     def __call__(self, k: int) -> float:
         return self.a * (self.b + k) ** (-self.gamma)
@@ -68,7 +68,12 @@ class Polynomial:
 
 @dataclass(frozen=True)
 class Sequence:
+    """eta_k = values[k]: one step size per local step, each finite and > 0."""
+
     values: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "values", check_step_sizes("step_size", self.values))
 
     def __call__(self, k: int) -> float:
         if k >= len(self.values):
@@ -100,11 +105,10 @@ def as_schedule(step_size, problem=None) -> Callable[[int], float]:
         return step_size
     if isinstance(step_size, (int, float, np.floating, np.integer)) and not isinstance(step_size, bool):
         return Constant(float(step_size))
+    if getattr(step_size, "ndim", None) == 0:  # a 0-d numpy array or torch tensor is a number
+        return Constant(step_size)
     if isinstance(step_size, (SequenceT, np.ndarray)) or hasattr(step_size, "tolist"):
-        values = tuple(float(v) for v in np.asarray(step_size, dtype=np.float64).ravel())
-        if not values:
-            raise ValueError("step_size: the sequence is empty")
-        return Sequence(values)
+        return Sequence(step_size)
     raise ValueError(f"step_size must be a positive number, 'paper', a sequence or a callable; got {step_size!r}")
 
 

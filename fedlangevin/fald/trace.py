@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
+from numpy.lib.mixins import NDArrayOperatorsMixin
 
-__all__ = ["Communication", "Trace", "DivergenceError"]
+__all__ = ["Communication", "Trace", "DivergenceError", "StepSizes"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,67 @@ class Communication:
         )
 
 
+class StepSizes(NDArrayOperatorsMixin):
+    """eta_k of the local steps k = start, ..., start + count - 1 of a run, as an array.
+
+    Computed from the step-size schedule when read, so that a run of any length keeps O(1)
+    memory for its step sizes (schedules are pure functions of k). Behaves as a read-only
+    float64 numpy array: ``np.asarray``, indexing, ``len``, arithmetic and array methods
+    (``.max()``, ``.sum()``, ...) work; the values are materialised on first use.
+    """
+
+    def __init__(self, schedule: Callable[[int], float], start: int, count: int) -> None:
+        self.schedule = schedule
+        self.start = int(start)
+        self.count = int(count)
+        self._values: np.ndarray | None = None
+
+    def _array(self) -> np.ndarray:
+        if self._values is None:
+            values = np.fromiter((float(self.schedule(k)) for k in range(self.start, self.start + self.count)),
+                                 dtype=np.float64, count=self.count)
+            values.flags.writeable = False
+            self._values = values
+        return self._values
+
+    def __array__(self, dtype=None, copy=None):
+        a = self._array()
+        if dtype is not None and np.dtype(dtype) != a.dtype:
+            return a.astype(dtype)
+        return a.copy() if copy else a
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        inputs = tuple(x._array() if isinstance(x, StepSizes) else x for x in inputs)
+        return getattr(ufunc, method)(*inputs, **kwargs)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index):
+        if isinstance(index, (int, np.integer)):
+            i = int(index) + (self.count if index < 0 else 0)
+            if not 0 <= i < self.count:
+                raise IndexError(f"step index {index} out of range for {self.count} steps")
+            return float(self.schedule(self.start + i))
+        return self._array()[index]
+
+    def __iter__(self):
+        return (float(self.schedule(k)) for k in range(self.start, self.start + self.count))
+
+    shape = property(lambda self: (self.count,))
+    ndim = property(lambda self: 1)
+    size = property(lambda self: self.count)
+    dtype = property(lambda self: np.dtype(np.float64))
+
+    def __getattr__(self, name: str):
+        if name.startswith("_") or name in ("schedule", "start", "count"):
+            raise AttributeError(name)
+        return getattr(self._array(), name)
+
+    def __repr__(self) -> str:
+        return f"StepSizes(steps {self.start}..{self.start + self.count - 1} of {self.schedule!r})"
+
+
 @dataclass
 class Trace:
     """Draws of an FA-LD run.
@@ -42,22 +104,41 @@ class Trace:
     Attributes
     ----------
     samples : tensor (chains, draws, d) on the CPU; one draw is the synchronised global
-        model after a round (kept after warm-up, every ``thin`` rounds).
+        model after a round (kept after warm-up, every ``thin`` rounds). With an on-disk
+        store (``run(store=...)``) it is a memory-mapped view of the store's file: values
+        are read from disk when touched. Chains dropped after a divergence
+        (``on_divergence="drop"``) are not in it: see ``chain_ids`` and ``dropped``.
     draw_rounds : int array (draws,), the round (counted from the sampler's start) of each draw.
     draw_steps : int array (draws,), the local-step counter k at each draw.
-    step_sizes : float array, eta_k of every local step of this run.
+    step_sizes : eta_k of every local step of this run (a float64 array-like, see
+        :class:`StepSizes`).
     communication : :class:`Communication` totals of this run (per chain).
     settings : the sampler's settings (for reports and privacy accounting).
+    chain_ids : int array, the sampler's index (0..chains-1) of each chain on the chain axis
+        of ``samples``; ``None`` means 0..chains-1.
+    dropped : {chain index: (round, local step)} of the chains dropped in this run because
+        their parameters became non-finite (``on_divergence="drop"``).
+    stats : :class:`~fedlangevin.fald.streaming.RunStatistics` when the run kept streaming
+        statistics (``run(stats=True)`` or ``target=``), else ``None``.
+    store : path of the run's on-disk sample store, or ``None``.
+    ledger : the sampler's cumulative counters after this run (every run and resume since
+        it was created): local ``steps``, ``rounds``, ``eta_sum``, ``eta_max``,
+        ``uploads`` — what privacy accounting of the whole history needs.
     """
 
     samples: torch.Tensor
     draw_rounds: np.ndarray
     draw_steps: np.ndarray
-    step_sizes: np.ndarray
+    step_sizes: Any
     communication: Communication
     settings: dict[str, Any]
     problem: Any = field(repr=False, default=None)
     var_names: list[str] | None = None
+    chain_ids: np.ndarray | None = None
+    dropped: dict[int, tuple[int, int]] = field(default_factory=dict)
+    stats: Any = None
+    store: str | None = None
+    ledger: dict[str, Any] = field(default_factory=dict)
 
     @property
     def num_chains(self) -> int:
@@ -91,6 +172,8 @@ class Trace:
             mean, cov = self.posterior()
         if self.num_chains < 2:
             raise ValueError("w2 needs at least 2 chains (the paper uses R = 300 replicates)")
+        if self.num_draws == 0:
+            raise ValueError("this trace holds no draws (keep_samples=False?); streaming W2 is in trace.stats.w2")
         per_draw = np.swapaxes(self.numpy(), 0, 1)  # (draws, R, d)
         return np.atleast_1d(empirical_gaussian_w2(per_draw, mean, cov))
 
@@ -145,11 +228,37 @@ def _named_columns(values: dict[str, np.ndarray]) -> tuple[np.ndarray, list[str]
 
 
 class DivergenceError(RuntimeError):
-    """A run produced non-finite parameters; ``.trace`` keeps every draw made before."""
+    """A run produced non-finite parameters; ``.trace`` keeps every draw made before.
 
-    def __init__(self, message: str, trace: Trace, chains: list[int], round: int, step: int) -> None:
+    Attributes
+    ----------
+    trace : :class:`Trace` of the draws made before the diverging round (every chain that
+        was running, including the diverged ones: their earlier draws are finite).
+    chains : the sampler's indices of the chains that diverged.
+    round : the round in which they did.
+    step : the first local step (global counter k, 1-based: the step that produced the
+        non-finite value) at which one of them did.
+    steps : {chain: local step} for each diverged chain.
+    causes : {chain: cause}, with cause ``"parameters"`` (the update overflowed from finite
+        parameters and finite gradient: typically a step size too large for the curvature),
+        ``"gradient"`` (the problem's gradient was NaN/inf at finite parameters) or
+        ``"synchronisation"`` (the server average of finite client states overflowed).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        trace: Trace,
+        chains: list[int],
+        round: int,
+        step: int,
+        steps: dict[int, int] | None = None,
+        causes: dict[int, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.trace = trace
         self.chains = chains
         self.round = round
         self.step = step
+        self.steps = steps or {}
+        self.causes = causes or {}

@@ -21,7 +21,7 @@ from typing import Sequence
 
 import torch
 
-from fedlangevin._validation import check_int
+from fedlangevin._validation import check_int, check_tensor
 
 __all__ = ["FederatedProblem", "QuadraticForm", "check_weights"]
 
@@ -44,7 +44,7 @@ class QuadraticForm:
 
 def check_weights(weights: torch.Tensor | Sequence[float], num_clients: int | None = None) -> torch.Tensor:
     """Validate client weights p_c: positive, finite, summing to 1 (to 1e-9)."""
-    w = torch.as_tensor(weights, dtype=torch.float64).detach().cpu()
+    w = check_tensor("weights", weights)
     if w.dim() != 1 or w.numel() == 0:
         raise ValueError(f"weights must be a non-empty 1-d sequence of client weights p_c; got shape {tuple(w.shape)}")
     if num_clients is not None and w.numel() != num_clients:

@@ -20,7 +20,7 @@ from typing import Sequence
 
 import torch
 
-from fedlangevin._validation import check_int, check_real
+from fedlangevin._validation import check_int, check_names, check_real, check_seed, check_tensor
 from fedlangevin.problems.base import FederatedProblem, QuadraticForm, check_weights
 
 __all__ = ["QuadraticProblem", "GaussianSimulation", "PAPER_COV"]
@@ -54,8 +54,8 @@ class QuadraticProblem(FederatedProblem):
         weights: torch.Tensor | Sequence[float],
         var_names: Sequence[str] | None = None,
     ) -> None:
-        a = torch.as_tensor(hessians, dtype=torch.float64).detach().cpu().clone()
-        b = torch.as_tensor(shifts, dtype=torch.float64).detach().cpu().clone()
+        a = check_tensor("hessians", hessians).clone()
+        b = check_tensor("shifts", shifts).clone()
         if b.dim() != 2:
             raise ValueError(f"shifts must have shape (N, d); got {tuple(b.shape)}")
         n_clients, d = b.shape
@@ -67,9 +67,7 @@ class QuadraticProblem(FederatedProblem):
         self.weights = check_weights(weights, n_clients)
         self.num_clients, self.dim = n_clients, d
         self.hessians, self.shifts = a, b
-        if var_names is not None and len(var_names) != d:
-            raise ValueError(f"var_names must have {d} names; got {len(var_names)}")
-        self.var_names = list(var_names) if var_names is not None else None
+        self.var_names = check_names("var_names", var_names, d)
         eig = torch.linalg.eigvalsh(a)
         if (eig < -1e-10 * eig.abs().max()).any():
             raise ValueError("hessians must be positive semi-definite")
@@ -180,15 +178,15 @@ class GaussianSimulation(QuadraticProblem):
         n_clients = check_int("num_clients", num_clients, 1)
         alpha = check_real("alpha", alpha, low=0.0)
         lam = check_real("prior_precision", prior_precision, low=0.0)
-        seed = check_int("seed", seed, 0)
-        sigma = torch.as_tensor(PAPER_COV if cov is None else cov, dtype=torch.float64).detach().cpu()
+        seed = check_seed("seed", seed)
+        sigma = check_tensor("cov", PAPER_COV if cov is None else cov)
         if sigma.dim() != 2 or sigma.shape[0] != sigma.shape[1] or sigma.shape[0] < 1:
             raise ValueError(f"cov must be a square (d, d) matrix; got shape {tuple(sigma.shape)}")
         _symmetric_psd("cov", sigma, sigma.shape[0])
         if float(torch.linalg.eigvalsh(sigma).min()) <= 0:
             raise ValueError("cov must be positive definite")
         d = sigma.shape[0]
-        if isinstance(samples_per_client, (int,)) and not isinstance(samples_per_client, bool):
+        if not isinstance(samples_per_client, (list, tuple)) and getattr(samples_per_client, "ndim", 0) == 0:
             sizes = [check_int("samples_per_client", samples_per_client, 1)] * n_clients
         else:
             sizes = [check_int("samples_per_client", s, 1) for s in samples_per_client]

@@ -9,22 +9,8 @@ import pytest
 import torch
 
 import fedlangevin as fl
-from fedlangevin.problems import FederatedProblem, QuadraticProblem
-from tests.targets import fald_moments, small_problem_arrays
-
-
-class _Opaque(FederatedProblem):
-    """A quadratic problem that hides its structure: forces the generic gradient path."""
-
-    def __init__(self, inner: QuadraticProblem) -> None:
-        self.inner = inner
-        self.num_clients, self.dim, self.weights = inner.num_clients, inner.dim, inner.weights
-
-    def grad(self, theta, *, batch_size=None, generator=None):
-        return self.inner.grad(theta)
-
-    def to(self, device=None, dtype=None):
-        return _Opaque(self.inner.to(device, dtype))
+from fedlangevin.problems import QuadraticProblem
+from tests.targets import OpaqueProblem, fald_moments, small_problem_arrays
 
 
 def _problem():
@@ -39,7 +25,7 @@ def test_rho_one_k_one_is_centralised_sgld_on_the_same_noise(generic, noise_dtyp
     the shared vector as xi_k, i.e. SGLD on f = sum_c p_c f^c (Sec. 3.2, eq. 15)."""
     problem = _problem()
     eta, tau, r, steps = 0.03, 0.8, 7, 25
-    run_problem = _Opaque(problem) if generic else problem
+    run_problem = OpaqueProblem(problem) if generic else problem
     trace = fl.FALD(run_problem, step_size=eta, local_steps=1, temperature=tau, correlation=1.0,
                     chains=r, seed=123, noise_dtype=noise_dtype).run(steps)
     g = torch.Generator().manual_seed(123)

@@ -1,0 +1,348 @@
+"""Checkpoint files of FA-LD runs: atomic writes, checksums, safe loading.
+
+A checkpoint is one file:
+
+    bytes 0-15   b"FEDLANGEVIN-CKPT"
+    bytes 16-19  format version (uint32, little endian)
+    bytes 20-27  payload length (uint64, little endian)
+    bytes 28-59  SHA-256 of the payload
+    bytes 60-    payload: ``torch.save`` of a dict of tensors and plain values
+
+and is loaded with ``torch.load(..., weights_only=True)``: no pickled code runs, only
+tensors, numbers, strings, lists and dicts come back. Objects of fedlangevin's own classes
+(the built-in problems, schedules, participation rules) are stored as their class name and
+attribute values and rebuilt from the fedlangevin package itself; any other object (a user's
+problem or step-size function) is not stored and must be given again on resume.
+
+Writes are atomic: the new checkpoint goes to ``<path>.tmp``, is fsynced, the current file
+is kept as ``<path>.prev`` (a hard link, or a copy where links are not supported) and the
+temporary file is renamed over ``<path>``. A kill at any moment leaves ``<path>`` either
+the old or the new complete checkpoint, and ``<path>.prev`` the one before. A truncated or
+corrupted file is detected by its length and checksum and reported with
+:class:`CheckpointError`, which names the previous checkpoint when it is intact.
+
+The problem is written once per run beside the checkpoint, as ``<path>.problem`` (same
+format), since its data can be large; the checkpoint records its digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import io
+import os
+import shutil
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedlangevin.fald.store import _fsync_dir
+
+__all__ = ["CheckpointError", "write_checkpoint", "read_checkpoint", "checkpoint_info", "encode", "decode", "NotEncodable"]
+
+MAGIC = b"FEDLANGEVIN-CKPT"
+VERSION = 1
+_HEADER = struct.Struct("<16sIQ32s")
+PREV_SUFFIX = ".prev"
+TMP_SUFFIX = ".tmp"
+PROBLEM_SUFFIX = ".problem"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file is missing, truncated, corrupted, or from an incompatible version."""
+
+
+class NotEncodable(TypeError):
+    """An object that a checkpoint cannot store as plain values (e.g. a user's function)."""
+
+
+# -- the file format ------------------------------------------------------------------------
+def _payload_bytes(obj: dict) -> bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def write_file(path: str | os.PathLike, obj: dict, keep_previous: bool = True) -> None:
+    """Write ``obj`` to ``path`` atomically (temporary file, fsync, rename); see the module docstring."""
+    path = Path(path)
+    payload = _payload_bytes(obj)
+    header = _HEADER.pack(MAGIC, VERSION, len(payload), hashlib.sha256(payload).digest())
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(header)
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        if keep_previous and path.exists() and _intact(path):  # never keep a damaged file as the fallback
+            prev = path.with_name(path.name + PREV_SUFFIX)
+            prev_tmp = path.with_name(path.name + PREV_SUFFIX + TMP_SUFFIX)
+            if prev_tmp.exists():
+                prev_tmp.unlink()
+            try:
+                os.link(path, prev_tmp)
+            except OSError:  # no hard links on this file system: copy
+                shutil.copyfile(path, prev_tmp)
+                with open(prev_tmp, "rb+") as f:
+                    os.fsync(f.fileno())
+            os.replace(prev_tmp, prev)
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+        stamp = _stamp(path)
+        if stamp is not None:
+            _WRITTEN[str(path.resolve())] = stamp
+    except OSError as exc:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise OSError(
+            exc.errno,
+            f"could not write checkpoint {str(path)!r} ({exc.strerror or exc}); the previous checkpoint, if any, is intact",
+        ) from exc
+
+
+#: (size, mtime_ns) of the files this process wrote, by path: those need no re-reading
+_WRITTEN: dict[str, tuple[int, int]] = {}
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+def _intact(path: Path) -> bool:
+    """Whether ``path`` holds a complete checkpoint whose checksum matches (no decoding).
+
+    A file this process wrote and nobody changed since (same size and modification time) is
+    taken as intact without reading it again.
+    """
+    stamp = _stamp(path)
+    if stamp is not None and _WRITTEN.get(str(path.resolve())) == stamp:
+        return True
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return False
+    if len(data) < _HEADER.size:
+        return False
+    magic, version, length, digest = _HEADER.unpack_from(data)
+    payload = memoryview(data)[_HEADER.size :]
+    return magic == MAGIC and len(payload) == length and hashlib.sha256(payload).digest() == digest
+
+
+def _read_raw(path: Path) -> dict:
+    if not path.exists():
+        raise CheckpointError(f"no checkpoint file at {str(path)!r}")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CheckpointError(f"checkpoint {str(path)!r} cannot be read: {exc}") from exc
+    if len(data) < _HEADER.size:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} is truncated: {len(data)} bytes, shorter than the {_HEADER.size}-byte header"
+        )
+    magic, version, length, digest = _HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise CheckpointError(f"{str(path)!r} is not a fedlangevin checkpoint (wrong file signature)")
+    if version > VERSION:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} has format version {version}; this fedlangevin reads up to {VERSION} (upgrade it)"
+        )
+    payload = memoryview(data)[_HEADER.size :]
+    if len(payload) < length:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} is truncated: {len(payload)} of {length} payload bytes present"
+        )
+    if len(payload) > length:
+        raise CheckpointError(f"checkpoint {str(path)!r} is corrupted: {len(payload) - length} unexpected bytes at the end")
+    if hashlib.sha256(payload).digest() != digest:
+        raise CheckpointError(f"checkpoint {str(path)!r} is corrupted: its SHA-256 checksum does not match its contents")
+    try:
+        obj = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+    except Exception as exc:  # the checksum matched, so this is a format problem, not damage
+        raise CheckpointError(f"checkpoint {str(path)!r} cannot be decoded: {exc}") from exc
+    if not isinstance(obj, dict) or "kind" not in obj:
+        raise CheckpointError(f"checkpoint {str(path)!r} does not hold a fedlangevin checkpoint record")
+    return obj
+
+
+def read_file(path: str | os.PathLike, fallback: bool = False) -> tuple[dict, Path]:
+    """Load a checkpoint; returns (record, the path actually read).
+
+    On a damaged file, raises :class:`CheckpointError` whose message says whether the
+    previous checkpoint ``<path>.prev`` is intact; ``fallback=True`` reads it instead (with
+    a warning).
+    """
+    import warnings
+
+    path = Path(path)
+    try:
+        return _read_raw(path), path
+    except CheckpointError as exc:
+        _WRITTEN.pop(str(path.resolve()), None)  # found damaged: never trusted without reading again
+        prev = path.with_name(path.name + PREV_SUFFIX)
+        if not prev.exists():
+            raise
+        try:
+            record = _read_raw(prev)
+        except CheckpointError as prev_exc:
+            raise CheckpointError(f"{exc}; the previous checkpoint is unusable too: {prev_exc}") from exc
+        where = f"round {record.get('round', '?')}"
+        if not fallback:
+            raise CheckpointError(
+                f"{exc}. The previous checkpoint {str(prev)!r} ({where}) is intact: resume from it with "
+                f"FALD.resume({str(prev)!r}) or FALD.resume({str(path)!r}, fallback=True)"
+            ) from exc
+        warnings.warn(f"{exc}; resuming from the previous checkpoint {str(prev)!r} ({where})", stacklevel=3)
+        return record, prev
+
+
+def checkpoint_info(path: str | os.PathLike) -> dict:
+    """Plain facts of a checkpoint without building a sampler: round, step, run progress, settings."""
+    record, _ = read_file(path)
+    run = record.get("run")
+    return {
+        "round": int(record["round"]),
+        "step": int(record["step"]),
+        "settings": decode(record["settings"]),
+        "run": None if run is None else {k: run[k] for k in ("rounds", "done", "warmup", "thin", "finished")},
+    }
+
+
+# -- plain-value encoding ---------------------------------------------------------------------
+_KIND = "__kind__"
+
+
+def _is_own_class(cls: type) -> bool:
+    module = getattr(cls, "__module__", "") or ""
+    return (module == "fedlangevin" or module.startswith("fedlangevin.")) and "<locals>" not in cls.__qualname__
+
+
+def _plain_tensor(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach().cpu()
+    whole = t.untyped_storage().nbytes() == t.numel() * t.element_size()
+    return t if (t.is_contiguous() and t.storage_offset() == 0 and whole) else t.clone()
+
+
+def encode(obj: Any, where: str = "value") -> Any:
+    """Plain values (tensors, numbers, strings, lists, dicts) for ``obj``, or :class:`NotEncodable`."""
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, torch.Tensor):
+        return _plain_tensor(obj)
+    if isinstance(obj, np.ndarray):
+        if obj.dtype == object:
+            raise NotEncodable(f"{where}: numpy arrays of objects cannot be stored")
+        return {_KIND: "ndarray", "data": torch.from_numpy(np.ascontiguousarray(obj).copy())}
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, torch.dtype):
+        return {_KIND: "dtype", "name": str(obj).replace("torch.", "")}
+    if isinstance(obj, torch.device):
+        return {_KIND: "device", "name": str(obj)}
+    if isinstance(obj, list):
+        return [encode(v, f"{where}[{i}]") for i, v in enumerate(obj)]
+    if isinstance(obj, tuple):
+        return {_KIND: "tuple", "items": [encode(v, f"{where}[{i}]") for i, v in enumerate(obj)]}
+    if isinstance(obj, dict):
+        return {_KIND: "dict", "items": [[encode(k, f"{where} key"), encode(v, f"{where}[{k!r}]")] for k, v in obj.items()]}
+    cls = type(obj)
+    if _is_own_class(cls) and hasattr(obj, "__dict__") and not isinstance(obj, type):
+        state = {k: encode(v, f"{where}.{k}") for k, v in vars(obj).items()}
+        return {_KIND: "object", "module": cls.__module__, "qualname": cls.__qualname__, "state": state}
+    raise NotEncodable(f"{where}: an object of type {cls.__module__}.{cls.__qualname__} cannot be stored as plain values")
+
+
+def decode(obj: Any) -> Any:
+    """Inverse of :func:`encode`."""
+    if isinstance(obj, list):
+        return [decode(v) for v in obj]
+    if not isinstance(obj, dict):
+        return obj
+    kind = obj.get(_KIND)
+    if kind == "ndarray":
+        return obj["data"].numpy()
+    if kind == "dtype":
+        dtype = getattr(torch, obj["name"], None)
+        if not isinstance(dtype, torch.dtype):
+            raise CheckpointError(f"checkpoint names an unknown torch dtype {obj['name']!r}")
+        return dtype
+    if kind == "device":
+        return torch.device(obj["name"])
+    if kind == "tuple":
+        return tuple(decode(v) for v in obj["items"])
+    if kind == "dict":
+        return {decode(k): decode(v) for k, v in obj["items"]}
+    if kind == "object":
+        module, qualname = str(obj["module"]), str(obj["qualname"])
+        if not (module == "fedlangevin" or module.startswith("fedlangevin.")) or "<" in qualname:
+            raise CheckpointError(f"checkpoint names class {module}.{qualname}, which is not part of fedlangevin")
+        try:
+            target: Any = importlib.import_module(module)
+            for part in qualname.split("."):
+                target = getattr(target, part)
+        except (ImportError, AttributeError) as exc:
+            raise CheckpointError(
+                f"checkpoint names class {module}.{qualname}, which this fedlangevin version does not have"
+            ) from exc
+        if not isinstance(target, type):
+            raise CheckpointError(f"checkpoint names {module}.{qualname}, which is not a class")
+        inst = target.__new__(target)
+        for key, value in obj["state"].items():
+            object.__setattr__(inst, key, decode(value))
+        return inst
+    if kind is None:
+        return {k: decode(v) for k, v in obj.items()}
+    raise CheckpointError(f"checkpoint holds an unknown value kind {kind!r}")
+
+
+# -- digests of problems --------------------------------------------------------------------
+def digest(obj: Any) -> str:
+    """SHA-256 over an object's tensors, arrays and plain attributes (recursively).
+
+    Functions and other opaque members contribute their qualified names only. Used to check
+    that a problem given on resume is the one the checkpointed run sampled.
+    """
+    h = hashlib.sha256()
+    _feed(h, obj, set())
+    return h.hexdigest()
+
+
+def _feed(h, obj: Any, seen: set) -> None:
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        h.update(repr(obj).encode())
+    elif isinstance(obj, torch.Tensor):
+        t = obj.detach().cpu().contiguous()
+        h.update(f"tensor{t.dtype}{tuple(t.shape)}".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    elif isinstance(obj, np.ndarray) and obj.dtype != object:
+        a = np.ascontiguousarray(obj)
+        h.update(f"ndarray{a.dtype}{a.shape}".encode())
+        h.update(a.tobytes())
+    elif isinstance(obj, np.generic):
+        h.update(repr(obj.item()).encode())
+    elif isinstance(obj, (list, tuple)):
+        h.update(f"{type(obj).__name__}{len(obj)}".encode())
+        for v in obj:
+            _feed(h, v, seen)
+    elif isinstance(obj, dict):
+        h.update(f"dict{len(obj)}".encode())
+        for k in sorted(obj, key=repr):
+            h.update(repr(k).encode())
+            _feed(h, obj[k], seen)
+    elif id(obj) in seen:
+        h.update(b"<cycle>")
+    elif hasattr(obj, "__dict__") and not callable(obj) and not isinstance(obj, type):
+        seen.add(id(obj))
+        h.update(f"{type(obj).__module__}.{type(obj).__qualname__}".encode())
+        _feed(h, {k: v for k, v in vars(obj).items() if not k.startswith("_cache")}, seen)
+    else:
+        h.update(f"<{type(obj).__module__}.{getattr(type(obj), '__qualname__', '?')}>".encode())

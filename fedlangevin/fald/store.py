@@ -1,0 +1,327 @@
+"""On-disk sample store: draws appended as the run goes, memory-mapped when read.
+
+A long run that keeps its draws in memory grows by chains x d numbers per draw; with a
+store the draws go to disk in blocks and memory stays flat however long the run. The
+format is plain so that any tool can read it (numpy, or ``np.fromfile`` in a pinch):
+
+    <store>/meta.json        {"format": "fedlangevin-store", "version": 1, "chains": R,
+                              "dim": d, "dtype": "<f8", "chain_ids": [...],
+                              "var_names": [...], "draws": committed draws,
+                              "crc32": {"samples": ..., "draw_rounds": ...},
+                              "dropped": {"chain id": [round, step], ...}}
+    <store>/samples.bin      raw values, C order, shape (draws, chains, d)
+    <store>/draw_rounds.bin  raw little-endian int64, shape (draws,): the round of each draw
+
+Draws are appended along the first axis, so the file layout is draw-major; readers get a
+(chains, draws, d) view without copying (:meth:`SampleStore.samples`). ``draws`` in
+``meta.json`` counts the rows written completely; bytes after them (a write cut short by a
+crash) are ignored by readers and cut off when a run resumes. The CRC-32 values cover the
+committed bytes; :meth:`SampleStore.truncate` checks them before a resumed run appends.
+
+Chains that a run dropped after a divergence (``on_divergence="drop"``) keep their column:
+their values are NaN from the round they were dropped, and ``meta["dropped"]`` says when.
+
+>>> store = open_store("run/samples")            # doctest: +SKIP
+>>> store.samples().shape                         # (chains, draws, d), memory-mapped
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+import zlib
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from fedlangevin._validation import check_path
+
+__all__ = ["SampleStore", "StoreError", "open_store"]
+
+FORMAT = "fedlangevin-store"
+VERSION = 1
+_SAMPLES = "samples.bin"
+_ROUNDS = "draw_rounds.bin"
+_META = "meta.json"
+_CRC_BLOCK = 1 << 24  # bytes read at a time when checking a CRC
+
+
+class StoreError(ValueError):
+    """A sample store is missing, damaged, or does not match what a checkpoint recorded."""
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # some platforms cannot open directories; the rename is still atomic
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    """Write ``data`` as JSON to ``path`` atomically (temporary file, fsync, rename)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+class SampleStore:
+    """Append-only store of draws (chains x d per draw) in a directory; see the module docstring.
+
+    Create one with :meth:`create` (the sampler does this for ``run(store=...)``) or open
+    an existing one with :func:`open_store`. Writing: :meth:`write` appends a block of
+    draws, :meth:`sync` makes them durable (flush + fsync + ``meta.json``). Reading:
+    :meth:`samples` and :meth:`draw_rounds` are memory-mapped, so opening a large store
+    costs no memory until values are touched.
+    """
+
+    def __init__(self, path: Path, meta: dict, writable: bool) -> None:
+        self.path = path
+        self.meta = meta
+        self.writable = writable
+        self.dtype = np.dtype(meta["dtype"])
+        self.chains = int(meta["chains"])
+        self.dim = int(meta["dim"])
+        self._row_bytes = self.chains * self.dim * self.dtype.itemsize
+        self._files: tuple[Any, Any] | None = None
+
+    # -- creating and opening ---------------------------------------------------------------
+    @classmethod
+    def create(
+        cls,
+        path: str | os.PathLike,
+        chain_ids: Sequence[int],
+        dim: int,
+        dtype: Any,
+        var_names: Sequence[str] | None = None,
+        settings: dict | None = None,
+    ) -> "SampleStore":
+        """A new, empty store at ``path`` (a directory that must not exist or be empty)."""
+        path = Path(path)
+        if path.exists():
+            if not path.is_dir():
+                raise ValueError(f"store must be a directory path; {str(path)!r} is a file")
+            if any(path.iterdir()):
+                raise ValueError(
+                    f"store directory {str(path)!r} is not empty; give a new directory (a store holds "
+                    "the draws of one run; resume an interrupted run with FALD.resume(checkpoint))"
+                )
+        path.mkdir(parents=True, exist_ok=True)
+        meta = {
+            "format": FORMAT,
+            "version": VERSION,
+            "chains": len(chain_ids),
+            "dim": int(dim),
+            "dtype": np.dtype(dtype).newbyteorder("<").str,
+            "chain_ids": [int(c) for c in chain_ids],
+            "var_names": list(var_names) if var_names is not None else None,
+            "draws": 0,
+            "crc32": {"samples": 0, "draw_rounds": 0},
+            "dropped": {},
+            "settings": settings or {},
+        }
+        for name in (_SAMPLES, _ROUNDS):
+            with open(path / name, "wb") as f:
+                os.fsync(f.fileno())
+        write_json_atomic(path / _META, meta)
+        return cls(path, meta, writable=True)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, writable: bool = False) -> "SampleStore":
+        path = Path(path)
+        meta_path = path / _META
+        if not meta_path.is_file():
+            raise StoreError(f"{str(path)!r} is not a sample store (no {_META})")
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"sample store {str(path)!r}: {_META} is unreadable ({exc})") from exc
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            raise StoreError(f"{str(path)!r} is not a fedlangevin sample store (format {meta.get('format')!r})")
+        if meta.get("version") != VERSION:
+            raise StoreError(f"sample store {str(path)!r} has version {meta.get('version')}; this fedlangevin reads {VERSION}")
+        for name in (_SAMPLES, _ROUNDS):
+            if not (path / name).is_file():
+                raise StoreError(f"sample store {str(path)!r} is missing {name}")
+        return cls(path, meta, writable)
+
+    # -- sizes ------------------------------------------------------------------------------
+    @property
+    def draws(self) -> int:
+        """Draws committed (written completely and recorded in ``meta.json``)."""
+        return int(self.meta["draws"])
+
+    def _readable_draws(self) -> int:
+        """Complete rows present in both files (at least ``draws`` unless damaged)."""
+        n_samples = (self.path / _SAMPLES).stat().st_size // max(self._row_bytes, 1) if self._row_bytes else self.draws
+        n_rounds = (self.path / _ROUNDS).stat().st_size // 8
+        return int(min(n_samples, n_rounds))
+
+    # -- writing ------------------------------------------------------------------------------
+    def _open_files(self):
+        if not self.writable:
+            raise ValueError(f"sample store {str(self.path)!r} was opened read-only")
+        if self._files is None:
+            samples = open(self.path / _SAMPLES, "r+b")
+            rounds = open(self.path / _ROUNDS, "r+b")
+            samples.seek(self.draws * self._row_bytes)
+            rounds.seek(self.draws * 8)
+            samples.truncate()
+            rounds.truncate()
+            self._files = (samples, rounds)
+        return self._files
+
+    def write(self, block: np.ndarray, rounds: np.ndarray) -> None:
+        """Append ``block`` (n, chains, d) with the round of each draw ``rounds`` (n,).
+
+        The bytes reach the files at once; :meth:`sync` makes them durable and commits
+        them in ``meta.json``.
+        """
+        block = np.ascontiguousarray(block, dtype=self.dtype)
+        rounds = np.ascontiguousarray(rounds, dtype="<i8")
+        if block.ndim != 3 or block.shape[1:] != (self.chains, self.dim) or rounds.shape != (block.shape[0],):
+            raise ValueError(
+                f"a block of draws must have shape (n, {self.chains}, {self.dim}) with n rounds; "
+                f"got {block.shape} and {rounds.shape}"
+            )
+        if block.shape[0] == 0:
+            return
+        f_samples, f_rounds = self._open_files()
+        data, rdata = memoryview(block).cast("B"), memoryview(rounds).cast("B")
+        f_samples.write(data)
+        f_rounds.write(rdata)
+        crc = self.meta["crc32"]
+        crc["samples"] = zlib.crc32(data, crc["samples"])
+        crc["draw_rounds"] = zlib.crc32(rdata, crc["draw_rounds"])
+        self.meta["draws"] = self.draws + block.shape[0]
+
+    def sync(self, dropped: dict | None = None) -> None:
+        """Flush and fsync the data, then record the committed draws in ``meta.json``."""
+        if dropped is not None:
+            self.meta["dropped"] = {str(k): list(v) for k, v in dropped.items()}
+        if self._files is not None:
+            for f in self._files:
+                f.flush()
+                os.fsync(f.fileno())
+        write_json_atomic(self.path / _META, self.meta)
+
+    def close(self) -> None:
+        if self._files is not None:
+            for f in self._files:
+                f.close()
+            self._files = None
+
+    def truncate(self, draws: int, crc32: dict) -> None:
+        """Cut the store back to its first ``draws`` draws after checking their CRC-32.
+
+        A resumed run calls this with the values its checkpoint recorded, so the draws made
+        after the checkpoint (and before the interruption) are dropped and made again.
+        """
+        self.close()
+        available = self._readable_draws()
+        if available < draws:
+            raise StoreError(
+                f"sample store {str(self.path)!r} holds {available} complete draws but the checkpoint recorded "
+                f"{draws}: the store was truncated or replaced after the checkpoint was written"
+            )
+        got = {
+            "samples": _file_crc(self.path / _SAMPLES, draws * self._row_bytes),
+            "draw_rounds": _file_crc(self.path / _ROUNDS, draws * 8),
+        }
+        for key in ("samples", "draw_rounds"):
+            if got[key] != int(crc32[key]):
+                raise StoreError(
+                    f"sample store {str(self.path)!r}: the first {draws} draws do not match the checkpoint "
+                    f"({key} CRC-32 {got[key]:#010x}, expected {int(crc32[key]):#010x}); the store is corrupted "
+                    "or belongs to another run"
+                )
+        for name, size in ((_SAMPLES, draws * self._row_bytes), (_ROUNDS, draws * 8)):
+            with open(self.path / name, "r+b") as f:
+                f.truncate(size)
+                os.fsync(f.fileno())
+        self.meta["draws"] = int(draws)
+        self.meta["crc32"] = got
+        write_json_atomic(self.path / _META, self.meta)
+
+    # -- reading ------------------------------------------------------------------------------
+    def samples(self) -> np.ndarray:
+        """The committed draws as a (chains, draws, d) memory-mapped view (copy-on-write)."""
+        n = self.draws
+        if n == 0 or self._row_bytes == 0:
+            return np.zeros((self.chains, n, self.dim), dtype=self.dtype)
+        self._check_size(n)
+        mm = np.memmap(self.path / _SAMPLES, dtype=self.dtype, mode="c", shape=(n, self.chains, self.dim))
+        return mm.transpose(1, 0, 2)
+
+    def draw_rounds(self) -> np.ndarray:
+        """Round of each committed draw, int64 (draws,), memory-mapped."""
+        n = self.draws
+        if n == 0:
+            return np.zeros(0, dtype=np.int64)
+        self._check_size(n)
+        return np.memmap(self.path / _ROUNDS, dtype="<i8", mode="c", shape=(n,))
+
+    def _check_size(self, n: int) -> None:
+        if self._files is not None:
+            for f in self._files:
+                f.flush()
+        if self._readable_draws() < n:
+            raise StoreError(
+                f"sample store {str(self.path)!r} records {n} draws but its files hold only "
+                f"{self._readable_draws()}: the files were truncated"
+            )
+
+    @property
+    def chain_ids(self) -> list[int]:
+        return list(self.meta["chain_ids"])
+
+    @property
+    def dropped(self) -> dict[int, tuple[int, int]]:
+        return {int(k): (int(v[0]), int(v[1])) for k, v in self.meta.get("dropped", {}).items()}
+
+    def __repr__(self) -> str:
+        return f"SampleStore({str(self.path)!r}, chains={self.chains}, draws={self.draws}, dim={self.dim}, dtype={self.dtype})"
+
+
+def _file_crc(path: Path, size: int) -> int:
+    crc = 0
+    with open(path, "rb") as f:
+        left = size
+        while left > 0:
+            chunk = f.read(min(_CRC_BLOCK, left))
+            if not chunk:
+                break
+            crc = zlib.crc32(chunk, crc)
+            left -= len(chunk)
+    return crc
+
+
+def open_store(path: str | os.PathLike) -> SampleStore:
+    """Open a sample store for reading.
+
+    If the process that wrote it was killed, ``meta.json`` may count fewer draws than the
+    files hold (the tail after the last sync is not committed) — readers see the committed
+    draws; or, after a crash of the storage itself, more than the files hold — then the
+    complete rows are used and a warning says so.
+    """
+    store = SampleStore.open(check_path("path", path), writable=False)
+    available = store._readable_draws()
+    if available < store.draws:
+        warnings.warn(
+            f"sample store {str(store.path)!r} records {store.draws} draws but its files hold {available} "
+            f"complete ones; reading {available}",
+            stacklevel=2,
+        )
+        store.meta["draws"] = available
+    return store

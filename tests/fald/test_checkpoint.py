@@ -1,0 +1,418 @@
+"""Checkpoint and resume: bit-for-bit continuation, SIGKILL mid-run, damaged files, what must be passed again.
+
+Every comparison here is exact (``torch.equal``): a resumed run must make the same draws as
+an uninterrupted one with the same seed on the same device, since the checkpoint holds the
+generator state, the step counter and everything else a round depends on.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import fedlangevin as fl
+from fedlangevin.fald.checkpoint import CheckpointError, checkpoint_info
+from fedlangevin.fald.store import StoreError
+from fedlangevin.problems import QuadraticProblem
+from tests.targets import OpaqueProblem, small_problem_arrays
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _problem(**kw):
+    args = dict(num_clients=6, samples_per_client=5, alpha=2.0, seed=3)
+    args.update(kw)
+    return fl.problems.GaussianSimulation(**args)
+
+
+CONFIGS = {
+    "full": dict(),
+    "schemeI-minibatch-rho": dict(participation=fl.SchemeI(4), batch_size=2, correlation=0.4),
+    "schemeII-K3": dict(participation=fl.SchemeII(3), local_steps=3),
+    "float32-paper-decay": dict(dtype=torch.float32, step_size="paper", local_steps=2),
+    "float64-noise": dict(noise_dtype=torch.float64, correlation=1.0, local_steps=2),
+}
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_run_checkpoint_resume_run_equals_one_uninterrupted_run(name, tmp_path):
+    """The issue's statement: run(20, checkpoint) then resume(...).run(20) ends on run(40)'s last draw."""
+    kw = dict(step_size=1e-3, chains=5, seed=11)
+    kw.update(CONFIGS[name])
+    problem = _problem()
+    whole = fl.FALD(problem, **kw).run(rounds=40)
+    first = fl.FALD(problem, **kw).run(rounds=20, checkpoint=tmp_path / "run.ckpt")
+    resumed = fl.FALD.resume(tmp_path / "run.ckpt")
+    assert resumed.unfinished is None and resumed.state.round == 20
+    second = resumed.run(rounds=20)
+    assert torch.equal(second.samples[:, -1], whole.samples[:, -1])
+    assert torch.equal(torch.cat([first.samples, second.samples], 1), whole.samples)
+    np.testing.assert_array_equal(second.draw_rounds, np.arange(21, 41))
+    assert second.ledger["steps"] == whole.ledger["steps"] and second.ledger["eta_sum"] == whole.ledger["eta_sum"]
+    once = fl.FALD(problem, **kw)
+    once.run(40)
+    # totals of two runs of 20 rounds: the same counts, summed in another order (float rounding)
+    assert resumed.communication.rounds == once.communication.rounds == 40
+    assert resumed.communication.uploads == pytest.approx(once.communication.uploads, rel=1e-12)
+    assert resumed.ledger["uploads"] == once.ledger["uploads"]  # the ledger sums round by round: exact
+
+
+def test_user_problem_and_function_step_size_must_be_passed_again(tmp_path):
+    h, b, p = small_problem_arrays()
+    problem = OpaqueProblem(QuadraticProblem(h, b, p))
+    schedule = lambda k: 0.01 / (1 + k) ** 0.3  # noqa: E731 - a user's function, not storable
+    kw = dict(step_size=schedule, local_steps=2, chains=4, seed=5)
+    whole = fl.FALD(problem, **kw).run(30)
+    fl.FALD(problem, **kw).run(10, checkpoint=tmp_path / "c")
+    assert not (tmp_path / "c.problem").exists()  # nothing of a user's class is written
+    with pytest.raises(ValueError, match="problem="):
+        fl.FALD.resume(tmp_path / "c")
+    with pytest.raises(ValueError, match="step_size="):
+        fl.FALD.resume(tmp_path / "c", problem=problem)
+    resumed = fl.FALD.resume(tmp_path / "c", problem=problem, step_size=schedule)
+    assert torch.equal(resumed.run(20).samples, whole.samples[:, 10:])
+    # a different problem is refused; a different step size is allowed, with a warning
+    other = OpaqueProblem(QuadraticProblem(h[:2], b[:2], [0.5, 0.5]))
+    with pytest.raises(ValueError, match="does not match"):
+        fl.FALD.resume(tmp_path / "c", problem=other, step_size=schedule)
+    with pytest.warns(UserWarning, match="step_size differs"):
+        fl.FALD.resume(tmp_path / "c", problem=problem, step_size=1e-3)
+
+
+def test_builtin_problem_is_rebuilt_from_the_checkpoint(tmp_path):
+    problem = _problem()
+    fl.FALD(problem, step_size=1e-3, chains=2, seed=0).run(3, checkpoint=tmp_path / "c")
+    rebuilt = fl.FALD.resume(tmp_path / "c").problem
+    assert type(rebuilt) is type(problem) and rebuilt is not problem
+    for name in ("hessians", "shifts", "weights", "data", "client_sizes"):
+        assert torch.equal(getattr(rebuilt, name), getattr(problem, name))
+    info = checkpoint_info(tmp_path / "c")
+    assert info["round"] == 3 and info["step"] == 3 and info["run"]["finished"]
+
+
+def _worker(tmp_path: Path, body: str) -> Path:
+    script = tmp_path / "worker.py"
+    script.write_text(textwrap.dedent(body))
+    return script
+
+
+def _spawn(script: Path, *args: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    return subprocess.Popen([sys.executable, str(script), *args], env=env, cwd=str(script.parent),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+# The run every subprocess does (and the test repeats in-process without interruption).
+RUN_SETUP = """
+import fedlangevin as fl
+problem = fl.problems.GaussianSimulation(num_clients=6, samples_per_client=5, alpha=2.0, seed=3)
+sampler = fl.FALD(problem, step_size=1e-3, local_steps=2, participation=fl.SchemeI(4), batch_size=2,
+                  correlation=0.3, chains=4, seed=21)
+RUN = dict(rounds=300, warmup=7, thin=3, stats=True, target="posterior")
+"""
+
+
+def _uninterrupted(**extra):
+    namespace: dict = {}
+    exec(RUN_SETUP, namespace)
+    return namespace["sampler"].run(**namespace["RUN"], **extra)
+
+
+def _assert_same_run(trace, reference):
+    assert torch.equal(trace.samples, reference.samples)
+    np.testing.assert_array_equal(trace.draw_rounds, reference.draw_rounds)
+    assert trace.communication == reference.communication
+    assert trace.ledger == reference.ledger
+    assert trace.stats.count == reference.stats.count
+    # block boundaries of the batched W2 differ after a resume: equal up to float64 rounding
+    np.testing.assert_allclose(trace.stats.w2, reference.stats.w2, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(trace.stats.mean, reference.stats.mean, rtol=1e-12, atol=1e-15)
+
+
+def test_sigkill_from_outside_mid_run_then_resume_gives_the_uninterrupted_samples(tmp_path):
+    """A subprocess killed with SIGKILL mid-run, then resumed here: identical samples.
+
+    The worker's rounds are slowed to about 5 ms so that the kill lands mid-run; the test
+    waits for a checkpoint past round 40, kills, and checks the run was really cut short.
+    """
+    script = _worker(tmp_path, RUN_SETUP + """
+import time
+import fedlangevin.fald.sampler as S
+_round = S.fald_round
+def slow_round(*a, **k):
+    time.sleep(0.005)
+    return _round(*a, **k)
+S.fald_round = slow_round
+sampler.run(**RUN, store="store", checkpoint="run.ckpt", checkpoint_every=10)
+print("finished")
+""")
+    proc = _spawn(script)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if checkpoint_info(tmp_path / "run.ckpt")["round"] >= 40:
+                    break
+            except CheckpointError:
+                pass
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.02)
+        time.sleep(0.037)  # land between checkpoints
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    done = checkpoint_info(tmp_path / "run.ckpt")["run"]["done"]
+    assert 40 <= done < 300, "the kill did not land mid-run"
+
+    resumed = fl.FALD.resume(tmp_path / "run.ckpt")
+    assert resumed.unfinished["done"] == done
+    trace = resumed.run()
+    _assert_same_run(trace, _uninterrupted())
+    assert trace.store is not None and Path(trace.store).resolve() == (tmp_path / "store").resolve()
+
+
+# Kill points inside the process: mid-round, and at each step of an atomic checkpoint write.
+KILLS = {
+    "mid-round": "S.fald_round = killing(S.fald_round, 95)",  # round 95; last checkpoint at 90
+    "at-a-rename": "C.os.replace = killing(C.os.replace, 9)",  # a checkpoint's temporary file is complete
+    "at-keeping-prev": "C.os.link = killing(C.os.link, 5)",  # before the current checkpoint becomes .prev
+}
+
+
+@pytest.mark.parametrize(
+    "where,store",
+    [("mid-round", False), ("mid-round", True), ("at-a-rename", False), ("at-keeping-prev", True)],
+)
+def test_self_sigkill_at_any_point_leaves_a_resumable_checkpoint(where, store, tmp_path):
+    script = _worker(tmp_path, RUN_SETUP + """
+import os, signal
+import fedlangevin.fald.sampler as S
+import fedlangevin.fald.checkpoint as C
+def killing(fn, n):
+    calls = [0]
+    def wrapper(*a, **k):
+        calls[0] += 1
+        if calls[0] == n:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return fn(*a, **k)
+    return wrapper
+""" + KILLS[where] + """
+extra = dict(store="store") if STORE else {}
+sampler.run(**RUN, **extra, checkpoint="run.ckpt", checkpoint_every=10)
+print("finished")
+""".replace("STORE", str(store)))
+    proc = _spawn(script)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == -signal.SIGKILL, (out, err)
+    assert "finished" not in out
+    trace = fl.FALD.resume(tmp_path / "run.ckpt").run()
+    _assert_same_run(trace, _uninterrupted())
+
+
+def _checkpointed(tmp_path, rounds=30, every=10):
+    problem = _problem()
+    kw = dict(step_size=1e-3, chains=3, seed=4, participation=fl.SchemeII(2))
+    fl.FALD(problem, **kw).run(rounds, checkpoint=tmp_path / "c", checkpoint_every=every)
+    return problem, kw
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "empty", "garbage"])
+def test_damaged_checkpoint_gives_a_clear_error_and_the_previous_one_is_usable(damage, tmp_path):
+    problem, kw = _checkpointed(tmp_path)  # checkpoints at rounds 10, 20 and the final one at 30
+    path = tmp_path / "c"
+    data = path.read_bytes()
+    if damage == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+        message = "truncated"
+    elif damage == "flip":
+        pos = len(data) - 100
+        path.write_bytes(data[:pos] + bytes([data[pos] ^ 0x10]) + data[pos + 1 :])
+        message = "corrupted"
+    elif damage == "empty":
+        path.write_bytes(b"")
+        message = "truncated"
+    else:
+        path.write_bytes(b"PK\x03\x04 not a checkpoint at all" * 10)
+        message = "not a fedlangevin checkpoint"
+    with pytest.raises(CheckpointError, match=message) as info:
+        fl.FALD.resume(path)
+    assert "c.prev" in str(info.value) and "round 20" in str(info.value) and "fallback=True" in str(info.value)
+    assert isinstance(info.value, ValueError)
+    with pytest.warns(UserWarning, match="previous checkpoint"):
+        assert fl.FALD.resume(path, fallback=True).state.round == 20
+    # the previous checkpoint (round 20) continues exactly like the original run did
+    whole = fl.FALD(problem, **kw).run(30)
+    prev = fl.FALD.resume(tmp_path / "c.prev")
+    assert prev.state.round == 20 and prev.unfinished["done"] == 20
+    assert torch.equal(prev.run().samples, whole.samples)  # finishes the 30-round run
+    # ... writing its checkpoints to c again, without keeping the damaged file as c.prev
+    assert checkpoint_info(path)["round"] == 30 and checkpoint_info(tmp_path / "c.prev")["round"] == 20
+
+
+def test_both_checkpoints_damaged_or_missing(tmp_path):
+    _checkpointed(tmp_path)
+    for name in ("c", "c.prev"):
+        (tmp_path / name).write_bytes(b"x")
+    with pytest.raises(CheckpointError, match="previous checkpoint is unusable too"):
+        fl.FALD.resume(tmp_path / "c", fallback=True)
+    with pytest.raises(CheckpointError, match="no checkpoint file"):
+        fl.FALD.resume(tmp_path / "missing")
+
+
+def test_a_failing_write_leaves_the_previous_checkpoint_intact(tmp_path, monkeypatch):
+    """A full disk: the write fails with OSError, the old checkpoint stays, the draws are kept."""
+    import fedlangevin.fald.checkpoint as C
+
+    problem, kw = _problem(), dict(step_size=1e-3, chains=2, seed=0)
+    sampler = fl.FALD(problem, **kw)
+    real, real_write = C.os.fsync, C.write_file
+    writes = [0]
+
+    def counting_write(*args, **kwargs):
+        writes[0] += 1
+        return real_write(*args, **kwargs)
+
+    def full_disk(fd):
+        if writes[0] >= 3:  # written: the problem file, the checkpoint at round 10; then the disk is full
+            raise OSError(28, "No space left on device")
+        return real(fd)
+
+    monkeypatch.setattr(C, "write_file", counting_write)
+    monkeypatch.setattr(C.os, "fsync", full_disk)
+    with pytest.raises(OSError, match="previous checkpoint, if any, is intact"):
+        sampler.run(30, checkpoint=tmp_path / "c", checkpoint_every=10)
+    monkeypatch.setattr(C.os, "fsync", real)
+    assert not (tmp_path / "c.tmp").exists()
+    assert checkpoint_info(tmp_path / "c")["round"] == 10
+    assert sampler.state.round == 20 and sampler.interrupted_trace.num_draws == 20
+    whole = fl.FALD(problem, **kw).run(30)
+    assert torch.equal(sampler.interrupted_trace.samples, whole.samples[:, :20])
+    assert torch.equal(sampler.run(10).samples, whole.samples[:, 20:])  # the sampler itself is consistent
+
+
+def test_continuing_an_unfinished_run(tmp_path):
+    problem = _problem()
+    kw = dict(step_size=1e-3, chains=3, seed=8)
+    ref = fl.FALD(problem, **kw).run(25, warmup=4, thin=2)
+    fl.FALD(problem, **kw).run(20, warmup=4, thin=2, checkpoint=tmp_path / "c", checkpoint_every=6)
+    # the checkpoint at round 18 of the 20-round run, as if the process had died at round 19
+    resumed = fl.FALD.resume(tmp_path / "c.prev")
+    assert resumed.unfinished == {"rounds": 20, "done": 18, "warmup": 4, "thin": 2, "draws": 7, "store": None}
+    for bad in (dict(thin=3), dict(warmup=0), dict(keep_samples=False), dict(on_divergence="drop")):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            resumed.run(**bad)
+    trace = resumed.run(rounds=7)  # 7 more rounds of the same run: rounds 19..25
+    assert torch.equal(trace.samples, ref.samples)
+    np.testing.assert_array_equal(trace.draw_rounds, ref.draw_rounds)
+    assert resumed.unfinished is None
+    again = fl.FALD.resume(tmp_path / "c.prev")
+    again.discard_unfinished()
+    assert again.run(2).num_draws == 2
+
+
+def test_store_changed_after_the_checkpoint_is_detected(tmp_path):
+    problem = _problem()
+    kw = dict(step_size=1e-3, chains=3, seed=8)
+    fl.FALD(problem, **kw).run(20, store=tmp_path / "s", checkpoint=tmp_path / "c", checkpoint_every=5)
+    samples = tmp_path / "s" / "samples.bin"
+    data = bytearray(samples.read_bytes())
+    data[10] ^= 1
+    samples.write_bytes(bytes(data))
+    with pytest.raises(StoreError, match="do not match the checkpoint"):
+        fl.FALD.resume(tmp_path / "c.prev")
+    samples.write_bytes(bytes(data[:100]))
+    with pytest.raises(StoreError, match="truncated"):
+        fl.FALD.resume(tmp_path / "c.prev")
+
+
+def test_checkpoint_file_loads_without_pickled_code(tmp_path):
+    """The payload is plain tensors and values: torch.load(weights_only=True) reads it."""
+    import io
+
+    from fedlangevin.fald.checkpoint import _HEADER
+
+    _checkpointed(tmp_path, rounds=5, every=5)
+    data = (tmp_path / "c").read_bytes()
+    record = torch.load(io.BytesIO(data[_HEADER.size :]), weights_only=True)
+    assert record["kind"] == "fedlangevin.FALD" and record["round"] == 5
+    assert isinstance(record["generator"], torch.Tensor) and record["generator"].dtype == torch.uint8
+
+
+def test_interrupted_in_process_the_sampler_stays_consistent(monkeypatch):
+    """Ctrl-C mid-round: the sampler stays at the last completed round (random stream
+    included), the draws so far are in interrupted_trace, and later runs continue exactly."""
+    import fedlangevin.fald.sampler as S
+
+    problem, kw = _problem(), dict(step_size=1e-3, chains=3, seed=6, participation=fl.SchemeI(3), batch_size=2)
+    whole = fl.FALD(problem, **kw).run(20)
+    sampler = fl.FALD(problem, **kw)
+    real, calls = S.fald_round, [0]
+
+    def interrupt_in_round_8(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 8:
+            torch.randn(5, generator=sampler.generator)  # the interrupted round had already drawn noise
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(S, "fald_round", interrupt_in_round_8)
+    with pytest.raises(KeyboardInterrupt):
+        sampler.run(20)
+    monkeypatch.setattr(S, "fald_round", real)
+    assert sampler.state.round == 7 and sampler.unfinished is None
+    assert torch.equal(sampler.interrupted_trace.samples, whole.samples[:, :7])
+    assert torch.equal(sampler.run(13).samples, whole.samples[:, 7:])
+
+
+def test_default_checkpoints_follow_the_clock(tmp_path, monkeypatch):
+    import fedlangevin.fald.sampler as S
+
+    writes = []
+    real = S.ckpt.write_file
+    monkeypatch.setattr(S.ckpt, "write_file", lambda path, *a, **k: (writes.append(Path(path).name), real(path, *a, **k)))
+    fl.FALD(_problem(), step_size=1e-3, seed=0).run(5, checkpoint=tmp_path / "a")
+    assert writes == ["a.problem", "a"]  # well under 60 s: only the final checkpoint
+    writes.clear()
+    monkeypatch.setattr(S, "CHECKPOINT_SECONDS", 0.0)
+    fl.FALD(_problem(), step_size=1e-3, seed=0).run(5, checkpoint=tmp_path / "b")
+    assert writes == ["b.problem"] + ["b"] * 5  # after rounds 1-4, and the final one
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("store", [False, True])
+def test_cuda_resume_is_bit_for_bit(store, tmp_path):
+    problem = _problem()
+    kw = dict(step_size=1e-3, local_steps=2, chains=64, seed=3, device="cuda", participation=fl.SchemeI(3),
+              batch_size=2, correlation=0.5)
+    extra = {"store": tmp_path / "s"} if store else {}
+    whole = fl.FALD(problem, **kw).run(30, thin=2, target="posterior")
+    fl.FALD(problem, **kw).run(30, thin=2, target="posterior", checkpoint=tmp_path / "c", checkpoint_every=10, **extra)
+    resumed = fl.FALD.resume(tmp_path / "c.prev")  # round 20 of 30
+    assert resumed.device.type == "cuda" and resumed.unfinished["done"] == 20
+    trace = resumed.run()
+    assert torch.equal(trace.samples, whole.samples)
+    np.testing.assert_allclose(trace.stats.w2, whole.stats.w2, rtol=1e-12)
+
+
+def test_a_moved_run_folder_still_resumes(tmp_path):
+    problem = _problem()
+    kw = dict(step_size=1e-3, chains=3, seed=8)
+    whole = fl.FALD(problem, **kw).run(20)
+    (tmp_path / "a").mkdir()
+    fl.FALD(problem, **kw).run(20, store=tmp_path / "a" / "s", checkpoint=tmp_path / "a" / "c", checkpoint_every=5)
+    (tmp_path / "a").rename(tmp_path / "b")
+    trace = fl.FALD.resume(tmp_path / "b" / "c.prev").run()
+    assert torch.equal(trace.samples, whole.samples)
+    assert Path(trace.store).resolve() == (tmp_path / "b" / "s").resolve()
