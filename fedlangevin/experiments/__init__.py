@@ -1,0 +1,1 @@
+"""Paper reproductions (Deng et al., Sec. 7) as functions returning data and figures."""
