@@ -137,7 +137,7 @@ def _require(module: str):
 
 def load_digits(test_fraction: float = 0.2, seed: int = 0) -> Dataset:
     """scikit-learn's 8x8 digits: 1,797 images, 64 features in [0, 1], 10 classes;
-    a stratified ``test_fraction`` is held out (default 360 test, 1,437 train images)."""
+    a stratified ``test_fraction`` is held out (default 359 test, 1,438 train images)."""
     datasets = _require("sklearn.datasets")
     bunch = datasets.load_digits()
     X = bunch.data.astype(np.float32) / 16.0

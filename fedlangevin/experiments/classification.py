@@ -53,6 +53,8 @@ __all__ = [
     "RunRecord",
     "DATASET_DEFAULTS",
     "METRICS",
+    "paired_bootstrap",
+    "plot_curves",
     "run_classification",
     "cli_configure",
     "cli_run",
@@ -277,7 +279,8 @@ class ClassificationResult:
                     if mode == "after_warmup" and r <= self.settings.warmup:
                         continue
                     row: dict[str, Any] = {"dataset": self.dataset, "K": run.local_steps, "step_size": run.step_size,
-                                           "selected": run.selected, "mode": mode, "round": int(r)}
+                                           "selected": run.selected, "mode": mode, "warmup": self.settings.warmup,
+                                           "round": int(r)}
                     for m in METRICS:
                         row[m] = float(np.mean(curves[m][:, j]))
                     rows.append(row)
@@ -337,43 +340,11 @@ class ClassificationResult:
     def curves_figure(self, path: str | Path) -> Path:
         """Accuracy, Brier and ECE of the test BMA against communication rounds, one line per K
         (its chosen eta): top row without warm-up (Fig. 3), bottom row with (Fig. 4)."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
         s = self.settings
-        fig, axes = plt.subplots(2, 3, figsize=(15, 8.2), sharex="row")
-        labels = {"accuracy": "test accuracy", "brier": "test Brier score", "ece": "test ECE (15 bins)"}
-        colors = plt.cm.viridis(np.linspace(0.0, 0.9, len(s.local_steps)))
-        for row, (mode, title) in enumerate((("all", "BMA of all samples (no warm-up, cf. Fig. 3)"),
-                                             ("after_warmup", f"BMA after a {s.warmup}-round warm-up (cf. Fig. 4)"))):
-            for col, metric in enumerate(("accuracy", "brier", "ece")):
-                ax = axes[row, col]
-                for color, k in zip(colors, s.local_steps):
-                    run = self.chosen.get(k)
-                    if run is None:
-                        continue
-                    y = run.test_curves[mode][metric].mean(0)
-                    keep = np.isfinite(y)
-                    ax.plot(run.draw_rounds[keep], y[keep], color=color, label=f"K = {k} (eta = {run.step_size:.2g})")
-                ax.set_xlabel("communication rounds")
-                ax.set_ylabel(labels[metric])
-                if metric != "accuracy":
-                    ax.set_yscale("log")
-                ax.grid(alpha=0.3, which="both")
-                ax.set_title(title if col == 1 else "", fontsize=10)
-            axes[row, 0].legend(fontsize=8, loc="lower right")
-        fig.suptitle(
-            f"FA-LD, Bayesian logistic regression on {self.dataset}: N = {s.num_clients} {s.split} clients, "
-            f"tau = {s.temperature:g}, batch {s.batch_size}/client, one sample every {s.thin} rounds, "
-            f"{s.chains} chain(s), eta tuned per K on validation {s.tune_metric}",
-            fontsize=10,
-        )
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        return Path(path)
+        title = (f"FA-LD, Bayesian logistic regression on {self.dataset}: N = {s.num_clients} {s.split} clients, "
+                 f"tau = {s.temperature:g}, batch {s.batch_size}/client, one sample every {s.thin} rounds, "
+                 f"{s.chains} chain(s), eta tuned per K on validation {s.tune_metric}")
+        return plot_curves(self.curve_rows(), path, title=title, warmup=s.warmup)
 
     def reliability_figure(self, path: str | Path) -> Path:
         """Reliability diagrams on the test set: the after-warm-up BMA of the K with the best
@@ -417,6 +388,61 @@ class ClassificationResult:
         fig.savefig(path, dpi=110)
         plt.close(fig)
         return Path(path)
+
+
+def plot_curves(rows, path: str | Path, title: str | None = None, warmup: int | None = None) -> Path:
+    """Plot the chosen runs' test curves from :meth:`ClassificationResult.curve_rows` or from a
+    ``<dataset>_curves.csv`` file written by the study (so a figure can be redrawn without
+    sampling again): accuracy, Brier and ECE of the BMA against communication rounds, one line
+    per K; top row without warm-up (log rounds axis, Fig. 3), bottom row after the warm-up
+    (Fig. 4)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if isinstance(rows, (str, Path)):
+        with open(rows, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    runs: dict[int, dict[str, Any]] = {}
+    for row in rows:
+        if str(row["selected"]) not in ("True", "true", "1"):
+            continue
+        k = int(row["K"])
+        run = runs.setdefault(k, {"eta": float(row["step_size"]), "all": [], "after_warmup": []})
+        run[row["mode"]].append((int(row["round"]), *(float(row[m]) for m in ("accuracy", "brier", "ece"))))
+    if not runs:
+        raise ValueError("rows hold no selected run to plot")
+    if warmup is None:
+        warmup = int(rows[0]["warmup"]) if "warmup" in rows[0] else None
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8.2), sharex="row")
+    labels = {"accuracy": "test accuracy", "brier": "test Brier score (log)", "ece": "test ECE, 15 bins (log)"}
+    colors = plt.cm.viridis(np.linspace(0.0, 0.9, len(runs)))
+    rows_spec = (("all", "BMA of all samples from round 0 (no warm-up, cf. Fig. 3)"),
+                 ("after_warmup", "BMA of the samples after the warm-up" +
+                  (f" of {warmup} rounds" if warmup is not None else "") + " (cf. Fig. 4)"))
+    for row, (mode, subtitle) in enumerate(rows_spec):
+        for col, metric in enumerate(("accuracy", "brier", "ece")):
+            ax = axes[row, col]
+            for color, k in zip(colors, sorted(runs)):
+                pts = np.array(sorted(runs[k][mode]))
+                if pts.size:
+                    ax.plot(pts[:, 0], pts[:, 1 + col], color=color, label=f"K = {k} (eta = {runs[k]['eta']:.2g})")
+            ax.set_xlabel("communication rounds" + (" (log)" if mode == "all" else ""))
+            ax.set_ylabel(labels[metric])
+            if mode == "all":
+                ax.set_xscale("log")
+            if metric != "accuracy":
+                ax.set_yscale("log")
+            ax.grid(alpha=0.3, which="both")
+            ax.set_title(subtitle if col == 1 else "", fontsize=10)
+        axes[row, 0].legend(fontsize=8, loc="lower right")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
 
 
 def _slug(name: str) -> str:

@@ -14,6 +14,7 @@ from fedlangevin.experiments.classification import (
     METRICS,
     ClassificationSettings,
     paired_bootstrap,
+    plot_curves,
     run_classification,
 )
 
@@ -92,6 +93,8 @@ def test_table_files_and_figures(study, tmp_path):
         curves = list(csv.DictReader(fh))
     assert {r["mode"] for r in curves} == {"all", "after_warmup"}
     assert {int(r["round"]) for r in curves} == {10, 20, 30}
+    redrawn = plot_curves(tmp_path / "digits_curves.csv", tmp_path / "redrawn.png")  # from the CSV alone
+    assert redrawn.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = study.table()
     assert "MAP (L-BFGS" in table and "BMA after warm-up" in table
 
