@@ -76,7 +76,7 @@ DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
 _GENERIC_DEFAULTS = dict(batch_size=200, rounds=500, warmup=100, chains=1)
 
 #: default ladder of step sizes, as multiples of 1/L
-ETA_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0)
+ETA_FACTORS = (0.0625, 0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0)
 
 
 @dataclass(frozen=True)
@@ -394,8 +394,8 @@ def plot_curves(rows, path: str | Path, title: str | None = None, warmup: int | 
     """Plot the chosen runs' test curves from :meth:`ClassificationResult.curve_rows` or from a
     ``<dataset>_curves.csv`` file written by the study (so a figure can be redrawn without
     sampling again): accuracy, Brier and ECE of the BMA against communication rounds, one line
-    per K; top row without warm-up (log rounds axis, Fig. 3), bottom row after the warm-up
-    (Fig. 4)."""
+    per K; top row without warm-up (log axes, Fig. 3), bottom row after the warm-up (linear
+    axes, Fig. 4)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -416,7 +416,7 @@ def plot_curves(rows, path: str | Path, title: str | None = None, warmup: int | 
     if warmup is None:
         warmup = int(rows[0]["warmup"]) if "warmup" in rows[0] else None
     fig, axes = plt.subplots(2, 3, figsize=(15, 8.2), sharex="row")
-    labels = {"accuracy": "test accuracy", "brier": "test Brier score (log)", "ece": "test ECE, 15 bins (log)"}
+    labels = {"accuracy": "test accuracy", "brier": "test Brier score", "ece": "test ECE (15 bins)"}
     colors = plt.cm.viridis(np.linspace(0.0, 0.9, len(runs)))
     rows_spec = (("all", "BMA of all samples from round 0 (no warm-up, cf. Fig. 3)"),
                  ("after_warmup", "BMA of the samples after the warm-up" +
@@ -432,7 +432,7 @@ def plot_curves(rows, path: str | Path, title: str | None = None, warmup: int | 
             ax.set_ylabel(labels[metric])
             if mode == "all":
                 ax.set_xscale("log")
-            if metric != "accuracy":
+            if metric != "accuracy" and mode == "all":
                 ax.set_yscale("log")
             ax.grid(alpha=0.3, which="both")
             ax.set_title(subtitle if col == 1 else "", fontsize=10)
