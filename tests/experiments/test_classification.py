@@ -69,6 +69,20 @@ def test_bayesian_average_beats_a_single_sample_on_proper_scores(study):
             assert np.all(bma < single[m]), (run.local_steps, run.step_size, m, bma, single[m])
 
 
+def test_bma_is_better_calibrated_than_the_map_at_the_same_accuracy(study):
+    """The point estimate here is the MAP (L-BFGS on the pooled data). On digits with the
+    N(0, 1) prior the MAP is under-confident (test ECE 0.072), and the K = 10 BMA after 30
+    rounds has its accuracy (within 2 points) with a lower ECE on every one of the 4 chains;
+    the test-set sampling error is covered by requiring the 90% paired-bootstrap interval of
+    ECE(BMA) - ECE(MAP) over test points (chain 0) to lie below 0. Not a general law: on
+    MNIST-5k the MAP's ECE is the lowest, and on digits the posterior-mean plug-in's ECE is
+    not higher than the BMA's (docs/classification.md)."""
+    bma = study.chosen[10].test_curves["all"]
+    assert np.all(np.abs(bma["accuracy"][:, -1] - study.map_scores["accuracy"]) < 0.02)
+    assert np.all(bma["ece"][:, -1] < study.map_scores["ece"])
+    assert study.bootstrap[10]["ece_bma_minus_map_hi90"] < 0
+
+
 def test_posterior_mean_plug_in_and_bma_reach_the_map_accuracy_level(study):
     """Same accuracy level: after 30 rounds with K = 10 the BMA is within 2 points of the MAP
     (L-BFGS on the pooled data), i.e. the sampler sits in the posterior's bulk."""
