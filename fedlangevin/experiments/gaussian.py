@@ -796,19 +796,27 @@ def participation_study(
         if i == 0:
             ax.legend(fontsize=7, loc="lower left")
     ax = flat[len(schemes)]
-    marks = iter("os^vDP")
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    marks, handles = iter("os^vDP"), []
     for scheme, s in schemes:
         name = "full" if scheme == "full" else f"{scheme}, S={s}"
-        line, = ax.plot(limit_factors, limits[(scheme, s)], "-", lw=1.1, label=f"{name} (exact)")
+        mark = next(marks)
+        line, = ax.plot(limit_factors, limits[(scheme, s)], "-", lw=1.1)
         mc = [summary[(scheme, s, c)]["mc_floor"] for c in step_factors]
-        ax.plot(step_factors, mc, next(marks), color=line.get_color(), ms=5, ls="")
+        ax.plot(step_factors, mc, mark, color=line.get_color(), ms=5, ls="")
+        handles.append(Line2D([], [], color=line.get_color(), marker=mark, ms=5, lw=1.1, label=name))
     _floor_band(ax, floor)
+    handles.append(Patch(color="grey", alpha=0.22, lw=0, label=f"exact-draw floor, R={floor.n} (5-95%)"))
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("eta x L")
-    ax.set_ylabel("long-run W2 (markers: R=300, last 25%)")
+    ax.set_ylim(top=ax.get_ylim()[1] * 40)  # room for the legend above the curves
+    ax.set_ylabel("long-run W2 to the exact posterior")
     ax.set_title(f"({letters[len(schemes)]}) bias against step size", fontsize=10)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(handles=handles, fontsize=7, loc="upper center", ncol=2,
+              title=f"line: exact; marker: R={chains}, mean of the last 25% of rounds", title_fontsize=7)
     for extra in flat[len(schemes) + 1 :]:
         extra.axis("off")
     fig.suptitle(f"Fig. 2: device participation, N={problem.num_clients}, K={local_steps}, alpha={alpha:g}", fontsize=10)
