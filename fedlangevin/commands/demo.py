@@ -65,7 +65,8 @@ def _figure(problem, curves, floor, trace, mean, cov, path, eta) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from scipy.stats import gaussian_kde, multivariate_normal
+
+    from fedlangevin.experiments.gaussian import density_panels
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
     ax = axes[0]
@@ -79,22 +80,10 @@ def _figure(problem, curves, floor, trace, mean, cov, path, eta) -> None:
     ax.set_title(f"FA-LD, N={problem.num_clients}, alpha={problem.alpha:g}, eta={eta:g}")
     ax.legend(fontsize=8, loc="upper right")
 
-    half = 4 * np.sqrt(np.diag(cov))
-    gx = np.linspace(mean[0] - half[0], mean[0] + half[0], 120)
-    gy = np.linspace(mean[1] - half[1], mean[1] + half[1], 120)
-    xx, yy = np.meshgrid(gx, gy)
-    pts = np.stack([xx.ravel(), yy.ravel()], 1)
-    true = multivariate_normal(mean, cov).pdf(pts).reshape(xx.shape)
     last = trace.numpy()[:, -max(1, trace.num_draws // 4) :].reshape(-1, 2)
-    emp = gaussian_kde(last.T)(pts.T).reshape(xx.shape)
-    levels = np.linspace(0, max(true.max(), emp.max()), 12)[1:]
-    for ax, z, title in ((axes[1], true, "true posterior density (Fig. 1d)"),
-                         (axes[2], emp, f"empirical density, K={trace.settings['local_steps']} (Fig. 1e)")):
-        cs = ax.contourf(xx, yy, z, levels=levels, cmap="viridis")
-        ax.set_xlabel("theta[0]")
-        ax.set_ylabel("theta[1]")
-        ax.set_title(title)
-        fig.colorbar(cs, ax=ax, fraction=0.046)
+    density_panels(axes[1:], mean, cov, last, ("true posterior density (Fig. 1d)",
+                                               f"empirical density, K={trace.settings['local_steps']} (Fig. 1e)"),
+                   points=120)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -42,6 +42,7 @@ __all__ = [
     "StudyResult",
     "STUDIES",
     "correlation_study",
+    "density_panels",
     "density_study",
     "exact_w2_curve",
     "heterogeneity_study",
@@ -656,7 +657,6 @@ def density_study(
     rounds of all chains (every ``keep_last // 10``-th round, to thin the autocorrelation).
     """
     import fedlangevin as fl
-    from scipy.stats import gaussian_kde, multivariate_normal
 
     t_start = time.perf_counter()
     problem = simulation_problem(alpha, 1.0, seed=seed)
@@ -685,28 +685,36 @@ def density_study(
              f"{last_w2.min():.3g} - {last_w2.max():.3g}"
 
     plt = _plt()
-    half = 4 * np.sqrt(np.diag(cov))
-    gx = np.linspace(mean[0] - half[0], mean[0] + half[0], 140)
-    gy = np.linspace(mean[1] - half[1], mean[1] + half[1], 140)
-    xx, yy = np.meshgrid(gx, gy)
-    pts = np.stack([xx.ravel(), yy.ravel()], 1)
-    true = multivariate_normal(mean, cov).pdf(pts).reshape(xx.shape)
-    emp = gaussian_kde(x.T)(pts.T).reshape(xx.shape)
-    levels = np.linspace(0, max(true.max(), emp.max()), 12)[1:]
     fig, axes = plt.subplots(1, 2, figsize=(11.5, 4.5))
-    for ax, z, title in ((axes[0], true, "Fig. 1d: true posterior density"),
-                         (axes[1], emp, f"Fig. 1e: empirical density (K={local_steps}, {x.shape[0]} draws)")):
-        cs = ax.contourf(xx, yy, z, levels=levels, cmap="viridis")
-        ax.set_xlabel("theta[0]")
-        ax.set_ylabel("theta[1]")
-        ax.set_title(title, fontsize=10)
-        fig.colorbar(cs, ax=ax, fraction=0.046, label="density")
+    density_panels(axes, mean, cov, x, ("Fig. 1d: true posterior density",
+                                        f"Fig. 1e: empirical density (K={local_steps}, {x.shape[0]} draws)"))
     fig.tight_layout()
     settings = dict(alpha=alpha, local_steps=local_steps, step_size=step_size, rounds=rounds, keep_last=keep_last,
                     chains=chains, seed=seed)
     return StudyResult("density", rows.columns, fig, table, settings, time.perf_counter() - t_start,
                        {"exact_mean": mean, "exact_cov": cov, "emp_mean": emp_mean, "emp_cov": emp_cov,
                         "w2_kept": last_w2})
+
+
+def density_panels(axes, mean, cov, draws, titles: Sequence[str], points: int = 140) -> None:
+    """Fig. 1d/1e on two matplotlib axes: the exact density N(mean, cov) and a Gaussian KDE of
+    ``draws`` (M, 2), as filled contours with the same levels, on a +-4 sd grid around ``mean``."""
+    from scipy.stats import gaussian_kde, multivariate_normal
+
+    half = 4 * np.sqrt(np.diag(cov))
+    gx = np.linspace(mean[0] - half[0], mean[0] + half[0], points)
+    gy = np.linspace(mean[1] - half[1], mean[1] + half[1], points)
+    xx, yy = np.meshgrid(gx, gy)
+    pts = np.stack([xx.ravel(), yy.ravel()], 1)
+    true = multivariate_normal(mean, cov).pdf(pts).reshape(xx.shape)
+    emp = gaussian_kde(np.asarray(draws).T)(pts.T).reshape(xx.shape)
+    levels = np.linspace(0, max(true.max(), emp.max()), 12)[1:]
+    for ax, z, title in zip(axes, (true, emp), titles):
+        cs = ax.contourf(xx, yy, z, levels=levels, cmap="viridis")
+        ax.set_xlabel("theta[0]")
+        ax.set_ylabel("theta[1]")
+        ax.set_title(title, fontsize=10)
+        ax.figure.colorbar(cs, ax=ax, fraction=0.046, label="density")
 
 
 # -- Fig. 2: partial participation -----------------------------------------------------------
@@ -796,19 +804,27 @@ def participation_study(
         if i == 0:
             ax.legend(fontsize=7, loc="lower left")
     ax = flat[len(schemes)]
-    marks = iter("os^vDP")
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    marks, handles = iter("os^vDP"), []
     for scheme, s in schemes:
         name = "full" if scheme == "full" else f"{scheme}, S={s}"
-        line, = ax.plot(limit_factors, limits[(scheme, s)], "-", lw=1.1, label=f"{name} (exact)")
+        mark = next(marks)
+        line, = ax.plot(limit_factors, limits[(scheme, s)], "-", lw=1.1)
         mc = [summary[(scheme, s, c)]["mc_floor"] for c in step_factors]
-        ax.plot(step_factors, mc, next(marks), color=line.get_color(), ms=5, ls="")
+        ax.plot(step_factors, mc, mark, color=line.get_color(), ms=5, ls="")
+        handles.append(Line2D([], [], color=line.get_color(), marker=mark, ms=5, lw=1.1, label=name))
     _floor_band(ax, floor)
+    handles.append(Patch(color="grey", alpha=0.22, lw=0, label=f"exact-draw floor, R={floor.n} (5-95%)"))
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("eta x L")
-    ax.set_ylabel("long-run W2 (markers: R=300, last 25%)")
+    ax.set_ylim(top=ax.get_ylim()[1] * 40)  # room for the legend above the curves
+    ax.set_ylabel("long-run W2 to the exact posterior")
     ax.set_title(f"({letters[len(schemes)]}) bias against step size", fontsize=10)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(handles=handles, fontsize=7, loc="upper center", ncol=2,
+              title=f"line: exact; marker: R={chains}, mean of the last 25% of rounds", title_fontsize=7)
     for extra in flat[len(schemes) + 1 :]:
         extra.axis("off")
     fig.suptitle(f"Fig. 2: device participation, N={problem.num_clients}, K={local_steps}, alpha={alpha:g}", fontsize=10)

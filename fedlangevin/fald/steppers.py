@@ -38,6 +38,7 @@ from fedlangevin.fald.noise import NoiseScales
 from fedlangevin.problems.base import FederatedProblem
 
 __all__ = [
+    "AffineStepper",
     "DenseAffineStepper",
     "GradientStepper",
     "SMALL_DIM",
@@ -122,7 +123,23 @@ class Stepper:
         raise NotImplementedError
 
 
-class SmallAffineStepper(Stepper):
+class AffineStepper(Stepper):
+    """Base of the affine kernels: reads the problem's quadratic form (grad f^c = A_c theta - b_c)
+    once. ``hessian`` is A (d, d) when every client shares it (``shared_hessian``), else
+    A_c (N, d, d); ``shift`` is b_c (N, d), both in the state's dtype and on its device."""
+
+    def __init__(self, problem: FederatedProblem, dtype: torch.dtype, device: torch.device) -> None:
+        super().__init__(problem, dtype, device)
+        form = problem.quadratic()
+        if form is None:
+            raise ValueError(f"{type(self).__name__} needs a problem with affine gradients (problem.quadratic())")
+        self.shared_hessian = form.shared
+        self.hessian = form.hessian.to(device=self.device, dtype=dtype)
+        self.shift = form.shift.to(device=self.device, dtype=dtype)  # (N, d)
+        self._eta = None
+
+
+class SmallAffineStepper(AffineStepper):
     """Affine gradients grad f^c = A_c theta - b_c, small d: coordinate-major (d, R, N) planes.
 
     Local step (eq. 10) for coordinate e of every chain r and client c:
@@ -137,13 +154,7 @@ class SmallAffineStepper(Stepper):
 
     def __init__(self, problem: FederatedProblem, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__(problem, dtype, device)
-        form = problem.quadratic()
-        if form is None:
-            raise ValueError("SmallAffineStepper needs a problem with affine gradients (problem.quadratic())")
-        self.shared_hessian = form.shared
-        self.hessian = form.hessian.to(device=self.device, dtype=dtype)
-        self.shift_planes = form.shift.to(device=self.device, dtype=dtype).t().contiguous()[:, None, :]  # (d, 1, N)
-        self._eta = None
+        self.shift_planes = self.shift.t().contiguous()[:, None, :]  # (d, 1, N)
 
     def _allocate(self, chains: int) -> None:
         r, n, d = chains, self.num_clients, self.dim
@@ -203,23 +214,13 @@ class SmallAffineStepper(Stepper):
         return x.permute(1, 2, 0)  # (R, N, d) view
 
 
-class DenseAffineStepper(Stepper):
+class DenseAffineStepper(AffineStepper):
     """Affine gradients, any d: one matrix product per local step.
 
     Shared Hessian A, state (R, N, d): y = addmm(eta b_c + noise, x, M) with M = I - eta A
     (cached per eta). Per-client Hessians A_c, state (N, R, d):
     y = baddbmm(x + eta b_c + noise, x, A_c, alpha = -eta), which never forms I - eta A_c.
     """
-
-    def __init__(self, problem: FederatedProblem, dtype: torch.dtype, device: torch.device) -> None:
-        super().__init__(problem, dtype, device)
-        form = problem.quadratic()
-        if form is None:
-            raise ValueError("DenseAffineStepper needs a problem with affine gradients (problem.quadratic())")
-        self.shared_hessian = form.shared
-        self.hessian = form.hessian.to(device=self.device, dtype=dtype)
-        self.shift = form.shift.to(device=self.device, dtype=dtype)  # (N, d)
-        self._eta = None
 
     def _allocate(self, chains: int) -> None:
         r, n, d = chains, self.num_clients, self.dim
