@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from fedlangevin._validation import check_int, check_real
+from fedlangevin.data.splits import SPLITS
 
 __all__ = [
     "ClassificationSettings",
@@ -738,7 +739,7 @@ def cli_configure(name: str, parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--thin", type=int, default=d.thin, help="one sample every THIN rounds (default: %(default)s)")
     parser.add_argument("--temperature", type=float, default=d.temperature, help="tau (default: %(default)s)")
     parser.add_argument("--clients", type=int, default=d.num_clients, help="N clients (default: %(default)s)")
-    parser.add_argument("--split", choices=("iid", "label_skew", "dirichlet"), default=d.split,
+    parser.add_argument("--split", choices=SPLITS, default=d.split,
                         help="federated split (default: %(default)s)")
     parser.add_argument("--classes-per-client", type=int, default=d.classes_per_client,
                         help="classes per client for --split label_skew (default: %(default)s)")
