@@ -16,13 +16,7 @@ pytest.importorskip("arviz")
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """The tensors here are tiny: one thread is fastest and immune to busy cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny tensors (tests/conftest.py)
 
 
 def _load(name: str):
