@@ -8,7 +8,6 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-import torch
 
 pytest.importorskip("pyro")
 pytest.importorskip("arviz")
