@@ -9,9 +9,10 @@ Deng et al., *On Convergence of Federated Averaging Langevin Dynamics*, Alg. 1 /
 
 The state between rounds is the synchronised global parameter per chain, (R, d); inside a
 round every chain and client is updated at once on an (R, N, d) working buffer (no Python
-loop over chains or clients). Problems with affine gradients (:class:`QuadraticForm`,
-e.g. the Gaussian simulation) take a fast path, theta <- theta (I - eta A) + eta b_c, that
-never touches data.
+loop over chains or clients). :func:`local_step` is the plain reference form; the runner
+passes a round kernel from :mod:`fedlangevin.fald.steppers` (preallocated buffers, and for
+problems with affine gradients, e.g. the Gaussian simulation, a fast path
+theta <- theta (I - eta A_c) + eta b_c + noise that never touches data).
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ import torch
 
 from fedlangevin.fald.noise import NoiseScales, add_noise_
 from fedlangevin.fald.participation import Participation, synchronize
+from fedlangevin.fald.steppers import Stepper, make_stepper, round_threads
 from fedlangevin.problems.base import FederatedProblem
 
-__all__ = ["FALDState", "local_step", "fald_round", "init_state"]
+__all__ = ["FALDState", "local_step", "fald_round", "init_state", "make_stepper"]
 
 
 @dataclass(frozen=True)
@@ -55,34 +57,6 @@ def local_step(
     return add_noise_(theta, scales, eta, generator)
 
 
-class _AffineStepper:
-    """Fast path for grad f^c(theta) = A_c theta - b_c: theta <- theta (I - eta A) + eta b."""
-
-    def __init__(self, problem: FederatedProblem, dtype: torch.dtype, device: torch.device) -> None:
-        form = problem.quadratic()
-        self.hessian = form.hessian.to(device=device, dtype=dtype)
-        self.shift = form.shift.to(device=device, dtype=dtype)
-        self.shared = form.shared
-        self._eta = None
-
-    def _prepare(self, eta: float) -> None:
-        if eta != self._eta:
-            eye = torch.eye(self.hessian.shape[-1], device=self.hessian.device, dtype=self.hessian.dtype)
-            self.transition = eye - eta * self.hessian  # symmetric, so theta @ M = (M theta^T)^T
-            self.offset = eta * self.shift
-            self._eta = eta
-
-    def step(self, theta, buf, eta, scales, generator):
-        self._prepare(eta)
-        if self.shared:
-            torch.matmul(theta, self.transition, out=buf)
-        else:
-            buf.copy_(torch.einsum("rnd,nde->rne", theta, self.transition))
-        buf.add_(self.offset)
-        add_noise_(buf, scales, eta, generator)
-        return buf, theta
-
-
 def fald_round(
     state: FALDState,
     problem: FederatedProblem,
@@ -92,23 +66,25 @@ def fald_round(
     p: torch.Tensor,
     generator: torch.Generator | None,
     batch_size: int | None = None,
-    stepper: _AffineStepper | None = None,
+    stepper: Stepper | None = None,
 ) -> tuple[FALDState, torch.Tensor]:
     """One communication round: broadcast, K = len(etas) local steps, synchronise.
 
     Returns the new state and the aggregation weights used (N,) or (R, N). ``p`` holds the
     client weights on the run's device and dtype. The input state is not modified.
+    ``stepper``: a round kernel from :func:`make_stepper` built for this problem and
+    ``batch_size`` (reused across rounds); without one, the K steps run through
+    :func:`local_step`. Small rounds run with one CPU thread (:func:`round_threads`).
     """
     r, d = state.theta.shape
     n = problem.num_clients
-    theta = state.theta.unsqueeze(1).expand(r, n, d).clone()  # broadcast
-    if stepper is not None and batch_size is None:
-        buf = torch.empty_like(theta)
-        for eta in etas:
-            theta, buf = stepper.step(theta, buf, eta, scales, generator)
-    else:
-        for eta in etas:
-            local_step(theta, problem, eta, scales, generator, batch_size)
-    w = participation.weights(p, r, generator)
-    new_theta = synchronize(theta, w)
+    with round_threads(r * n * d, state.theta.device):
+        if stepper is not None:
+            beta = stepper.local_steps(state.theta, etas, scales, generator)
+        else:
+            beta = state.theta.unsqueeze(1).expand(r, n, d).clone()  # broadcast
+            for eta in etas:
+                local_step(beta, problem, eta, scales, generator, batch_size)
+        w = participation.weights(p, r, generator)
+        new_theta = synchronize(beta, w)
     return replace(state, theta=new_theta, step=state.step + len(etas), round=state.round + 1), w

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from fedlangevin._validation import check_int, check_real
-from fedlangevin.fald.kernel import FALDState, _AffineStepper, fald_round, init_state
+from fedlangevin.fald.kernel import FALDState, fald_round, init_state, make_stepper
 from fedlangevin.fald.noise import noise_scales
 from fedlangevin.fald.participation import Participation, as_participation
 from fedlangevin.fald.schedules import as_schedule, step_sizes
@@ -114,11 +114,7 @@ class FALD:
         self._scales = noise_scales(
             weights, self.temperature, self.correlation, device=self.device, dtype=self.dtype, noise_dtype=self.noise_dtype
         )
-        self._stepper = (
-            _AffineStepper(self._work_problem, self.dtype, self.device)
-            if self._work_problem.quadratic() is not None
-            else None
-        )
+        self._stepper = make_stepper(self._work_problem, self.dtype, self.device, self.batch_size)
         self.generator = torch.Generator(device=self.device).manual_seed(self.seed)
         self.state: FALDState = init_state(self._initial(init))
         self.communication = Communication(0, 0.0, 0.0, 0.0)

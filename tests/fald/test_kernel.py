@@ -106,3 +106,94 @@ def test_partial_participation_moments(scheme, s):
         prods = xc[:, :, None] * xc[:, None, :]
         se_cov = prods.std(0, ddof=1) / np.sqrt(R)
         assert np.abs((np.cov(x, rowvar=False) - c) / se_cov).max() < 5.0
+
+
+# -- round kernels: the fast paths are the same algorithm on the same random stream --------
+
+from fedlangevin.fald.kernel import FALDState, fald_round, make_stepper  # noqa: E402
+from fedlangevin.fald.noise import noise_scales  # noqa: E402
+
+
+def _rounds(problem, kernel, rho, noise_dtype, etas, rounds=4, chains=5, scheme=None, dtype=torch.float64):
+    """``rounds`` FA-LD rounds with the given kernel (None: the plain local_step loop)."""
+    g = torch.Generator().manual_seed(42)
+    scales = noise_scales(problem.weights, 0.9, rho, dtype=dtype, noise_dtype=noise_dtype)
+    stepper = None if kernel is None else make_stepper(problem.to(dtype=dtype), dtype, "cpu", kernel=kernel)
+    work = problem.to(dtype=dtype)
+    state = FALDState(theta=torch.linspace(-1, 1, chains * problem.dim, dtype=dtype).reshape(chains, problem.dim))
+    p = problem.weights.to(dtype)
+    rule = scheme or fl.Full()
+    out = []
+    for _ in range(rounds):
+        state, _ = fald_round(state, work, etas, scales, rule, p, g, None, stepper)
+        out.append(state.theta.clone())
+    return torch.stack(out)
+
+
+def _random_problem(n, d, per_client, seed=0):
+    rng = np.random.default_rng(seed)
+    shape = (n, d, d) if per_client else (d, d)
+    q = rng.standard_normal(shape)
+    a = q @ np.swapaxes(q, -1, -2) / d + np.eye(d)
+    b = rng.standard_normal((n, d))
+    p = rng.uniform(0.5, 1.5, n)
+    return QuadraticProblem(a, b, p / p.sum())
+
+
+@pytest.mark.parametrize("per_client", [False, True])
+@pytest.mark.parametrize("d", [2, 9])
+@pytest.mark.parametrize("rho", [0.0, 0.6, 1.0])
+@pytest.mark.parametrize("noise_dtype", [torch.float32, torch.float64])
+def test_every_kernel_gives_the_reference_draws(per_client, d, rho, noise_dtype):
+    """Same seed -> the same draws, up to rounding, for the reference loop (local_step), the
+    gradient kernel, the coordinate-major affine kernel and the matrix-product affine kernel,
+    with varying step sizes within a round. The affine kernels compute (I - eta A) x + eta b
+    instead of x - eta (A x - b): the difference is rounding, ~1e-15 relative per step, and
+    the maps are contractions, so 1e-10 is a loose bound that still catches any wrong term."""
+    problem = _random_problem(4, d, per_client)
+    etas = [0.05, 0.04, 0.03]
+    ref = _rounds(problem, None, rho, noise_dtype, etas)
+    for kernel in ("gradient", "small", "dense"):
+        got = _rounds(problem, kernel, rho, noise_dtype, etas)
+        torch.testing.assert_close(got, ref, rtol=1e-10, atol=1e-10, msg=f"kernel={kernel}")
+    assert ref.std() > 0.1  # the runs really move
+
+
+def test_kernels_agree_with_partial_participation_and_float32_state():
+    problem = _random_problem(5, 3, True, seed=1)
+    etas = [0.05] * 3
+    ref = _rounds(problem, None, 0.3, torch.float32, etas, scheme=fl.SchemeI(3), dtype=torch.float32)
+    for kernel in ("gradient", "small", "dense"):
+        got = _rounds(problem, kernel, 0.3, torch.float32, etas, scheme=fl.SchemeI(3), dtype=torch.float32)
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)  # float32 rounding over 12 steps
+
+
+def test_make_stepper_choices_and_errors():
+    small = _random_problem(3, 2, False)
+    big = _random_problem(3, 12, False)
+    assert type(make_stepper(small, torch.float64, "cpu")).__name__ == "SmallAffineStepper"
+    assert type(make_stepper(big, torch.float64, "cpu")).__name__ == "DenseAffineStepper"
+    assert type(make_stepper(small, torch.float64, "cpu", batch_size=2)).__name__ == "GradientStepper"
+    with pytest.raises(ValueError, match="kernel"):
+        make_stepper(small, torch.float64, "cpu", kernel="fused")
+    with pytest.raises(ValueError, match="affine"):
+        make_stepper(small, torch.float64, "cpu", batch_size=2, kernel="small")
+
+
+def test_small_rounds_run_single_threaded_and_restore_the_setting():
+    from fedlangevin.fald.steppers import SINGLE_THREAD_NUMEL, round_threads
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with round_threads(1000):
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+        with round_threads(SINGLE_THREAD_NUMEL + 1):
+            assert torch.get_num_threads() == 2
+        with pytest.raises(RuntimeError):
+            with round_threads(10):
+                raise RuntimeError("boom")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

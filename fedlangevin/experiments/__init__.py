@@ -1,0 +1,30 @@
+"""Paper reproductions as functions returning tidy data and figures.
+
+- :mod:`fedlangevin.experiments.gaussian`: the simulation study of Deng et al. (Sec. 7.1,
+  Fig. 1a-e, Fig. 2, Thm 5.8), also behind ``fedlangevin simulate <study>``.
+- :mod:`fedlangevin.experiments.exact`: exact moments of FA-LD on quadratic problems.
+"""
+
+from fedlangevin.experiments.exact import exact_moments, participation_moments, round_operators, w2_to_target
+from fedlangevin.experiments.gaussian import (
+    PAPER_ALPHAS,
+    STUDIES,
+    CurvatureSimulation,
+    StudyResult,
+    correlation_study,
+    density_study,
+    exact_w2_curve,
+    heterogeneity_study,
+    k_study,
+    mc_w2_curve,
+    participation_study,
+    run_study,
+    simulation_problem,
+    step_size_study,
+)
+
+__all__ = [
+    "CurvatureSimulation", "PAPER_ALPHAS", "STUDIES", "StudyResult", "correlation_study", "density_study",
+    "exact_moments", "exact_w2_curve", "heterogeneity_study", "k_study", "mc_w2_curve", "participation_study",
+    "participation_moments", "round_operators", "run_study", "simulation_problem", "step_size_study", "w2_to_target",
+]
