@@ -21,6 +21,7 @@ import torch
 
 from diagnostics.calibration import brier, ece
 from fedlangevin._validation import check_int, check_real
+from fedlangevin.data.splits import split_by_class, split_iid  # the federated splits live in fedlangevin.data
 
 __all__ = [
     "FlatModel",
@@ -320,33 +321,3 @@ def gaussian_mixture(
     X = means.to(torch.float64)[y] + torch.randn(len(y), dim, generator=generator, dtype=torch.float64)
     return X.to(dtype), y, means
 
-
-def split_by_class(
-    X: torch.Tensor, y: torch.Tensor, num_devices: int, generator: torch.Generator | None = None
-) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """LFL's non-iid split (Sec. 4): the points of each class are cut into M / C disjoint
-    random subsets and every device gets one subset, so every device holds a single class.
-    ``num_devices`` must be a multiple of the number of classes C."""
-    classes = torch.unique(y)
-    C = len(classes)
-    num_devices = check_int("num_devices", num_devices, minimum=C)
-    if num_devices % C:
-        raise ValueError(f"num_devices must be a multiple of the number of classes ({C}); got {num_devices}")
-    per = num_devices // C
-    out = []
-    for c in classes:
-        idx = torch.nonzero(y == c).squeeze(1)
-        idx = idx[torch.randperm(len(idx), generator=generator)]
-        for chunk in torch.tensor_split(idx, per):
-            out.append((X[chunk], y[chunk]))
-    order = torch.randperm(len(out), generator=generator).tolist()
-    return [out[i] for i in order]
-
-
-def split_iid(
-    X: torch.Tensor, y: torch.Tensor, num_devices: int, generator: torch.Generator | None = None
-) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """LFL's iid split (Sec. 4): a random partition into M (near-)equal disjoint subsets."""
-    num_devices = check_int("num_devices", num_devices, minimum=1, maximum=len(y))
-    idx = torch.randperm(len(y), generator=generator)
-    return [(X[c], y[c]) for c in torch.tensor_split(idx, num_devices)]

@@ -3,6 +3,8 @@
 - :mod:`fedlangevin.experiments.gaussian`: the simulation study of Deng et al. (Sec. 7.1,
   Fig. 1a-e, Fig. 2, Thm 5.8), also behind ``fedlangevin simulate <study>``.
 - :mod:`fedlangevin.experiments.exact`: exact moments of FA-LD on quadratic problems.
+- :mod:`fedlangevin.experiments.classification`: Bayesian logistic regression on real images
+  (Sec. 7.2), behind ``fedlangevin simulate classification``.
 """
 
 from fedlangevin.experiments.exact import exact_moments, participation_moments, round_operators, w2_to_target
