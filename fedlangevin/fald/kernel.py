@@ -18,7 +18,7 @@ theta <- theta (I - eta A_c) + eta b_c + noise that never touches data).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -27,7 +27,13 @@ from fedlangevin.fald.participation import Participation, synchronize
 from fedlangevin.fald.steppers import Stepper, make_stepper, round_threads
 from fedlangevin.problems.base import FederatedProblem
 
-__all__ = ["FALDState", "local_step", "fald_round", "init_state", "make_stepper"]
+__all__ = ["FALDState", "UploadCodec", "local_step", "fald_round", "init_state", "make_stepper"]
+
+#: An upload codec: ``codec(beta, theta, generator) -> beta_received``. It gets the clients'
+#: local states beta (R, N, d) after the round's local steps and the broadcast global
+#: parameters theta (R, d), and returns what the server receives, (R, N, d); the server
+#: averages that instead of beta. Example: :class:`fedlangevin.compression.QuantizedUpdateUpload`.
+UploadCodec = Callable[[torch.Tensor, torch.Tensor, "torch.Generator | None"], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,8 @@ def fald_round(
     generator: torch.Generator | None,
     batch_size: int | None = None,
     stepper: Stepper | None = None,
+    *,
+    upload: UploadCodec | None = None,
 ) -> tuple[FALDState, torch.Tensor]:
     """One communication round: broadcast, K = len(etas) local steps, synchronise.
 
@@ -75,6 +83,9 @@ def fald_round(
     ``stepper``: a round kernel from :func:`make_stepper` built for this problem and
     ``batch_size`` (reused across rounds); without one, the K steps run through
     :func:`local_step`. Small rounds run with one CPU thread (:func:`round_threads`).
+    ``upload``: an optional :data:`UploadCodec` applied to the local states after the
+    participation draw and before the server average (e.g. quantized uploads); ``None``
+    (default) averages the exact states.
     """
     r, d = state.theta.shape
     n = problem.num_clients
@@ -86,5 +97,11 @@ def fald_round(
             for eta in etas:
                 local_step(beta, problem, eta, scales, generator, batch_size)
         w = participation.weights(p, r, generator)
+        if upload is not None:
+            received = upload(beta, state.theta, generator)
+            if received.shape != beta.shape:
+                raise ValueError(f"upload codec must return the local states' shape {tuple(beta.shape)}; "
+                                 f"got {tuple(received.shape)}")
+            beta = received
         new_theta = synchronize(beta, w)
     return replace(state, theta=new_theta, step=state.step + len(etas), round=state.round + 1), w

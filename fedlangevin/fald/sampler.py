@@ -88,6 +88,7 @@ class FALD:
         dtype: Any = torch.float64,
         seed: int | None = None,
         noise_dtype: Any = torch.float32,
+        upload: Callable[[torch.Tensor, torch.Tensor, torch.Generator | None], torch.Tensor] | None = None,
     ) -> None:
         if not isinstance(problem, FederatedProblem):
             raise ValueError(f"problem must be a fedlangevin FederatedProblem; got {type(problem).__name__}")
@@ -107,6 +108,9 @@ class FALD:
         if seed is None:
             seed = int.from_bytes(os.urandom(8), "little") >> 2
         self.seed = check_int("seed", seed, 0)
+        if upload is not None and not callable(upload):
+            raise ValueError(f"upload must be None or a callable codec(beta, theta, generator); got {upload!r}")
+        self.upload = upload
 
         self.problem = problem
         self._work_problem = problem.to(device=self.device, dtype=self.dtype)
@@ -148,6 +152,7 @@ class FALD:
             "device": str(self.device),
             "dtype": str(self.dtype).replace("torch.", ""),
             "noise_dtype": str(self.noise_dtype).replace("torch.", ""),
+            "upload": "exact" if self.upload is None else repr(self.upload),
         }
 
     def run(self, rounds: int, warmup: int = 0, thin: int = 1, progress: bool | None = None) -> Trace:
@@ -179,7 +184,7 @@ class FALD:
                 round_etas = etas[(j - 1) * k : j * k]
                 state, w = fald_round(
                     self.state, self._work_problem, round_etas, self._scales, self.participation,
-                    self._p, self.generator, self.batch_size, self._stepper,
+                    self._p, self.generator, self.batch_size, self._stepper, upload=self.upload,
                 )
                 bad = ~torch.isfinite(state.theta).all(dim=1)
                 if bool(bad.any()):
