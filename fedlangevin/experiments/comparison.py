@@ -384,8 +384,13 @@ def _run_fald(setting: Setting, s: ComparisonSettings, q: int | None, eval_round
             metrics[m].append(sc[m])
     seconds = time.perf_counter() - t0
     up, down = fald_bits_per_round(setting.dim, setting.num_clients, s.bits_per_entry, q, s.downlink)
+    start = int(math.floor(s.warmup_fraction * samples.shape[0]))
+    tail = samples[start:].double()
     info: dict[str, Any] = {"step_size": eta, "smoothness": L, "diverged_at": diverged_at,
-                            "injected_variance_per_round": 2.0 * eta * s.temperature * s.local_steps}
+                            "injected_variance_per_round": 2.0 * eta * s.temperature * s.local_steps,
+                            # spread of the chain after the warm-up: mean over coordinates of the
+                            # variance over draws (compared between quantized and exact uploads)
+                            "sample_variance": float(tail.var(0).mean()) if len(tail) > 1 else float("nan")}
     if recorder is not None:
         err = np.array(recorder.values)
         info["q"] = q
@@ -521,7 +526,10 @@ class ComparisonResult:
         ratio = run.info["error_to_noise"]
         start = int(math.floor(self.settings.warmup_fraction * len(ratio)))
         tail = ratio[start:]
+        exact = [r for r in self.runs_of(run.dataset, run.split) if r.method == "fald"]
+        spread = run.info["sample_variance"] / exact[0].info["sample_variance"] if exact else float("nan")
         return {"q": run.info["q"], "error_to_noise_after_warmup": float(np.nanmean(tail)) if tail.size else float("nan"),
+                "sample_variance_vs_exact": spread,
                 "error_to_noise_first_round": float(ratio[0]) if ratio.size else float("nan"),
                 "error_variance_after_warmup": float(np.nanmean(run.info["error_variance"][start:])) if tail.size else float("nan"),
                 "injected_variance_per_round": run.info["injected_variance_per_round"]}
@@ -567,7 +575,8 @@ class ComparisonResult:
                     lines.append(f"  q = {mk['q']}: quantization-error variance / injected noise variance "
                                  f"(2 eta tau K = {mk['injected_variance_per_round']:.3g}) per round = "
                                  f"{mk['error_to_noise_after_warmup']:.3g} after warm-up "
-                                 f"(first round {mk['error_to_noise_first_round']:.3g})")
+                                 f"(first round {mk['error_to_noise_first_round']:.3g}); chain variance "
+                                 f"x {mk['sample_variance_vs_exact']:.3g} of the exact-upload chain's")
             for row in self.differences:
                 if (row["dataset"], row["split"]) != (ds, split):
                     continue

@@ -119,13 +119,18 @@ def test_error_to_noise_ratio(result):
     (E[f(1 - f)] of the rounding fraction f is about 1/6 for any q when the magnitudes spread
     over many levels), so ratio(q = 2) / ratio(q = 8) is about 16 (the 1/q^2 law is only
     approximate at q = 2: allow 11 to 21); with q = 2^20 the ratio is below 1e-10. At q = 2 the
-    ratio is of order one: the injected noise does not mask the quantization."""
+    ratio is of order one: the injected noise does not mask the quantization, which acts as
+    extra noise — the chain's spread grows (to about 1 + ratio times the exact chain's variance
+    at stationarity; 1.34-1.91 was measured after these 20 rounds over seeds 0-2, floor 1.15),
+    while at q = 2^20 it is the exact chain's."""
     for split in ("iid", "label_skew"):
-        rows = {r["q"]: r for r in result.final_rows() if r["method"].startswith("fald_q")}
+        rows = {r["q"]: r for r in result.final_rows() if r["method"].startswith("fald_q") and r["split"] == split}
         r2, r8 = rows[2]["error_to_noise_after_warmup"], rows[8]["error_to_noise_after_warmup"]
         assert 11 < r2 / r8 < 21
         assert 0.1 < r2 < 3
         assert rows[Q_FINE]["error_to_noise_after_warmup"] < 1e-10
+        assert rows[2]["sample_variance_vs_exact"] > 1.15
+        assert abs(rows[Q_FINE]["sample_variance_vs_exact"] - 1) < 1e-3
         run = result.run("digits", split, "fald_q2")
         assert len(run.info["error_to_noise"]) == ROUNDS
         assert run.info["injected_variance_per_round"] == pytest.approx(2 * run.info["step_size"] * 0.05 * 10)
