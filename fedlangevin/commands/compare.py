@@ -68,8 +68,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                    help="bits of an exact entry (default: %(default)s, the LFL paper's R_LB = 33 d)")
     b.add_argument("--downlink", choices=("broadcast", "per_client"), default=d.downlink,
                    help="count a broadcast once per round or once per client (default: %(default)s)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (default: torch's choice; 1 is fastest on a busy machine)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (default: %(default)s: every tensor here is small, and on a busy "
+                             "2-core machine FedAvg ran 6-9x slower with 2 threads than with 1)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -78,8 +79,7 @@ def main(args: argparse.Namespace) -> int:
     from fedlangevin._validation import check_int
     from fedlangevin.experiments.comparison import ComparisonSettings, run_comparison
 
-    if args.threads is not None:
-        torch.set_num_threads(check_int("threads", args.threads, 1))
+    torch.set_num_threads(check_int("threads", args.threads, 1))
     base = ComparisonSettings()
     given = {"datasets": None if args.datasets is None else tuple(args.datasets), "rounds": args.rounds,
              "dzofl_rounds": args.dzofl_rounds, "evaluations": args.evaluations}
