@@ -54,6 +54,7 @@ import numpy as np
 import torch
 
 from fedlangevin._validation import check_int, check_real
+from fedlangevin.experiments.classification import _scores  # accuracy, Brier, ECE, NLL of probabilities
 
 __all__ = [
     "METHODS",
@@ -297,12 +298,6 @@ def _eval_rounds(rounds: int, every: int) -> list[int]:
     if not out or out[-1] != rounds:
         out.append(rounds)
     return out
-
-
-def _scores(probs: np.ndarray, labels: np.ndarray, n_bins: int) -> dict[str, float]:
-    from fedlangevin.experiments.classification import _scores as scores
-
-    return scores(probs, labels, n_bins)
 
 
 def _running_bma(problem, samples: torch.Tensor, X: torch.Tensor, eval_rounds: list[int], warmup_fraction: float,
