@@ -8,7 +8,8 @@
   bandwidth and CPU-frequency allocation;
 * :mod:`.models` — flat-parameter classifiers, stacked client data, metrics;
 * :mod:`.runner` — :func:`run_method`: any optimizer on given federated data, per-round test
-  metrics against cumulative bits.
+  metrics against cumulative bits;
+* :mod:`.fald_upload` — :class:`QuantizedUpdateUpload`: FA-LD with quantized uploads.
 
 See docs/compression.md.
 """
@@ -18,6 +19,7 @@ from fedlangevin.compression.quantize import (
     broadcast_saving_ratio,
     lemma1_second_moment_bound,
     lossless_bits,
+    quantization_error_variance,
     quantization_second_moment,
     quantization_skewness,
     quantize_decode,
@@ -29,14 +31,16 @@ from fedlangevin.compression.quantize import (
 from fedlangevin.compression.models import MLP, History, MultinomialLogistic, StackedClients
 from fedlangevin.compression.lfl import LFLOptimizer, LocalAdam, LocalSGD
 from fedlangevin.compression.dzofl import DZOFLConfig, DZOFLOptimizer
-from fedlangevin.compression.runner import METHODS, run_method
-from fedlangevin.compression import bounds, dzofl, lfl, models, quantize, runner, wireless
+from fedlangevin.compression.runner import METHODS, make_optimizer, run_method
+from fedlangevin.compression.fald_upload import QuantizedUpdateUpload, aggregated_error_variance
+from fedlangevin.compression import bounds, dzofl, fald_upload, lfl, models, quantize, runner, wireless
 
 __all__ = [
     "QuantizedTensor",
     "broadcast_saving_ratio",
     "lemma1_second_moment_bound",
     "lossless_bits",
+    "quantization_error_variance",
     "quantization_second_moment",
     "quantization_skewness",
     "quantize_decode",
@@ -54,9 +58,13 @@ __all__ = [
     "DZOFLConfig",
     "DZOFLOptimizer",
     "METHODS",
+    "make_optimizer",
     "run_method",
+    "QuantizedUpdateUpload",
+    "aggregated_error_variance",
     "bounds",
     "dzofl",
+    "fald_upload",
     "lfl",
     "models",
     "quantize",

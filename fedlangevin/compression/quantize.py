@@ -47,6 +47,7 @@ __all__ = [
     "broadcast_saving_ratio",
     "quantization_skewness",
     "quantization_second_moment",
+    "quantization_error_variance",
     "lemma1_second_moment_bound",
     "stochastic_round_float",
 ]
@@ -177,6 +178,16 @@ def quantization_second_moment(x: torch.Tensor, q: int) -> torch.Tensor:
 
     ||x||^2 + (x_max - x_min)^2 sum_i (u_i q - l_i)(1 - u_i q + l_i) / q^2.
     """
+    err = quantization_error_variance(x, q)  # validates x and q
+    return (x * x).sum(dim=-1) + err * x.shape[-1]
+
+
+def quantization_error_variance(x: torch.Tensor, q: int) -> torch.Tensor:
+    """Exact E||Q(x, q) - x||^2 / d per vector: the variance of the quantization error per
+    coordinate, (x_max - x_min)^2 sum_i (u_i q - l_i)(1 - u_i q + l_i) / (d q^2)
+    (Lemma 1's proof, eq. 25–26b; Q is unbiased, so this is E||Q||^2 - ||x||^2 over d).
+    At most (x_max - x_min)^2 / (4 q^2).
+    """
     q = check_int("q", q, minimum=1)
     _check_vector_batch("x", x)
     a = x.abs()
@@ -187,8 +198,7 @@ def quantization_second_moment(x: torch.Tensor, q: int) -> torch.Tensor:
     u = torch.where(span > 0, (a - x_min) / safe, torch.zeros_like(a)).clamp(0.0, 1.0)
     uq = u * q
     frac = uq - torch.floor(uq).clamp(max=q - 1)
-    extra = (span.squeeze(-1) ** 2) * (frac * (1.0 - frac)).sum(dim=-1) / q**2
-    return (x * x).sum(dim=-1) + extra
+    return (span.squeeze(-1) ** 2) * (frac * (1.0 - frac)).mean(dim=-1) / q**2
 
 
 def lemma1_second_moment_bound(x: torch.Tensor, q: int) -> torch.Tensor:

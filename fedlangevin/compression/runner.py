@@ -19,12 +19,43 @@ from fedlangevin.compression.dzofl import DZOFLConfig, DZOFLOptimizer
 from fedlangevin.compression.lfl import LFLOptimizer, LocalAdam, LocalSGD
 from fedlangevin.compression.models import FlatModel, History
 
-__all__ = ["METHODS", "DEFAULT_Q1", "run_method"]
+__all__ = ["METHODS", "DEFAULT_Q1", "make_optimizer", "run_method"]
 
 METHODS = ("fedavg", "lossless", "lb", "lfl", "lgm", "ltgm", "dzofl")
 
 #: broadcast level q1 used when none is given: the paper's Fig. 1a settings (LTGM needs q1 = 50)
 DEFAULT_Q1 = {"lfl": 2, "lgm": 2, "ltgm": 50, "lb": 2, "fedavg": 2, "lossless": 2}
+
+
+def make_optimizer(
+    method: str,
+    clients: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    model: FlatModel,
+    *,
+    q1: int | None = None,
+    q2: int = 2,
+    local: LocalSGD | LocalAdam | None = None,
+    dzofl: DZOFLConfig | None = None,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    **options: Any,
+) -> LFLOptimizer | DZOFLOptimizer:
+    """The seeded optimizer behind :func:`run_method` (same arguments, without the run's),
+    for callers that need its state afterwards (e.g. the final model ``opt.state.theta``)."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}; got {method!r}")
+    if method == "dzofl":
+        unknown = set(options) - {"theta0"}
+        if unknown:
+            raise ValueError(f"options {sorted(unknown)} do not apply to dzofl (allowed: theta0)")
+        return DZOFLOptimizer(model, clients, dzofl, seed=seed, device=device, dtype=dtype, **options)
+    if dzofl is not None:
+        raise ValueError("dzofl configuration given for a non-dzofl method")
+    q1 = DEFAULT_Q1[method] if q1 is None else q1
+    return LFLOptimizer(
+        model, clients, method=method, q1=q1, q2=q2, local=local, seed=seed, device=device, dtype=dtype, **options
+    )
 
 
 def run_method(
@@ -54,19 +85,9 @@ def run_method(
     (e.g. ``bits_per_entry``, ``clients_per_round``, ``loss_rate``, ``sampling``, ``theta0``)
     or :class:`~fedlangevin.compression.dzofl.DZOFLOptimizer` (``theta0``).
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}; got {method!r}")
-    if method == "dzofl":
-        unknown = set(options) - {"theta0"}
-        if unknown:
-            raise ValueError(f"options {sorted(unknown)} do not apply to dzofl (allowed: theta0)")
-        opt = DZOFLOptimizer(model, clients, dzofl, seed=seed, device=device, dtype=dtype, **options)
-        return opt.run(rounds, test, eval_every=eval_every)
-    if dzofl is not None:
-        raise ValueError("dzofl configuration given for a non-dzofl method")
-    q1 = DEFAULT_Q1[method] if q1 is None else q1
-    opt = LFLOptimizer(
-        model, clients, method=method, q1=q1, q2=q2, local=local, seed=seed, device=device, dtype=dtype, **options
+    opt = make_optimizer(
+        method, clients, model, q1=q1, q2=q2, local=local, dzofl=dzofl, seed=seed, device=device, dtype=dtype,
+        **options,
     )
     hist = opt.run(rounds, test, eval_every=eval_every)
     hist.method = method

@@ -5,6 +5,8 @@
 - :mod:`fedlangevin.experiments.exact`: exact moments of FA-LD on quadratic problems.
 - :mod:`fedlangevin.experiments.classification`: Bayesian logistic regression on real images
   (Sec. 7.2), behind ``fedlangevin simulate classification``.
+- :mod:`fedlangevin.experiments.comparison`: FA-LD beside the quantized-communication
+  optimizers on the same federated data, metrics against bits, behind ``fedlangevin compare``.
 """
 
 from fedlangevin.experiments.exact import exact_moments, participation_moments, round_operators, w2_to_target

@@ -27,7 +27,13 @@ from fedlangevin.fald.participation import Participation, synchronize
 from fedlangevin.fald.steppers import Stepper, make_stepper, round_threads
 from fedlangevin.problems.base import FederatedProblem
 
-__all__ = ["FALDState", "local_step", "fald_round", "init_state", "make_stepper"]
+__all__ = ["FALDState", "UploadCodec", "local_step", "fald_round", "init_state", "make_stepper"]
+
+#: An upload codec: ``codec(beta, theta, generator) -> beta_received``. It gets the clients'
+#: local states beta (R, N, d) after the round's local steps and the broadcast global
+#: parameters theta (R, d), and returns what the server receives, (R, N, d); the server
+#: averages that instead of beta. Example: :class:`fedlangevin.compression.QuantizedUpdateUpload`.
+UploadCodec = Callable[[torch.Tensor, torch.Tensor, "torch.Generator | None"], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,8 @@ def fald_round(
     batch_size: int | None = None,
     stepper: Stepper | None = None,
     on_step: Callable[[int, torch.Tensor], None] | None = None,
+    *,
+    upload: UploadCodec | None = None,
 ) -> tuple[FALDState, torch.Tensor]:
     """One communication round: broadcast, K = len(etas) local steps, synchronise.
 
@@ -79,6 +87,9 @@ def fald_round(
     ``on_step(i, beta)``, if given, sees the client states (R, N, d) after local step i of
     the round (a view valid during the call; the runner replays a diverged round with it to
     find the first bad step). Without it the kernels run unchanged.
+    ``upload``: an optional :data:`UploadCodec` applied to the local states after the
+    participation draw and before the server average (e.g. quantized uploads); ``None``
+    (default) averages the exact states.
     """
     r, d = state.theta.shape
     n = problem.num_clients
@@ -92,5 +103,11 @@ def fald_round(
                 if on_step is not None:
                     on_step(i, beta)
         w = participation.weights(p, r, generator)
+        if upload is not None:
+            received = upload(beta, state.theta, generator)
+            if received.shape != beta.shape:
+                raise ValueError(f"upload codec must return the local states' shape {tuple(beta.shape)}; "
+                                 f"got {tuple(received.shape)}")
+            beta = received
         new_theta = synchronize(beta, w)
     return replace(state, theta=new_theta, step=state.step + len(etas), round=state.round + 1), w

@@ -97,6 +97,11 @@ class FALD:
     noise_dtype : precision of the standard normals of the injected noise (float32 by
         default: about 4x faster to draw on CPU; see :mod:`fedlangevin.fald.noise` for why
         this does not matter statistically). ``torch.float64`` for double-precision normals.
+    upload : an optional codec ``upload(beta, theta, generator) -> beta'`` applied to the
+        client states (R, N, d) after the local steps and before the server average, e.g.
+        :class:`fedlangevin.compression.QuantizedUpdateUpload` for quantized uploads
+        (``docs/comparison.md``). ``None`` (default) averages the exact states at no cost.
+        Runs with a codec cannot be checkpointed.
 
     Long runs (``docs/long-runs.md``): :meth:`run` takes ``checkpoint=``/``checkpoint_every=``
     (atomic checkpoints), ``store=`` (draws appended to disk, flat memory), ``stats=``/
@@ -120,6 +125,7 @@ class FALD:
         dtype: Any = torch.float64,
         seed: int | None = None,
         noise_dtype: Any = torch.float32,
+        upload: Callable[[torch.Tensor, torch.Tensor, torch.Generator | None], torch.Tensor] | None = None,
     ) -> None:
         if not isinstance(problem, FederatedProblem):
             raise ValueError(f"problem must be a fedlangevin FederatedProblem; got {type(problem).__name__}")
@@ -144,6 +150,9 @@ class FALD:
                    f"the client states of {self.chains} chains x {problem.num_clients} clients x d = {problem.dim}",
                    "use fewer chains")
         initial = check_init(init, self.chains, problem.dim, self.dtype, self.device)
+        if upload is not None and not callable(upload):
+            raise ValueError(f"upload must be None or a callable codec(beta, theta, generator); got {upload!r}")
+        self.upload = upload
 
         self.problem = problem
         self._work_problem = problem.to(device=self.device, dtype=self.dtype)
@@ -181,6 +190,7 @@ class FALD:
             "device": str(self.device),
             "dtype": str(self.dtype).replace("torch.", ""),
             "noise_dtype": str(self.noise_dtype).replace("torch.", ""),
+            "upload": "exact" if self.upload is None else repr(self.upload),
         }
 
     # -- running --------------------------------------------------------------------------------
@@ -234,6 +244,9 @@ class FALD:
         If the run stops on another exception (Ctrl-C, a full disk), the sampler stays at
         the last completed round and the draws so far are in ``sampler.interrupted_trace``.
         """
+        if checkpoint is not None and self.upload is not None:
+            raise ValueError("checkpoint: a run with an upload codec cannot be checkpointed (the codec and its "
+                             "random stream are not part of the checkpoint); run without checkpoint=")
         if self._pending is not None:
             run = self._continue(self._pending, rounds, warmup, thin, store, keep_samples, stats, target,
                                  checkpoint, checkpoint_every, on_divergence)
@@ -352,7 +365,7 @@ class FALD:
             try:
                 state, w = fald_round(
                     self.state, self._work_problem, etas, self._scales, self.participation,
-                    self._p, self.generator, self.batch_size, self._stepper,
+                    self._p, self.generator, self.batch_size, self._stepper, upload=self.upload,
                 )
                 if not bool(torch.isfinite(state.theta).all()):
                     state = self._diverged(run, state, gen_state, etas)

@@ -1,0 +1,678 @@
+"""What sampling costs and buys: FA-LD beside quantized-communication FL optimizers on the same
+federated data, scored against the bits communicated.
+
+For every data set (``digits``, ``mnist5k``, or the user's MNIST-format files) and every
+federated split (iid and a non-iid one: label skew or Dirichlet) the same clients and the same
+test set are given to
+
+* **FA-LD** (Deng et al., Alg. 1): Bayesian multinomial logistic regression
+  (:class:`~fedlangevin.problems.LogisticRegression`, prior N(0, sigma^2 I), temperature tau),
+  K local SGLD steps per round with minibatches, full participation, one chain; scored by the
+  Bayesian model average (BMA) of its samples after a warm-up. At an evaluation after r
+  rounds the BMA averages the predicted probabilities of the samples of rounds
+  floor(w r) + 1 .. r (``warmup_fraction`` w: the usual rule of dropping the first part of a
+  chain), so the last point is the BMA of the samples after a warm-up of w T rounds;
+* **FA-LD with quantized uploads**: the same sampler with
+  :class:`~fedlangevin.compression.QuantizedUpdateUpload` (each client sends Q(beta^c - theta, q),
+  LFL's quantizer) — with its own random stream, so that its sampler noise and minibatches are
+  those of the exact run (common random numbers: the two differ by the quantization alone);
+* the optimizers of :mod:`fedlangevin.compression` with the softmax-regression model
+  :class:`~fedlangevin.compression.MultinomialLogistic` (the same d): **FedAvg** (lossless both
+  ways), **LB**, **LFL**, **LGM**, **LTGM** (tau = K local SGD steps with the same batch size)
+  and **DZOFL** (zero-order, one 16-bit scalar per device and round, so given more rounds); each
+  is scored by its server model.
+
+Metrics on the test set: accuracy, Brier score, ECE (15 equal-width bins) and NLL
+(:mod:`diagnostics` calibration functions), against the cumulative bits of both directions.
+
+Bits. An exact d-vector costs ``bits_per_entry`` d bits (33 d, the LFL paper's R_LB, as
+:func:`fedlangevin.compression.lossless_bits`); a quantized one R_Q(d, q) = 64 + d (1 + log2(q+1))
+(:func:`~fedlangevin.compression.quantized_bits`). FA-LD communicates exactly as FedAvg: every
+round the server broadcasts the global parameters (33 d) and each of the N participating
+clients uploads its local state (33 d each; R_Q(d, q) each with quantized uploads). As in
+:mod:`fedlangevin.compression`, a broadcast is counted once per round (one transmission
+reaches all clients, ``downlink="broadcast"``); ``downlink="per_client"`` counts it N times,
+for every method alike.
+
+Whether the Langevin noise masks the quantization: the quantized runs record, every round, the
+exact variance per coordinate of the quantization error in the server average,
+sum_c p_c^2 v_c (:func:`~fedlangevin.compression.aggregated_error_variance`), and divide it by
+the variance FA-LD injects into the average in one round, 2 eta tau K (eq. 15).
+
+Use :func:`run_comparison` from Python or ``fedlangevin compare`` from the shell.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from fedlangevin._validation import check_int, check_real
+from fedlangevin.experiments.classification import _scores  # accuracy, Brier, ECE, NLL of probabilities
+
+__all__ = [
+    "METHODS",
+    "METRICS",
+    "ComparisonSettings",
+    "ComparisonResult",
+    "MethodRun",
+    "Setting",
+    "fald_bits_per_round",
+    "prepare_setting",
+    "run_comparison",
+    "run_setting",
+]
+
+#: method keys: ``fald_q`` stands for one quantized FA-LD run per level in ``fald_q_levels``
+METHODS = ("fald", "fald_q", "fedavg", "lb", "lfl", "lgm", "ltgm", "dzofl")
+METRICS = ("accuracy", "brier", "ece", "nll")
+_OPTIMIZERS = ("fedavg", "lb", "lfl", "lgm", "ltgm", "dzofl")
+_SPLITS = ("iid", "label_skew", "dirichlet")
+_DOWNLINKS = ("broadcast", "per_client")
+
+
+@dataclass(frozen=True)
+class ComparisonSettings:
+    """Settings shared by every method (one federated data set per data set x split).
+
+    Parameters
+    ----------
+    datasets : ``"digits"``, ``"mnist5k"``, MNIST-format folders or ``.npz`` files.
+    splits : ``"iid"``, ``"label_skew"`` (``classes_per_client`` classes per client) and/or
+        ``"dirichlet"`` (``dirichlet_alpha``).
+    methods : a subset of :data:`METHODS`.
+    num_clients : N, every client takes part in every round (all methods).
+    rounds : communication rounds T of FA-LD and the LFL family.
+    local_steps : K, local steps per round (FA-LD's SGLD steps, the optimizers' tau).
+    batch_size : minibatch per client and local step (FA-LD and the LFL family).
+    evaluations : about this many test evaluations per run (every T / evaluations rounds).
+    temperature, prior_scale : FA-LD's tau and prior sigma (the paper's tau = 0.05; the
+        classification study's sigma = 1).
+    eta_factor : FA-LD's constant step size eta = eta_factor / L, L = ``problem.smoothness``.
+    warmup_fraction : w, the share of a chain's samples the BMA leaves out (see module docstring).
+    fald_q_levels : quantization levels q of the quantized FA-LD runs.
+    lr : learning rate of the LFL family's local SGD (on the mean cross-entropy); ``None``
+        (default) matches FA-LD's drift: FA-LD's client energy is n times a mean loss
+        (f^c = (1/p_c) NLL_c + prior, n = n_c / p_c), so its gradient step eta grad f^c is the
+        SGD step of learning rate eta n on the client's mean cross-entropy (plus the prior).
+    q1, q1_ltgm, q2 : broadcast levels (LFL, LGM; LTGM, whose broadcast needs a large q1: the
+        LFL paper's Fig. 1a uses 50) and the upload level of LB, LFL, LGM, LTGM.
+    dzofl_rounds, dzofl_alpha0, dzofl_gamma0, dzofl_batch_size : DZOFL's rounds and
+        :class:`~fedlangevin.compression.DZOFLConfig` (paper exponents v1 = v2 = 0.26, batch 10).
+    bits_per_entry : bits of an exact entry (33, the LFL paper's R_LB = 33 d).
+    downlink : ``"broadcast"`` (a broadcast counted once per round) or ``"per_client"`` (N times).
+    test_fraction : test share of the bundled data sets.
+    seed : seeds the test split, the client split, every sampler and optimizer.
+    n_bins : ECE bins.
+    bootstrap : paired-bootstrap resamples of the test set for the differences' intervals.
+    """
+
+    datasets: tuple[str, ...] = ("digits", "mnist5k")
+    splits: tuple[str, ...] = ("iid", "label_skew")
+    methods: tuple[str, ...] = METHODS
+    num_clients: int = 10
+    classes_per_client: int = 2
+    dirichlet_alpha: float = 0.5
+    rounds: int = 200
+    local_steps: int = 10
+    batch_size: int = 50
+    evaluations: int = 20
+    temperature: float = 0.05
+    prior_scale: float = 1.0
+    eta_factor: float = 16.0
+    warmup_fraction: float = 0.25
+    fald_q_levels: tuple[int, ...] = (2, 8)
+    lr: float | None = None
+    q1: int = 2
+    q1_ltgm: int = 50
+    q2: int = 2
+    dzofl_rounds: int = 4000
+    dzofl_alpha0: float = 2.0
+    dzofl_gamma0: float = 0.05
+    dzofl_batch_size: int = 10
+    bits_per_entry: int = 33
+    downlink: str = "broadcast"
+    test_fraction: float = 0.2
+    seed: int = 0
+    n_bins: int = 15
+    bootstrap: int = 1000
+
+    def resolved(self) -> "ComparisonSettings":
+        """Validated copy (tuples for the list fields); raises ValueError naming the argument."""
+        datasets = tuple(self.datasets)
+        if not datasets or not all(isinstance(d, str) and d for d in datasets):
+            raise ValueError(f"datasets must be a non-empty list of names or paths; got {self.datasets!r}")
+        splits = tuple(self.splits)
+        if not splits or any(sp not in _SPLITS for sp in splits):
+            raise ValueError(f"splits must be a non-empty list of {', '.join(_SPLITS)}; got {self.splits!r}")
+        methods = tuple(self.methods)
+        if not methods or any(m not in METHODS for m in methods) or len(set(methods)) != len(methods):
+            raise ValueError(f"methods must be a non-empty list of distinct names from {', '.join(METHODS)}; "
+                             f"got {self.methods!r}")
+        levels = tuple(check_int("fald_q_levels", q, 1) for q in self.fald_q_levels)
+        if "fald_q" in methods and (not levels or len(set(levels)) != len(levels)):
+            raise ValueError(f"fald_q_levels must be distinct integers >= 1 (at least one); got {self.fald_q_levels!r}")
+        check_int("num_clients", self.num_clients, 1)
+        check_int("classes_per_client", self.classes_per_client, 1)
+        check_real("dirichlet_alpha", self.dirichlet_alpha, low=0.0, low_open=True)
+        check_int("rounds", self.rounds, 1)
+        check_int("local_steps", self.local_steps, 1)
+        check_int("batch_size", self.batch_size, 1)
+        check_int("evaluations", self.evaluations, 1)
+        check_real("temperature", self.temperature, low=0.0, low_open=True)
+        check_real("prior_scale", self.prior_scale, low=0.0, low_open=True)
+        check_real("eta_factor", self.eta_factor, low=0.0, low_open=True)
+        check_real("warmup_fraction", self.warmup_fraction, low=0.0, high=1.0, high_open=True)
+        if self.lr is not None:
+            check_real("lr", self.lr, low=0.0, low_open=True)
+        for name in ("q1", "q1_ltgm", "q2", "dzofl_rounds", "dzofl_batch_size", "bits_per_entry", "n_bins",
+                     "bootstrap"):
+            check_int(name, getattr(self, name), 1)
+        check_real("dzofl_alpha0", self.dzofl_alpha0, low=0.0, low_open=True)
+        check_real("dzofl_gamma0", self.dzofl_gamma0, low=0.0, low_open=True)
+        if self.downlink not in _DOWNLINKS:
+            raise ValueError(f"downlink must be one of {', '.join(_DOWNLINKS)}; got {self.downlink!r}")
+        check_real("test_fraction", self.test_fraction, low=0.0, high=1.0, low_open=True, high_open=True)
+        check_int("seed", self.seed, 0)
+        return replace(self, datasets=datasets, splits=splits, methods=methods, fald_q_levels=levels)
+
+    def method_keys(self) -> list[str]:
+        """The runs of one setting, in order: ``fald_q`` expanded to ``fald_q<level>``."""
+        keys = []
+        for m in self.methods:
+            keys.extend([f"fald_q{q}" for q in self.fald_q_levels] if m == "fald_q" else [m])
+        return keys
+
+    def label(self, key: str) -> str:
+        """Legend label of a run."""
+        if key.startswith("fald_q"):
+            return f"FA-LD, quantized uploads (q = {key[6:]})"
+        return {
+            "fald": "FA-LD (BMA), exact uploads",
+            "fedavg": "FedAvg (lossless)",
+            "lb": f"LB (q2 = {self.q2})",
+            "lfl": f"LFL (q1 = {self.q1}, q2 = {self.q2})",
+            "lgm": f"LGM (q1 = {self.q1}, q2 = {self.q2})",
+            "ltgm": f"LTGM (q1 = {self.q1_ltgm}, q2 = {self.q2})",
+            "dzofl": "DZOFL (16-bit scalars)",
+        }[key]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One federated data set: the clients of a split, the test set, the FA-LD problem."""
+
+    dataset: str
+    split: str
+    clients: list  # [(X_c, y_c)]
+    X_test: torch.Tensor
+    y_test: torch.Tensor
+    num_classes: int
+    problem: Any  # LogisticRegression
+    smoothness: float  # L = problem.smoothness (computed once)
+
+    @property
+    def dim(self) -> int:
+        return int(self.problem.dim)
+
+    def step_size(self, s: ComparisonSettings) -> float:
+        """FA-LD's eta = eta_factor / L."""
+        return s.eta_factor / self.smoothness
+
+    def learning_rate(self, s: ComparisonSettings) -> float:
+        """The optimizers' SGD learning rate: ``s.lr``, or eta n (FA-LD's drift) if ``None``."""
+        return s.lr if s.lr is not None else self.step_size(s) * self.problem.num_data
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.clients)
+
+
+@dataclass
+class MethodRun:
+    """One method on one setting: its test-metric curve against cumulative bits, the final
+    predictive probabilities on the test set, wall time and method-specific ``info``."""
+
+    dataset: str
+    split: str
+    method: str
+    label: str
+    rounds: list[int]
+    bits_up: list[float]
+    bits_down: list[float]
+    metrics: dict[str, list[float]]
+    final_probs: np.ndarray | None
+    seconds: float
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def bits_total(self) -> list[float]:
+        return [a + b for a, b in zip(self.bits_up, self.bits_down)]
+
+    def final(self) -> dict[str, float]:
+        return {m: self.metrics[m][-1] for m in METRICS}
+
+
+def fald_bits_per_round(d: int, num_clients: int, bits_per_entry: int = 33, q: int | None = None,
+                        downlink: str = "broadcast") -> tuple[float, float]:
+    """(upload, download) bits of one FA-LD round with full participation: N uploads of
+    ``bits_per_entry`` d bits (R_Q(d, q) each if ``q`` is given) and one broadcast of
+    ``bits_per_entry`` d bits (N of them with ``downlink="per_client"``)."""
+    from fedlangevin.compression import lossless_bits, quantized_bits
+
+    up = num_clients * (lossless_bits(d, bits_per_entry) if q is None else quantized_bits(d, q))
+    down = lossless_bits(d, bits_per_entry) * (num_clients if downlink == "per_client" else 1)
+    return up, down
+
+
+def prepare_setting(dataset: str, split: str, s: ComparisonSettings) -> Setting:
+    """Load ``dataset``, split its training part over N clients with ``split`` and build the
+    FA-LD problem; checks that every client holds at least ``batch_size`` points."""
+    from fedlangevin.data import apply_partition, load_dataset, make_partition
+    from fedlangevin.problems import LogisticRegression
+
+    data = load_dataset(dataset, test_fraction=s.test_fraction, seed=s.seed)
+    parts = make_partition(split, data.y_train, s.num_clients, torch.Generator().manual_seed(s.seed),
+                           classes_per_client=s.classes_per_client, alpha=s.dirichlet_alpha, min_size=s.batch_size)
+    clients = apply_partition(data.X_train, data.y_train, parts)
+    smallest = min(len(y) for _, y in clients)
+    if s.batch_size > smallest:
+        raise ValueError(f"batch_size={s.batch_size} is larger than the smallest client of the {split} split of "
+                         f"{data.name} ({smallest} points); choose batch_size <= {smallest}")
+    problem = LogisticRegression(clients, num_classes=data.num_classes, prior_scale=s.prior_scale)
+    return Setting(data.name, split, clients, data.X_test, data.y_test, data.num_classes, problem, problem.smoothness)
+
+
+# -- the runs -------------------------------------------------------------------------------------
+
+
+def _eval_rounds(rounds: int, every: int) -> list[int]:
+    """Rounds at which a run is scored: every ``every`` rounds and the last (as History.run)."""
+    out = list(range(every, rounds + 1, every))
+    if not out or out[-1] != rounds:
+        out.append(rounds)
+    return out
+
+
+def _running_bma(problem, samples: torch.Tensor, X: torch.Tensor, eval_rounds: list[int], warmup_fraction: float,
+                 chunk: int = 64) -> dict[int, np.ndarray]:
+    """BMA probabilities at each evaluation round r: the mean over the samples of rounds
+    floor(w r) + 1 .. r (sample j is the global state after round j + 1). Streams the draws in
+    chunks and keeps prefix sums only at the window ends, so memory does not grow with T."""
+    starts = {r: min(int(math.floor(warmup_fraction * r)), r - 1) for r in eval_rounds}
+    marks = sorted(set(eval_rounds) | set(starts.values()))
+    Xd = X.double()
+    prefix: dict[int, np.ndarray] = {}
+    total = None
+    done = 0
+    last = marks[-1]
+    for start in range(0, last, chunk):
+        probs = problem.predict_proba(samples[start : start + chunk].double(), Xd).numpy()  # (c, n, C)
+        cum = np.cumsum(probs, axis=0)
+        if total is None:
+            total = np.zeros_like(probs[0])
+            prefix[0] = total.copy()
+        for m in marks:
+            if done < m <= done + len(probs):
+                prefix[m] = total + cum[m - done - 1]
+        total = total + cum[-1]
+        done += len(probs)
+    return {r: (prefix[r] - prefix[starts[r]]) / (r - starts[r]) for r in eval_rounds}
+
+
+class _ErrorRecorder:
+    """Upload codec wrapper that records, before quantizing, the exact per-coordinate
+    variance of the quantization error in the server average (chain mean)."""
+
+    def __init__(self, codec, weights: torch.Tensor) -> None:
+        self.codec = codec
+        self.weights = weights
+        self.values: list[float] = []
+
+    def __call__(self, beta, theta, generator=None):
+        from fedlangevin.compression import aggregated_error_variance
+
+        if bool(torch.isfinite(beta).all()):
+            self.values.append(float(aggregated_error_variance(beta, theta, self.weights.to(beta), self.codec.q).mean()))
+        else:
+            self.values.append(float("nan"))
+        return self.codec(beta, theta, generator)
+
+    def __repr__(self) -> str:
+        return repr(self.codec)
+
+
+def _run_fald(setting: Setting, s: ComparisonSettings, q: int | None, eval_rounds: list[int]) -> MethodRun:
+    import fedlangevin as fl
+    from fedlangevin.compression import QuantizedUpdateUpload
+
+    problem = setting.problem
+    L = setting.smoothness
+    eta = setting.step_size(s)
+    recorder = None
+    if q is not None:
+        codec = QuantizedUpdateUpload(q, generator=torch.Generator().manual_seed(s.seed + 1))
+        recorder = _ErrorRecorder(codec, problem.weights)
+    t0 = time.perf_counter()
+    sampler = fl.FALD(problem, step_size=eta, local_steps=s.local_steps, temperature=s.temperature,
+                      batch_size=s.batch_size, dtype=torch.float32, seed=s.seed, upload=recorder)
+    diverged_at = None
+    try:
+        trace = sampler.run(s.rounds, thin=1, progress=False)
+    except fl.DivergenceError as exc:
+        trace, diverged_at = exc.trace, exc.round
+    samples = trace.samples[0]  # (rounds done, d), one chain
+    scoring = problem.to(dtype=torch.float64)
+    ok = [r for r in eval_rounds if r <= samples.shape[0]]
+    bma = _running_bma(scoring, samples, setting.X_test, ok, s.warmup_fraction) if ok else {}
+    labels = setting.y_test.numpy()
+    metrics: dict[str, list[float]] = {m: [] for m in METRICS}
+    for r in eval_rounds:
+        sc = _scores(bma[r], labels, s.n_bins) if r in bma else dict.fromkeys(METRICS, float("nan"))
+        for m in METRICS:
+            metrics[m].append(sc[m])
+    seconds = time.perf_counter() - t0
+    up, down = fald_bits_per_round(setting.dim, setting.num_clients, s.bits_per_entry, q, s.downlink)
+    start = int(math.floor(s.warmup_fraction * samples.shape[0]))
+    tail = samples[start:].double()
+    info: dict[str, Any] = {"step_size": eta, "smoothness": L, "diverged_at": diverged_at,
+                            "injected_variance_per_round": 2.0 * eta * s.temperature * s.local_steps,
+                            # spread of the chain after the warm-up: mean over coordinates of the
+                            # variance over draws (compared between quantized and exact uploads)
+                            "sample_variance": float(tail.var(0).mean()) if len(tail) > 1 else float("nan")}
+    if recorder is not None:
+        err = np.array(recorder.values)
+        info["q"] = q
+        info["error_variance"] = err
+        info["error_to_noise"] = err / info["injected_variance_per_round"]
+    final = bma.get(eval_rounds[-1])
+    return MethodRun(setting.dataset, setting.split, "fald" if q is None else f"fald_q{q}",
+                     s.label("fald" if q is None else f"fald_q{q}"), list(eval_rounds),
+                     [up * r for r in eval_rounds], [down * r for r in eval_rounds], metrics, final, seconds, info)
+
+
+def _run_optimizer(setting: Setting, s: ComparisonSettings, method: str) -> MethodRun:
+    from fedlangevin.compression import DZOFLConfig, LocalSGD, MultinomialLogistic, make_optimizer
+
+    p = int(setting.X_test.shape[1])
+    model = MultinomialLogistic(p, setting.num_classes)
+    rounds = s.dzofl_rounds if method == "dzofl" else s.rounds
+    every = max(1, rounds // s.evaluations)
+    kwargs: dict[str, Any] = {}
+    if method == "dzofl":
+        kwargs["dzofl"] = DZOFLConfig(alpha0=s.dzofl_alpha0, gamma0=s.dzofl_gamma0, batch_size=s.dzofl_batch_size)
+    else:
+        kwargs.update(local=LocalSGD(lr=setting.learning_rate(s), steps=s.local_steps, batch_size=s.batch_size),
+                      q1=s.q1_ltgm if method == "ltgm" else s.q1, q2=s.q2, bits_per_entry=s.bits_per_entry)
+    t0 = time.perf_counter()
+    opt = make_optimizer(method, setting.clients, model, seed=s.seed, **kwargs)
+    hist = opt.run(rounds, (setting.X_test, setting.y_test), eval_every=every)
+    seconds = time.perf_counter() - t0
+    theta = opt.state.theta.detach().double()
+    with torch.no_grad():
+        logits = model.logits(theta, setting.X_test.double())
+    probs = torch.softmax(logits, dim=-1).numpy() if bool(torch.isfinite(logits).all()) else None
+    factor = setting.num_clients if s.downlink == "per_client" else 1
+    return MethodRun(setting.dataset, setting.split, method, s.label(method), list(hist.rounds), list(hist.bits_up),
+                     [factor * b for b in hist.bits_down], {m: list(hist.metrics[m]) for m in METRICS}, probs, seconds,
+                     {"diverged_at": hist.diverged_at, "rounds": rounds,
+                      "lr": None if method == "dzofl" else setting.learning_rate(s)})
+
+
+def run_setting(setting: Setting, s: ComparisonSettings, log: Callable[[str], None] | None = None) -> list[MethodRun]:
+    """Every method of ``s`` on one prepared setting."""
+    eval_rounds = _eval_rounds(s.rounds, max(1, s.rounds // s.evaluations))
+    runs = []
+    for key in s.method_keys():
+        if key == "fald" or key.startswith("fald_q"):
+            run = _run_fald(setting, s, None if key == "fald" else int(key[6:]), eval_rounds)
+        else:
+            run = _run_optimizer(setting, s, key)
+        runs.append(run)
+        if log:
+            f = run.final()
+            log(f"{setting.dataset} {setting.split:<10} {run.label:<38} acc {f['accuracy']:.4f} Brier {f['brier']:.4f} "
+                f"ECE {f['ece']:.4f} NLL {f['nll']:.4f} | {run.bits_total[-1]:.3g} bits ({run.seconds:.1f} s)")
+    return runs
+
+
+def _differences(runs: list[MethodRun], labels: np.ndarray, s: ComparisonSettings) -> list[dict[str, Any]]:
+    """Paired-bootstrap differences on the test points: FA-LD minus FedAvg (what sampling
+    buys at the same bits) and quantized minus exact FA-LD (what quantization costs)."""
+    from fedlangevin.experiments.classification import paired_bootstrap
+
+    by = {r.method: r for r in runs}
+    pairs = []
+    if "fald" in by and "fedavg" in by:
+        pairs.append(("fald", "fedavg"))
+    pairs.extend((k, "fald") for k in by if k.startswith("fald_q") and "fald" in by)
+    rows = []
+    for a, b in pairs:
+        ra, rb = by[a], by[b]
+        if ra.final_probs is None or rb.final_probs is None:
+            continue
+        row: dict[str, Any] = {"dataset": ra.dataset, "split": ra.split, "a": a, "b": b}
+        for m in METRICS:
+            full, lo, hi = paired_bootstrap(ra.final_probs, rb.final_probs, labels, m, s.n_bins, repeats=s.bootstrap,
+                                            seed=s.seed)
+            row[m], row[f"{m}_lo90"], row[f"{m}_hi90"] = full, lo, hi
+        rows.append(row)
+    return rows
+
+
+# -- results --------------------------------------------------------------------------------------
+
+
+@dataclass
+class ComparisonResult:
+    """Everything :func:`run_comparison` measured: runs per setting, paired differences, sizes."""
+
+    settings: ComparisonSettings
+    runs: list[MethodRun]
+    differences: list[dict[str, Any]]
+    sizes: dict[tuple[str, str], dict[str, Any]]
+    seconds: float = 0.0
+
+    def settings_keys(self) -> list[tuple[str, str]]:
+        return list(self.sizes)
+
+    def runs_of(self, dataset: str, split: str) -> list[MethodRun]:
+        return [r for r in self.runs if r.dataset == dataset and r.split == split]
+
+    def run(self, dataset: str, split: str, method: str) -> MethodRun:
+        for r in self.runs_of(dataset, split):
+            if r.method == method:
+                return r
+        raise KeyError((dataset, split, method))
+
+    # -- tidy tables ----------------------------------------------------------------------------
+    def curve_rows(self) -> list[dict[str, Any]]:
+        rows = []
+        for run in self.runs:
+            for j, r in enumerate(run.rounds):
+                row = {"dataset": run.dataset, "split": run.split, "method": run.method, "round": r,
+                       "bits_up": run.bits_up[j], "bits_down": run.bits_down[j], "bits_total": run.bits_total[j]}
+                row.update({m: run.metrics[m][j] for m in METRICS})
+                rows.append(row)
+        return rows
+
+    def final_rows(self) -> list[dict[str, Any]]:
+        rows = []
+        for run in self.runs:
+            row: dict[str, Any] = {"dataset": run.dataset, "split": run.split, "method": run.method,
+                                   "label": run.label, "rounds": run.rounds[-1]}
+            row.update(run.final())
+            row.update(bits_up=run.bits_up[-1], bits_down=run.bits_down[-1], bits_total=run.bits_total[-1],
+                       seconds=round(run.seconds, 2), diverged_at=run.info.get("diverged_at"))
+            if "error_to_noise" in run.info:
+                row.update(self._masking(run))
+            rows.append(row)
+        return rows
+
+    def _masking(self, run: MethodRun) -> dict[str, float]:
+        """Quantization-error variance / injected-noise variance per round: mean after the
+        warm-up (the rounds the final BMA averages over) and in the first round."""
+        ratio = run.info["error_to_noise"]
+        start = int(math.floor(self.settings.warmup_fraction * len(ratio)))
+        tail = ratio[start:]
+        exact = [r for r in self.runs_of(run.dataset, run.split) if r.method == "fald"]
+        spread = run.info["sample_variance"] / exact[0].info["sample_variance"] if exact else float("nan")
+        return {"q": run.info["q"], "error_to_noise_after_warmup": float(np.nanmean(tail)) if tail.size else float("nan"),
+                "sample_variance_vs_exact": spread,
+                "error_to_noise_first_round": float(ratio[0]) if ratio.size else float("nan"),
+                "error_variance_after_warmup": float(np.nanmean(run.info["error_variance"][start:])) if tail.size else float("nan"),
+                "injected_variance_per_round": run.info["injected_variance_per_round"]}
+
+    def masking_rows(self) -> list[dict[str, Any]]:
+        """Per round of every quantized FA-LD run: error variance, injected variance, ratio."""
+        rows = []
+        for run in self.runs:
+            if "error_to_noise" not in run.info:
+                continue
+            for j, (v, ratio) in enumerate(zip(run.info["error_variance"], run.info["error_to_noise"])):
+                rows.append({"dataset": run.dataset, "split": run.split, "q": run.info["q"], "round": j + 1,
+                             "error_variance": float(v), "injected_variance": run.info["injected_variance_per_round"],
+                             "ratio": float(ratio)})
+        return rows
+
+    def table(self) -> str:
+        """Plain-text table: final metrics and total bits per method, per setting, the masking
+        measurement and the paired differences."""
+        s = self.settings
+        lines = [f"{len(self.sizes)} setting(s), {s.rounds} rounds (DZOFL {s.dzofl_rounds}), K = {s.local_steps} local "
+                 f"steps, batch {s.batch_size}; FA-LD: tau = {s.temperature:g}, prior sigma = {s.prior_scale:g}, "
+                 f"eta = {s.eta_factor:g}/L, BMA after a warm-up of {s.warmup_fraction:g} T, one chain; optimizers: "
+                 f"SGD lr {'eta n (FA-LD drift)' if s.lr is None else format(s.lr, 'g')}; exact entries "
+                 f"{s.bits_per_entry} bits, broadcast counted "
+                 f"{'once per round' if s.downlink == 'broadcast' else 'once per client'}"]
+        head = (f"{'method':<38} {'acc':>6} {'Brier':>6} {'ECE':>6} {'NLL':>6} | {'bits up':>9} {'bits down':>9} "
+                f"{'total':>9} | {'time':>6}")
+        for (ds, split), size in self.sizes.items():
+            lines += ["", f"{ds}, {split} split: N = {size['clients']} clients (sizes {size['client_min']}-"
+                      f"{size['client_max']}), n_train = {size['train']}, n_test = {size['test']}, d = {size['dim']}; "
+                      f"eta = {size['eta']:.3g}, SGD lr = {size['lr']:.3g}",
+                      head, "-" * len(head)]
+            for run in self.runs_of(ds, split):
+                f = run.final()
+                note = f"  (diverged at round {run.info['diverged_at']})" if run.info.get("diverged_at") else ""
+                lines.append(f"{run.label:<38} {f['accuracy']:>6.4f} {f['brier']:>6.4f} {f['ece']:>6.4f} "
+                             f"{f['nll']:>6.4f} | {run.bits_up[-1]:>9.3g} {run.bits_down[-1]:>9.3g} "
+                             f"{run.bits_total[-1]:>9.3g} | {run.seconds:>5.1f}s{note}")
+            for run in self.runs_of(ds, split):
+                if "error_to_noise" in run.info:
+                    mk = self._masking(run)
+                    lines.append(f"  q = {mk['q']}: quantization-error variance / injected noise variance "
+                                 f"(2 eta tau K = {mk['injected_variance_per_round']:.3g}) per round = "
+                                 f"{mk['error_to_noise_after_warmup']:.3g} after warm-up "
+                                 f"(first round {mk['error_to_noise_first_round']:.3g}); chain variance "
+                                 f"x {mk['sample_variance_vs_exact']:.3g} of the exact-upload chain's")
+            for row in self.differences:
+                if (row["dataset"], row["split"]) != (ds, split):
+                    continue
+                parts = ", ".join(f"{m} {row[m]:+.4f} [{row[m + '_lo90']:+.4f}, {row[m + '_hi90']:+.4f}]"
+                                  for m in METRICS)
+                lines.append(f"  {row['a']} - {row['b']} (90% paired bootstrap): {parts}")
+        lines.append(f"total time {self.seconds:.0f} s")
+        return "\n".join(lines)
+
+    # -- files ----------------------------------------------------------------------------------
+    def figure(self, dataset: str, split: str, path: str | Path) -> Path:
+        """Accuracy, Brier, ECE and NLL against total bits (log axis), one line per method."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        s = self.settings
+        runs = self.runs_of(dataset, split)
+        fig, axes = plt.subplots(1, 4, figsize=(20, 5.2))
+        names = {"accuracy": "test accuracy", "brier": "test Brier score", "ece": f"test ECE ({s.n_bins} bins)",
+                 "nll": "test NLL (nats)"}
+        styles = _styles([r.method for r in runs])
+        for ax, m in zip(axes, METRICS):
+            for run in runs:
+                x = np.array(run.bits_total)
+                y = np.array(run.metrics[m], dtype=float)
+                ok = np.isfinite(y)
+                if not ok.any():
+                    continue
+                st = styles[run.method]
+                ax.plot(x[ok], y[ok], label=run.label, **st)
+                ax.plot(x[ok][-1:], y[ok][-1:], marker="o", color=st["color"], markersize=6, linestyle="none")
+            ax.set_xscale("log")
+            if m != "accuracy":
+                ax.set_yscale("log")
+            ax.set_xlabel("total bits communicated (upload + broadcast, log)")
+            ax.set_ylabel(names[m])
+            ax.grid(alpha=0.3, which="both")
+        size = self.sizes[(dataset, split)]
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=min(5, len(labels)), fontsize=9, frameon=False)
+        fig.suptitle(f"{dataset}, {split} split over N = {size['clients']} clients, d = {size['dim']}: "
+                     f"{s.rounds} rounds of K = {s.local_steps} local steps (DZOFL {s.dzofl_rounds} rounds); "
+                     f"FA-LD scored by its BMA, optimizers by their model; dot = end of run", fontsize=10)
+        fig.tight_layout(rect=(0, 0.1 if len(labels) > 5 else 0.06, 1, 0.95))
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        return Path(path)
+
+    def write(self, out: str | Path) -> list[Path]:
+        """Write ``comparison_{final,curves,differences,masking}.csv`` and one
+        ``comparison_<dataset>_<split>.png`` per setting into ``out``; returns the paths."""
+        from fedlangevin.experiments.classification import _slug, _write_csv
+
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for name, rows in (("final", self.final_rows()), ("curves", self.curve_rows()),
+                           ("differences", self.differences), ("masking", self.masking_rows())):
+            if rows:
+                path = out / f"comparison_{name}.csv"
+                _write_csv(path, rows)
+                paths.append(path)
+        for ds, split in self.sizes:
+            paths.append(self.figure(ds, split, out / f"comparison_{_slug(ds)}_{split}.png"))
+        return paths
+
+
+def _styles(methods: list[str]) -> dict[str, dict[str, Any]]:
+    colors = {"fald": "#000000", "fedavg": "#1f77b4", "lb": "#17becf", "lfl": "#2ca02c", "lgm": "#ff7f0e",
+              "ltgm": "#d62728", "dzofl": "#9467bd"}
+    quantized = [m for m in methods if m.startswith("fald_q")]
+    greys = dict(zip(quantized, ("#7f7f7f", "#bcbd22", "#8c564b", "#e377c2", "#aec7e8")))
+    out = {}
+    for m in methods:
+        if m == "fald":
+            out[m] = dict(color=colors[m], linewidth=2.4, linestyle="-")
+        elif m in greys:
+            out[m] = dict(color=greys[m], linewidth=2.0, linestyle="--")
+        else:
+            out[m] = dict(color=colors.get(m, "#333333"), linewidth=1.4, linestyle=":" if m == "dzofl" else "-")
+    return out
+
+
+def run_comparison(settings: ComparisonSettings | None = None, *, log: Callable[[str], None] | None = None,
+                   **overrides: Any) -> ComparisonResult:
+    """Run every method on every data set x split (see the module docstring); keyword
+    arguments override ``settings``. ``log`` receives one line per finished run. All data
+    sets and splits are loaded and checked before the first run starts."""
+    t0 = time.perf_counter()
+    s = replace(settings or ComparisonSettings(), **overrides).resolved()
+    prepared = [prepare_setting(ds, split, s) for ds in s.datasets for split in s.splits]
+    runs, differences, sizes = [], [], {}
+    for setting in prepared:
+        counts = [len(y) for _, y in setting.clients]
+        sizes[(setting.dataset, setting.split)] = {
+            "clients": setting.num_clients, "train": sum(counts), "test": int(len(setting.y_test)),
+            "dim": setting.dim, "client_min": min(counts), "client_max": max(counts),
+            "eta": setting.step_size(s), "lr": setting.learning_rate(s)}
+        these = run_setting(setting, s, log)
+        runs.extend(these)
+        differences.extend(_differences(these, setting.y_test.numpy(), s))
+    return ComparisonResult(s, runs, differences, sizes, time.perf_counter() - t0)
