@@ -18,3 +18,19 @@ def test_readme_has_exactly_two_setup_commands_on_its_first_screen():
     commands = [l for l in first_screen.splitlines() if l.startswith("python3 -m venv")]
     assert len(commands) == 2
     assert "fedlangevin demo" in commands[0] and "pytest" in commands[1]
+
+
+def test_the_readme_script_example_runs_and_says_what_its_comments_say():
+    """The README's Python block runs as printed; its shape comment is checked."""
+    import re
+
+    import pytest
+
+    pytest.importorskip("torch")
+    pytest.importorskip("dp_accounting")
+    block = re.search(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S).group(1)
+    namespace: dict = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    trace = namespace["trace"]
+    assert tuple(trace.samples.shape) == (300, 150, 2)
+    assert trace.communication.rounds == 200
