@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from pathlib import Path
 from typing import Any
 
 
@@ -104,7 +105,6 @@ def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
 def check_path(name: str, value: Any) -> "os.PathLike":
     """A file-system path given as str or os.PathLike (not empty)."""
     import os
-    from pathlib import Path
 
     if not isinstance(value, (str, os.PathLike)) or (isinstance(value, str) and not value.strip()):
         raise ValueError(f"{name} must be a file-system path (str or os.PathLike); got {value!r}")
@@ -316,14 +316,7 @@ def run_arguments(
     elif target is not None and not stats:
         raise ValueError("target was given with stats=False; the W2 to a target is a streaming statistic (stats=True)")
     if checkpoint is not None:
-        checkpoint = check_path("checkpoint", checkpoint)
-        if checkpoint.is_dir():
-            raise ValueError(f"checkpoint must be a file path; {str(checkpoint)!r} is a directory")
-        parent = checkpoint.parent
-        if not parent.is_dir():
-            raise ValueError(f"checkpoint: the directory {str(parent)!r} does not exist")
-        if store is not None and checkpoint.resolve() == store.resolve():
-            raise ValueError("checkpoint and store must be different paths")
+        checkpoint = check_checkpoint_path(checkpoint, store)
     if checkpoint_every is not None:
         checkpoint_every = check_int("checkpoint_every", checkpoint_every, 1)
         if checkpoint is None:
@@ -334,6 +327,19 @@ def run_arguments(
         stats=stats, target=target, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
         on_divergence=on_divergence,
     )
+
+
+def check_checkpoint_path(checkpoint: Any, store: Any = None):
+    """A checkpoint file path in an existing directory, different from the store's path."""
+    checkpoint = check_path("checkpoint", checkpoint)
+    if checkpoint.is_dir():
+        raise ValueError(f"checkpoint must be a file path; {str(checkpoint)!r} is a directory")
+    parent = checkpoint.parent
+    if not parent.is_dir():
+        raise ValueError(f"checkpoint: the directory {str(parent)!r} does not exist")
+    if store is not None and checkpoint.resolve() == Path(store).resolve():
+        raise ValueError("checkpoint and store must be different paths")
+    return checkpoint
 
 
 def check_fits(name: str, nbytes: int, device, what: str, advice: str) -> None:

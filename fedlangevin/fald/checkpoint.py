@@ -41,7 +41,7 @@ import torch
 
 from fedlangevin.fald.store import _fsync_dir
 
-__all__ = ["CheckpointError", "write_checkpoint", "read_checkpoint", "checkpoint_info", "encode", "decode", "NotEncodable"]
+__all__ = ["CheckpointError", "write_file", "read_file", "checkpoint_info", "encode", "decode", "NotEncodable", "digest"]
 
 MAGIC = b"FEDLANGEVIN-CKPT"
 VERSION = 1

@@ -93,6 +93,9 @@ def fald_round(
     """
     r, d = state.theta.shape
     n = problem.num_clients
+    if stepper is not None and batch_size != stepper.batch_size:
+        raise ValueError(f"batch_size={batch_size!r} differs from the stepper's ({stepper.batch_size!r}): "
+                         "build the stepper with make_stepper(problem, batch_size, ...)")
     with round_threads(r * n * d, state.theta.device):
         if stepper is not None:
             beta = stepper.local_steps(state.theta, etas, scales, generator, on_step)
@@ -105,9 +108,12 @@ def fald_round(
         w = participation.weights(p, r, generator)
         if upload is not None:
             received = upload(beta, state.theta, generator)
-            if received.shape != beta.shape:
-                raise ValueError(f"upload codec must return the local states' shape {tuple(beta.shape)}; "
-                                 f"got {tuple(received.shape)}")
+            if (not isinstance(received, torch.Tensor) or received.shape != beta.shape
+                    or received.dtype != beta.dtype or received.device != beta.device):
+                got = (f"a tensor of shape {tuple(received.shape)}, {received.dtype} on {received.device}"
+                       if isinstance(received, torch.Tensor) else type(received).__name__)
+                raise ValueError(f"upload codec must return a tensor like the local states (shape "
+                                 f"{tuple(beta.shape)}, {beta.dtype} on {beta.device}); got {got}")
             beta = received
         new_theta = synchronize(beta, w)
     return replace(state, theta=new_theta, step=state.step + len(etas), round=state.round + 1), w

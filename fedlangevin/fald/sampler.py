@@ -27,12 +27,16 @@ import torch
 from fedlangevin._validation import (
     RunArguments,
     check_bool,
+    check_checkpoint_path,
+    check_choice,
     check_device,
     check_dtype,
     check_fits,
     check_init,
+    check_path,
     check_int,
     check_memory_draws,
+    check_optional_bool,
     check_real,
     check_schedule,
     check_seed,
@@ -57,14 +61,6 @@ CHECKPOINT_SECONDS = 60.0
 STORE_BLOCK_BYTES = 4 << 20
 _RECORD_KIND = "fedlangevin.FALD"
 _RECORD_VERSION = 1
-
-
-def _as_dtype(dtype: Any) -> torch.dtype:
-    return check_dtype("dtype", dtype)
-
-
-def _as_device(device: Any) -> torch.device:
-    return check_device("device", device)
 
 
 class FALD:
@@ -248,10 +244,10 @@ class FALD:
             raise ValueError("checkpoint: a run with an upload codec cannot be checkpointed (the codec and its "
                              "random stream are not part of the checkpoint); run without checkpoint=")
         if self._pending is not None:
+            progress_flag = check_optional_bool("progress", progress)
             run = self._continue(self._pending, rounds, warmup, thin, store, keep_samples, stats, target,
                                  checkpoint, checkpoint_every, on_divergence)
             todo = run.rounds - run.done
-            progress_flag = None if progress is None else check_bool("progress", progress)
         else:
             args = run_arguments(rounds, warmup, thin, progress, store, keep_samples, stats, target, checkpoint,
                                  checkpoint_every, on_divergence, problem=self.problem, temperature=self.temperature)
@@ -272,10 +268,12 @@ class FALD:
             self._advance(run, todo, bar)
         except DivergenceError:
             self._pending = None
+            self.communication = self.communication + _communication(self.problem, run.done, run.uploads)
             run.close()
             raise
         except BaseException:
             self._pending = None
+            self.communication = self.communication + _communication(self.problem, run.done, run.uploads)
             try:
                 self.interrupted_trace = self._trace(run)
             except Exception:  # the trace is a courtesy; never mask the original error
@@ -300,6 +298,10 @@ class FALD:
         hint = (f"this sampler continues the unfinished run of its checkpoint (round {run.done} of {run.rounds}); "
                 "call run() to finish it or run(rounds=r) to run r more rounds of it, or call "
                 "discard_unfinished() first to start a new run")
+        keep_samples = check_optional_bool("keep_samples", keep_samples)
+        stats = check_optional_bool("stats", stats)
+        if on_divergence is not None:
+            on_divergence = check_choice("on_divergence", on_divergence, ("raise", "drop"))
         same = {
             "warmup": (warmup, run.warmup), "thin": (thin, run.thin), "keep_samples": (keep_samples, run.keep_samples),
             "stats": (stats, run.stats is not None), "on_divergence": (on_divergence, run.on_divergence),
@@ -314,11 +316,7 @@ class FALD:
         if target is not None:
             raise ValueError(f"target cannot be changed when continuing a run (it keeps its own); {hint}")
         if checkpoint is not None:
-            from fedlangevin._validation import check_path
-
-            checkpoint = check_path("checkpoint", checkpoint)
-            if not checkpoint.parent.is_dir() or checkpoint.is_dir():
-                raise ValueError(f"checkpoint must be a file path in an existing directory; got {str(checkpoint)!r}")
+            checkpoint = check_checkpoint_path(checkpoint, run.draws.store.path if run.draws.kind == "disk" else None)
         if checkpoint_every is not None:
             checkpoint_every = check_int("checkpoint_every", checkpoint_every, 1)
         if rounds is not None:
@@ -405,7 +403,8 @@ class FALD:
         k = self.local_steps
         in_round = step - self.state.step
         where = (f"round {state.round}, local step {step} (step {in_round} of {k} in the round)" if in_round <= k
-                 else f"round {state.round}, at its synchronisation (after local step {self.state.step + k})")
+                 else f"round {state.round}, at its {'upload' if 'upload' in causes.values() else 'synchronisation'} "
+                      f"(after local step {self.state.step + k})")
         shown = f"{chains[:10]}{' ...' if len(chains) > 10 else ''}"
         if run.on_divergence == "drop" and len(bad_rows) < len(self.active):
             keep = ~bad
@@ -452,8 +451,10 @@ class FALD:
                 before[int(row)] = last[0][row].clone()
             last[0] = theta.clone()
 
-        fald_round(self.state, self._work_problem, etas, self._scales, self.participation, self._p, gen,
-                   self.batch_size, self._stepper, on_step=hook)
+        # the upload codec is not replayed (it may have side effects): a row whose exact-upload
+        # replay ends finite went non-finite in the codec
+        replayed, _ = fald_round(self.state, self._work_problem, etas, self._scales, self.participation, self._p,
+                                 gen, self.batch_size, self._stepper, on_step=hook)
         steps, causes = {}, {}
         grad_bad, grown, moderate = [], [], []
         # Below sqrt(max float) no quadratic or softmax-type energy overflows: a non-finite
@@ -463,7 +464,8 @@ class FALD:
         for row in bad_rows:
             c = int(self.active[row])
             if first[row] < 0:
-                steps[c], causes[c] = self.state.step + k + 1, "synchronisation"
+                codec = self.upload is not None and bool(torch.isfinite(replayed.theta[row]).all())
+                steps[c], causes[c] = self.state.step + k + 1, "upload" if codec else "synchronisation"
                 continue
             steps[c] = self.state.step + int(first[row]) + 1
             prev = before[int(row)]
@@ -485,6 +487,8 @@ class FALD:
                          f"{max(moderate):.3g}) in chain(s) {grad_bad[:10]}: check the energy and its gradient there")
         if any(v == "synchronisation" for v in causes.values()):
             parts.append("every client state was finite but their average overflowed")
+        if any(v == "upload" for v in causes.values()):
+            parts.append("every client state was finite but the upload codec returned non-finite values")
         return steps, causes, "; ".join(parts)
 
     # -- results and checkpoints ------------------------------------------------------------------
@@ -495,8 +499,7 @@ class FALD:
             idx = torch.as_tensor(run.alive)
             samples = samples.index_select(0, idx)
             chain_ids = run.chain_ids[run.alive]
-        n, d = self.problem.num_clients, self.problem.dim
-        comm = Communication(run.done, run.uploads, run.uploads * d, float(run.done * n * d))
+        comm = _communication(self.problem, run.done, run.uploads)
         return Trace(
             samples=samples,
             draw_rounds=rounds,
@@ -611,8 +614,6 @@ class FALD:
         fallback : if the checkpoint is damaged, resume from ``<path>.prev`` (with a warning)
             instead of raising :class:`~fedlangevin.fald.checkpoint.CheckpointError`.
         """
-        from fedlangevin._validation import check_path
-
         path = check_path("path", path)
         fallback = check_bool("fallback", fallback)
         record, used = ckpt.read_file(path, fallback=fallback)
@@ -663,10 +664,16 @@ class FALD:
         if rec_run is not None and not rec_run["finished"]:
             sampler._pending = _Run.from_record(sampler, rec_run, main_path)
         elif rec_run is not None:  # "communication" holds the totals before that run
-            done, uploads = int(rec_run["done"]), float(rec_run["uploads"])
-            d, n = problem.dim, problem.num_clients
-            sampler.communication = sampler.communication + Communication(done, uploads, uploads * d, float(done * n * d))
+            sampler.communication = sampler.communication + _communication(
+                problem, int(rec_run["done"]), float(rec_run["uploads"]))
         return sampler
+
+
+def _communication(problem: FederatedProblem, rounds: int, uploads: float) -> Communication:
+    """Per-chain communication of ``rounds`` rounds with ``uploads`` client uploads: d floats per
+    upload, a broadcast of d floats to each of the N clients per round."""
+    n, d = problem.num_clients, problem.dim
+    return Communication(rounds, uploads, uploads * d, float(rounds * n * d))
 
 
 def _encoded_or_none(obj: Any) -> Any:
@@ -903,7 +910,6 @@ class _Run:
         run.chain_ids = sampler.active.copy()
         run.alive = np.arange(len(run.chain_ids), dtype=np.int64)
         run.dropped, run.uploads = {}, 0.0
-        run.device = sampler.device
         r, d = len(run.chain_ids), sampler.problem.dim
         if not args.keep_samples:
             run.draws = _NoDraws(r, d, sampler.dtype)
@@ -915,7 +921,6 @@ class _Run:
             run.draws = _MemoryDraws(r, cls.count_draws(args.rounds, args.warmup, args.thin), d, sampler.device,
                                      sampler.dtype)
         run.stats = StreamingStats(d, args.target, sampler.device) if args.stats else None
-        run._alive_index = None
         return run
 
     def extend(self, rounds: int) -> None:
@@ -970,7 +975,6 @@ class _Run:
         run.alive = rec["alive"].numpy().astype(np.int64)
         run.dropped = {int(c): (int(r), int(s)) for c, r, s in rec["dropped"]}
         run.uploads = float(rec["uploads"])
-        run.device = sampler.device
         r, d = len(run.chain_ids), sampler.problem.dim
         draws = rec["draws"]
         if draws["kind"] == "memory":

@@ -76,6 +76,9 @@ class Stepper:
     runner replays a diverged round with it); unused, it costs one ``None`` test per step.
     """
 
+    #: minibatch size of the gradients (``None``: full gradients, always so for affine kernels)
+    batch_size: int | None = None
+
     def __init__(self, problem: FederatedProblem, dtype: torch.dtype, device: torch.device) -> None:
         self.problem = problem
         self.dtype = dtype

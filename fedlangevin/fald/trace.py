@@ -242,7 +242,8 @@ class DivergenceError(RuntimeError):
     causes : {chain: cause}, with cause ``"parameters"`` (the update overflowed from finite
         parameters and finite gradient: typically a step size too large for the curvature),
         ``"gradient"`` (the problem's gradient was NaN/inf at finite parameters) or
-        ``"synchronisation"`` (the server average of finite client states overflowed).
+        ``"synchronisation"`` (the server average of finite client states overflowed) or
+        ``"upload"`` (the run's upload codec returned non-finite values from finite client states).
     """
 
     def __init__(

@@ -93,9 +93,29 @@ def test_upload_hook_sees_broadcast_and_local_states():
 def test_upload_hook_validation():
     with pytest.raises(ValueError, match="upload"):
         fl.FALD(_problem(), step_size=0.02, upload="quantize")
-    bad = fl.FALD(_problem(), step_size=0.02, upload=lambda beta, theta, g: theta)
-    with pytest.raises(ValueError, match="upload codec must return"):
-        bad.run(2)
+    for wrong in (lambda beta, theta, g: theta, lambda beta, theta, g: beta.float(),
+                  lambda beta, theta, g: beta.tolist()):
+        with pytest.raises(ValueError, match="upload codec must return"):
+            fl.FALD(_problem(), step_size=0.02, upload=wrong).run(2)
+
+
+def test_a_codec_that_returns_nan_is_named_as_the_cause():
+    """Client states finite, codec output not: the divergence error blames the upload, in the
+    round where it happened, and keeps the draws before it."""
+    calls = []
+
+    def spoiled(beta, theta, g):
+        calls.append(1)
+        out = beta.clone()
+        if len(calls) == 3:
+            out[0, 0, 0] = float("nan")
+        return out
+
+    with pytest.raises(fl.DivergenceError) as info:
+        fl.FALD(_problem(), step_size=0.02, local_steps=2, chains=3, seed=0, upload=spoiled).run(5)
+    err = info.value
+    assert err.round == 3 and err.chains == [0] and err.causes == {0: "upload"}
+    assert "upload codec" in str(err) and err.trace.num_draws == 2
 
 
 def test_a_run_with_an_upload_codec_refuses_checkpoints(tmp_path):

@@ -310,9 +310,11 @@ def test_continuing_an_unfinished_run(tmp_path):
     # the checkpoint at round 18 of the 20-round run, as if the process had died at round 19
     resumed = fl.FALD.resume(tmp_path / "c.prev")
     assert resumed.unfinished == {"rounds": 20, "done": 18, "warmup": 4, "thin": 2, "draws": 7, "store": None}
-    for bad in (dict(thin=3), dict(warmup=0), dict(keep_samples=False), dict(on_divergence="drop")):
-        with pytest.raises(ValueError, match=next(iter(bad))):
+    for bad in (dict(thin=3), dict(warmup=0), dict(keep_samples=False), dict(on_divergence="drop"),
+                dict(keep_samples=1), dict(on_divergence="ignore"), dict(rounds=7, progress="yes")):
+        with pytest.raises(ValueError, match=next(iter(bad)) if "progress" not in bad else "progress"):
             resumed.run(**bad)
+    assert resumed.unfinished["rounds"] == 20  # a rejected call leaves the plan unchanged
     trace = resumed.run(rounds=7)  # 7 more rounds of the same run: rounds 19..25
     assert torch.equal(trace.samples, ref.samples)
     np.testing.assert_array_equal(trace.draw_rounds, ref.draw_rounds)

@@ -65,8 +65,10 @@ def test_exploding_step_size_raises_with_round_step_chains_and_the_earlier_draws
     assert err.trace.num_draws == err.round - 1 > 0
     assert torch.isfinite(err.trace.samples).all()
     assert torch.equal(err.trace.samples, before.samples)
-    # the sampler stays at the last good round, random stream included
+    # the sampler stays at the last good round, random stream included, and counts its communication
     assert sampler.state.round == err.round - 1
+    assert sampler.communication.rounds == err.round - 1 == before.communication.rounds
+    assert sampler.communication.uploads == before.communication.uploads
     assert torch.equal(sampler.generator.get_state(), reference.generator.get_state())
     # ... and so do the store and the checkpoint: resuming diverges again at the same step
     resumed = fl.FALD.resume(tmp_path / "c")

@@ -235,3 +235,14 @@ def test_on_step_sees_every_local_step_and_changes_nothing(per_client, d):
                 ref = stepper.local_steps(theta, etas[: i + 1], scales, g)
             assert torch.equal(ref, beta), (kernel, i)
         assert not torch.equal(seen[0][1], seen[-1][1])
+
+
+def test_fald_round_rejects_a_batch_size_its_stepper_was_not_built_for():
+    """A stepper fixes the gradient's batch size; a different batch_size is an error, not ignored."""
+    problem = fl.problems.GaussianSimulation(num_clients=5, samples_per_client=10, seed=0)
+    stepper = make_stepper(problem, torch.float64, "cpu")
+    p = problem.weights.to(torch.float64)
+    scales = noise_scales(p, 1.0, 0.0)
+    state = FALDState(theta=torch.zeros(2, problem.dim, dtype=torch.float64), step=0, round=0)
+    with pytest.raises(ValueError, match="batch_size"):
+        fald_round(state, problem, [1e-3], scales, fl.Full(), p, torch.Generator().manual_seed(0), 5, stepper)
