@@ -68,9 +68,9 @@ PAPER_LOCAL_STEPS = (1, 10, 20, 50, 100)
 METRICS = ("accuracy", "brier", "ece", "nll")
 _TUNE_METRICS = ("nll", "brier", "accuracy", "ece")
 
-#: per data set defaults of the settings left as ``None``, sized for a CPU: on 2 shared cores
-#: digits took 13 minutes; mnist5k at 200 rounds took 14 minutes, so the 500-round default is
-#: roughly 35 minutes or more (docs/classification.md reports the 200-round run).
+#: per data set defaults of the settings left as ``None``, sized for a CPU: with one thread on
+#: 2 cores, digits took 13 minutes (machine under load) and mnist5k 14 minutes (machine idle);
+#: docs/classification.md reports both runs.
 DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
     "digits": dict(batch_size=50, rounds=1000, warmup=200, chains=2),
     "mnist5k": dict(batch_size=200, rounds=500, warmup=100, chains=1),
