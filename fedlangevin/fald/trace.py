@@ -19,7 +19,10 @@ class Communication:
     ``uploads``: client-to-server messages (clients that took part in a synchronisation,
     averaged over chains for random participation); ``floats_up`` = uploads * d;
     ``floats_down`` = N * d per round (the server broadcasts to every client, since all
-    clients run local steps from the broadcast model, as in Alg. 1).
+    clients run local steps from the broadcast model, as in Alg. 1). With an upload codec
+    (``FALD(..., upload=...)``) ``floats_up`` still counts entries, d per upload, not their
+    encoded size: bits sent = ``uploads * codec.bits(d)`` for
+    :class:`~fedlangevin.compression.QuantizedUpdateUpload`.
     """
 
     rounds: int
