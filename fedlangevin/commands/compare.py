@@ -20,6 +20,7 @@ QUICK = dict(datasets=("digits",), rounds=40, dzofl_rounds=800, evaluations=8, b
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    from fedlangevin.data.splits import SPLITS
     from fedlangevin.experiments.comparison import METHODS, ComparisonSettings
 
     d = ComparisonSettings()
@@ -27,7 +28,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("data")
     g.add_argument("--datasets", nargs="+", default=None, metavar="DATA",
                    help=f"digits, mnist5k, MNIST-format folders or .npz files (default: {' '.join(d.datasets)})")
-    g.add_argument("--splits", nargs="+", default=list(d.splits), choices=("iid", "label_skew", "dirichlet"),
+    g.add_argument("--splits", nargs="+", default=list(d.splits), choices=SPLITS,
                    help="federated splits (default: %(default)s)")
     g.add_argument("--clients", type=int, default=d.num_clients, help="N clients (default: %(default)s)")
     g.add_argument("--classes-per-client", type=int, default=d.classes_per_client,
