@@ -8,7 +8,7 @@ SGD steps, batch 50, lr 0.1, 300 rounds, q2 = 2 for every quantized upload.
     python benchmarks/bench_compression.py [--seeds 0 1 2] [--rounds 300] [--out docs/img]
 
 Prints a markdown table (mean test accuracy over the last 50 rounds, min-max over seeds; bits
-per round) and writes ``compression_lfl_reproduction.png`` to ``--out``. About 2 minutes on
+per round) and writes ``compression_lfl_reproduction.png`` to ``--out``. About 70 s on
 two idle CPU cores for three seeds.
 """
 

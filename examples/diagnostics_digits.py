@@ -2,7 +2,7 @@
 digits, convergence diagnostics of the run, and calibration of its posterior predictive
 against the MAP (point-estimate) classifier.
 
-    python examples/diagnostics_digits.py            # about a minute on 2 CPU cores
+    python examples/diagnostics_digits.py            # about 90 s on 2 CPU cores
     python examples/diagnostics_digits.py --out DIR  # where the figures go (default docs/img)
 
 Data: the 1797 8x8 digits bundled with scikit-learn (no download), standardised and

@@ -1,4 +1,5 @@
-"""FA-LD engine: noise, participation, schedules, kernel (pure functions), runner, trace."""
+"""FA-LD engine: noise, participation, schedules, kernel (pure functions), steppers (round kernels),
+runner, trace; checkpoint, store and streaming statistics for long runs."""
 
 from fedlangevin.fald.checkpoint import CheckpointError, checkpoint_info
 from fedlangevin.fald.kernel import FALDState, fald_round, local_step

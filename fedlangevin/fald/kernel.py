@@ -95,7 +95,7 @@ def fald_round(
     n = problem.num_clients
     if stepper is not None and batch_size != stepper.batch_size:
         raise ValueError(f"batch_size={batch_size!r} differs from the stepper's ({stepper.batch_size!r}): "
-                         "build the stepper with make_stepper(problem, batch_size, ...)")
+                         "build the stepper with make_stepper(problem, dtype, device, batch_size=...)")
     with round_threads(r * n * d, state.theta.device):
         if stepper is not None:
             beta = stepper.local_steps(state.theta, etas, scales, generator, on_step)

@@ -10,9 +10,10 @@ Three kernels, chosen by :func:`make_stepper`:
 - :class:`SmallAffineStepper` — affine gradients (a :class:`~fedlangevin.problems.QuadraticForm`,
   e.g. the paper's Gaussian simulation) and small d. The state is kept coordinate-major,
   (d, R, N), and the affine map theta <- theta M + eta b_c + noise (M = I - eta A, or
-  M_c = I - eta A_c per client) is applied as d (d + 1) fused multiply-adds on contiguous
-  (R, N) planes. For d = 2 this avoids a (R N, 2) x (2, 2) matrix product, which is slow
-  (BLAS overhead and, on a busy machine, thread contention) at these sizes.
+  M_c = I - eta A_c per client) works on contiguous (R, N) planes: the offset-and-noise term
+  is one multiply-add over the planes; with a shared Hessian the map is one (d x d) @ (d x R N)
+  ``addmm`` that also adds it; with per-client Hessians it is d^2 multiply-adds by (N,)
+  coefficient rows.
 - :class:`DenseAffineStepper` — affine gradients, larger d: one matrix product per step
   (``addmm`` for a shared Hessian, ``baddbmm`` for per-client Hessians) that also adds
   the offset and the noise, so the step costs the matrix product plus the noise draw.

@@ -244,7 +244,7 @@ class DivergenceError(RuntimeError):
     steps : {chain: local step} for each diverged chain.
     causes : {chain: cause}, with cause ``"parameters"`` (the update overflowed from finite
         parameters and finite gradient: typically a step size too large for the curvature),
-        ``"gradient"`` (the problem's gradient was NaN/inf at finite parameters) or
+        ``"gradient"`` (the problem's gradient was NaN/inf at finite parameters),
         ``"synchronisation"`` (the server average of finite client states overflowed) or
         ``"upload"`` (the run's upload codec returned non-finite values from finite client states).
     """
