@@ -43,6 +43,8 @@ class QuantizedUpdateUpload:
     A :data:`fedlangevin.fald.kernel.UploadCodec`: pass it as ``FALD(..., upload=codec)``.
     ``generator``: the quantizer's own random stream (on the sampler's device); ``None`` draws
     from the sampler's generator (then the quantized run's noise differs from the exact run's).
+    A run stopped by a divergence rolls the sampler's generator back to the last good round,
+    not this one: continuing such a run re-quantizes with different random numbers.
     """
 
     def __init__(self, q: int, generator: torch.Generator | None = None) -> None:

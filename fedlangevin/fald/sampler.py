@@ -148,6 +148,10 @@ class FALD:
         initial = check_init(init, self.chains, problem.dim, self.dtype, self.device)
         if upload is not None and not callable(upload):
             raise ValueError(f"upload must be None or a callable codec(beta, theta, generator); got {upload!r}")
+        codec_gen = getattr(upload, "generator", None)
+        if isinstance(codec_gen, torch.Generator) and codec_gen.device.type != self.device.type:
+            raise ValueError(f"upload: the codec's generator is on {codec_gen.device}, the sampler runs on "
+                             f"{self.device}; give the codec a generator on {self.device.type}")
         self.upload = upload
 
         self.problem = problem

@@ -141,3 +141,12 @@ def test_many_levels_reproduce_the_exact_run():
     coarse = fl.FALD(problem, upload=QuantizedUpdateUpload(2, torch.Generator().manual_seed(0)), **kw).run(30).samples
     assert float((fine - exact).abs().max()) < 1e-7
     assert float((coarse - exact).abs().max()) > 1e-3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_codec_generator_on_another_device_is_a_clear_error_and_cuda_codec_runs():
+    with pytest.raises(ValueError, match="upload"):
+        fl.FALD(_problem(), step_size=0.02, device="cuda", upload=QuantizedUpdateUpload(2, torch.Generator()))
+    codec = QuantizedUpdateUpload(2, torch.Generator(device="cuda").manual_seed(0))
+    trace = fl.FALD(_problem(), step_size=0.02, local_steps=2, chains=3, seed=0, device="cuda", upload=codec).run(5)
+    assert trace.samples.shape == (3, 5, 2) and torch.isfinite(trace.samples).all()
