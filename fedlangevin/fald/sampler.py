@@ -270,18 +270,14 @@ class FALD:
         bar = _progress(todo, progress_flag)
         try:
             self._advance(run, todo, bar)
-        except DivergenceError:
+        except BaseException as error:
             self._pending = None
             self.communication = self.communication + _communication(self.problem, run.done, run.uploads)
-            run.close()
-            raise
-        except BaseException:
-            self._pending = None
-            self.communication = self.communication + _communication(self.problem, run.done, run.uploads)
-            try:
-                self.interrupted_trace = self._trace(run)
-            except Exception:  # the trace is a courtesy; never mask the original error
-                self.interrupted_trace = None
+            if not isinstance(error, DivergenceError):  # a DivergenceError carries its own trace
+                try:
+                    self.interrupted_trace = self._trace(run)
+                except Exception:  # the trace is a courtesy; never mask the original error
+                    self.interrupted_trace = None
             run.close()
             raise
         finally:
