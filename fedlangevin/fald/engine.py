@@ -75,6 +75,7 @@ def build(
     correction=None,
     transport=None,
     upload: UploadCodec | None = None,
+    validated: bool = False,
 ) -> Kernel:
     """Build the FA-LD round kernel for ``problem`` (see the module docstring).
 
@@ -86,8 +87,9 @@ def build(
     preconditioner, correction, transport, upload : the extension points
     (:mod:`fedlangevin.fald.extensions`); ``None`` is the plain round.
 
-    Arguments are validated here (``ValueError`` naming the argument); the runner
-    :class:`fedlangevin.FALD` validates the user-facing ones before calling this.
+    Arguments are validated here (``ValueError`` naming the argument); ``validated=True``
+    skips the checks of the participation rule and the batch size against the problem (the
+    runner :class:`fedlangevin.FALD` has made them, with their warnings, already).
     """
     if not isinstance(problem, FederatedProblem):
         raise ValueError(f"problem must be a fedlangevin FederatedProblem; got {type(problem).__name__}")
@@ -97,8 +99,9 @@ def build(
         raise ValueError(f"correlation must be in [0, 1]; got {correlation!r}")
     rule = as_participation(participation)
     weights = check_weights(problem.weights, problem.num_clients)
-    rule.validate(weights)
-    batch_size = problem.check_batch_size(batch_size)
+    if not validated:
+        rule.validate(weights)
+        batch_size = problem.check_batch_size(batch_size)
     device = torch.device(device)
     transport = LocalTransport() if transport is None else transport
     if not callable(getattr(transport, "reduce", None)):
