@@ -162,8 +162,11 @@ def synchronize(beta: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     This is the only operation that crosses clients; a distributed engine replaces it with
     an all-reduce of the weighted local sums.
     """
-    # matmul / bmm: the same sums as einsum("n,rnd->rd") / einsum("rn,rnd->rd"), bit for bit on
-    # every state layout the kernels produce, without einsum's parsing (~20 us a call).
+    # batched matrix-vector / bmm: the same sums as einsum("n,rnd->rd") / einsum("rn,rnd->rd"), bit
+    # for bit (checked on R, N, d grids and the kernels' three state layouts), without einsum's
+    # parsing (~20 us a call). For d = 1 einsum contracts differently: it is kept there.
     if w.dim() == 1:
+        if beta.shape[2] == 1:
+            return torch.einsum("n,rnd->rd", w, beta)
         return torch.matmul(beta.transpose(1, 2), w)
     return torch.bmm(w.unsqueeze(1), beta).squeeze(1)
