@@ -30,6 +30,7 @@ from typing import Callable, NamedTuple, Sequence
 
 import torch
 
+from fedlangevin._validation import check_real
 from fedlangevin.fald.extensions import IdentityPreconditioner, LocalTransport
 from fedlangevin.fald.kernel import FALDState, UploadCodec, aggregate
 from fedlangevin.fald.local import local_step
@@ -93,10 +94,8 @@ def build(
     """
     if not isinstance(problem, FederatedProblem):
         raise ValueError(f"problem must be a fedlangevin FederatedProblem; got {type(problem).__name__}")
-    if not (isinstance(temperature, (int, float)) and temperature > 0):
-        raise ValueError(f"temperature must be a number > 0; got {temperature!r}")
-    if not (isinstance(correlation, (int, float)) and 0.0 <= correlation <= 1.0):
-        raise ValueError(f"correlation must be in [0, 1]; got {correlation!r}")
+    temperature = check_real("temperature", temperature, low=0.0, low_open=True)
+    correlation = check_real("correlation", correlation, low=0.0, high=1.0)
     rule = as_participation(participation)
     weights = check_weights(problem.weights, problem.num_clients)
     if not validated:
@@ -177,8 +176,7 @@ def client_round(
     """
     if problem.num_clients != 1:
         raise ValueError(f"problem must hold one client (use problem.clients([c])); got {problem.num_clients}")
-    if not (isinstance(weight, (int, float)) and 0.0 < weight <= 1.0):
-        raise ValueError(f"weight must be the client's p_c in (0, 1]; got {weight!r}")
+    weight = check_real("weight", weight, low=0.0, high=1.0, low_open=True)
     r, d = theta.shape
     scales = noise_scales(torch.tensor([float(weight)], dtype=torch.float64), temperature, correlation,
                           device=theta.device, dtype=theta.dtype, noise_dtype=noise_dtype)

@@ -189,3 +189,13 @@ def test_client_round_is_the_kernels_round_for_one_client():
     assert torch.equal(beta, state.theta)
     with pytest.raises(ValueError, match="one client"):
         client_round(problem, theta, etas, weight=0.5, shared_generator=None, private_generator=None)
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    (dict(temperature=0.0), "temperature"), (dict(correlation=1.5), "correlation"),
+    (dict(participation="scheme"), "participation"), (dict(batch_size=2), "batch_size"),
+    (dict(transport=object()), "transport"), (dict(transport=InProcessGroup([[0, 7]]).transports[0]), "indices"),
+])
+def test_build_rejects_bad_arguments_naming_them(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        build(_quadratic(), **kwargs)
