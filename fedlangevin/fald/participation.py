@@ -166,7 +166,7 @@ def synchronize(beta: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     # for bit (checked on R, N, d grids and the kernels' three state layouts), without einsum's
     # parsing (~20 us a call). For d = 1 einsum contracts differently: it is kept there.
     if beta.shape[1] == 1:  # one client: the sum has one term, w_r0 beta_r0 (the same product einsum forms)
-        return beta[:, 0] * w
+        return beta.select(1, 0) * w
     if w.dim() == 1:
         if beta.shape[2] == 1:
             return torch.einsum("n,rnd->rd", w, beta)

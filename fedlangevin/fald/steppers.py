@@ -166,6 +166,8 @@ class SmallAffineStepper(AffineStepper):
         self._x = torch.empty(d, r, n, **kw)
         self._y = torch.empty(d, r, n, **kw)
         self._w = torch.empty(d, r, n, **kw)
+        # the (d, R N) matrix views of the planes, made once (a view per step costs a dispatch)
+        self._xf, self._yf, self._wf = (t.view(d, r * n) for t in (self._x, self._y, self._w))
         self._z0 = torch.empty(d, r, 1, **kw) if self._shared_draw is not None else None
         self._eta = None
 
@@ -190,7 +192,8 @@ class SmallAffineStepper(AffineStepper):
         n = self.num_clients
         self._setup(r, scales)
         x, y, w, z0 = self._x, self._y, self._w, self._z0
-        x.copy_(theta.t()[:, :, None].expand(d, r, n))  # broadcast
+        xf, yf, wf = self._xf, self._yf, self._wf
+        x.copy_(theta.t().unsqueeze(2).expand(d, r, n))  # broadcast
         for i, eta in enumerate(etas):
             self._coefficients(float(eta))
             self._draw(generator)
@@ -203,7 +206,7 @@ class SmallAffineStepper(AffineStepper):
                 z0.copy_(self._shared_draw.t()[:, :, None])
                 w.add_(z0, alpha=self._noise0)
             if self.shared_hessian:
-                torch.addmm(w.view(d, r * n), self._mt, x.view(d, r * n), out=y.view(d, r * n))
+                torch.addmm(wf, self._mt, xf, out=yf)
             else:
                 m = self._m
                 for e in range(d):
@@ -211,10 +214,10 @@ class SmallAffineStepper(AffineStepper):
                     torch.addcmul(w[e], x[0], m[e][0], out=ye)
                     for j in range(1, d):
                         ye.addcmul_(x[j], m[e][j])
-            x, y = y, x
+            x, y, xf, yf = y, x, yf, xf
             if on_step is not None:
                 on_step(i, x.permute(1, 2, 0))
-        self._x, self._y = x, y
+        self._x, self._y, self._xf, self._yf = x, y, xf, yf
         return x.permute(1, 2, 0)  # (R, N, d) view
 
 
