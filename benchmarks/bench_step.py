@@ -20,8 +20,18 @@ Ratios (engine / loop, engine / roofline) are measured within one run, so they h
 busy machine where absolute numbers do not. Small rounds run single-threaded in the engine
 (see ``fedlangevin.fald.steppers.round_threads``); the roofline is timed the same way.
 
-    python benchmarks/bench_step.py [--seconds 2] [--shapes 300,50,2 100,50,1000] [--dtypes float64 float32]
+    python benchmarks/bench_step.py [--seconds 2] [--shapes 300,50,2 300,1,2 100,50,1000] [--local-steps 10 1]
+                                    [--dtypes float64 float32]
     python benchmarks/bench_step.py --crossover     # coordinate-major vs matrix-product kernel by d
+    python benchmarks/bench_step.py --engine-only   # the engine column only (compare two checkouts)
+
+Rows: every shape at K = 10 and K = 1 local steps. At K = 1 every step is a round, so the
+K = 1 / K = 10 ratio printed after each shape is the share of a step the per-round work
+(participation draw, synchronisation, bookkeeping) leaves; the (300, 1, 2) row (N = 1) is
+almost nothing but that per-round work. ``--engine-only`` times only ``FALD.run`` with the
+interleaved best-of passes; it runs against any checkout of the package
+(``PYTHONPATH=<checkout> python benchmarks/bench_step.py --engine-only``), so two versions can
+be compared alternately in one session.
 """
 
 from __future__ import annotations
@@ -135,6 +145,13 @@ def roofline(r: int, n: int, d: int, dtype, seconds: float) -> dict:
     return {"steps_per_s": 1.0 / (t_noise + t_map), "noise_us": 1e6 * t_noise, "map_us": 1e6 * t_map, "map": what}
 
 
+def engine_rate(r: int, n: int, d: int, k: int, dtype, seconds: float, passes: int = 3) -> float:
+    """Steps/s of ``FALD.run`` alone (best of ``passes``)."""
+    problem = make_problem(n, d)
+    engine = fl.FALD(problem, step_size=0.1 / problem.smoothness, local_steps=k, chains=r, dtype=dtype, seed=0)
+    return max(rate(lambda s: engine.run(s // k, progress=False), seconds, k, repeats=2) for _ in range(passes))
+
+
 def bench(r: int, n: int, d: int, k: int, dtype, seconds: float, passes: int = 2) -> dict:
     problem = make_problem(n, d)
     eta = 0.1 / problem.smoothness
@@ -206,17 +223,28 @@ def crossover(seconds: float) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=2.0, help="minimum duration of each timed call")
-    ap.add_argument("--local-steps", type=int, default=10, help="K (default: %(default)s)")
-    ap.add_argument("--shapes", nargs="+", default=["300,50,2", "100,50,1000"], help="R,N,d shapes")
+    ap.add_argument("--local-steps", type=int, nargs="+", default=[10, 1], help="values of K (default: %(default)s)")
+    ap.add_argument("--shapes", nargs="+", default=["300,50,2", "300,1,2", "100,50,1000"], help="R,N,d shapes")
     ap.add_argument("--dtypes", nargs="+", default=["float64", "float32"], choices=["float64", "float32"])
     ap.add_argument("--passes", type=int, default=2, help="interleaved measurement passes, best kept (default: %(default)s)")
     ap.add_argument("--crossover", action="store_true", help="time the two affine kernels for d = 2..10 instead")
+    ap.add_argument("--engine-only", action="store_true", help="time only the engine column (FALD.run)")
     args = ap.parse_args()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, K={args.local_steps}, CPU")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, K in {args.local_steps}, CPU, "
+          f"fedlangevin from {fl.__file__}")
     if args.crossover:
         crossover(args.seconds)
         return
-    head = (f"{'(R, N, d)':>16} {'dtype':>8} {'engine':>9} {'general':>9} {'vectorised':>10} {'loop':>8} "
+    if args.engine_only:
+        print(f"{'(R, N, d)':>16} {'dtype':>8} {'K':>4} {'engine steps/s':>15}")
+        for text in args.shapes:
+            r, n, d = (int(v) for v in text.split(","))
+            for name in args.dtypes:
+                for k in args.local_steps:
+                    value = engine_rate(r, n, d, k, getattr(torch, name), args.seconds, args.passes)
+                    print(f"{str((r, n, d)):>16} {name:>8} {k:>4} {value:>15.4g}", flush=True)
+        return
+    head = (f"{'(R, N, d)':>16} {'dtype':>8} {'K':>4} {'engine':>9} {'general':>9} {'vectorised':>10} {'loop':>8} "
             f"{'roofline':>9} {'eng/loop':>9} {'eng/roof':>9} {'gen/roof':>9}   roofline parts (us/step)")
     print("steps per second (local steps of all chains and clients)")
     print(head)
@@ -224,12 +252,19 @@ def main() -> None:
     for text in args.shapes:
         r, n, d = (int(v) for v in text.split(","))
         for name in args.dtypes:
-            res = bench(r, n, d, args.local_steps, getattr(torch, name), args.seconds, args.passes)
-            roof = res["roofline"]
-            print(f"{str((r, n, d)):>16} {name:>8} {res['engine']:>9.4g} {res['general']:>9.4g} {res['vectorised']:>10.4g} "
-                  f"{res['loop']:>8.3g} {roof['steps_per_s']:>9.4g} {res['engine'] / res['loop']:>8.1f}x "
-                  f"{res['engine'] / roof['steps_per_s']:>9.2f} {res['general'] / roof['steps_per_s']:>9.2f}   "
-                  f"noise {roof['noise_us']:.0f} + {roof['map']} {roof['map_us']:.0f}", flush=True)
+            engine = {}
+            for k in args.local_steps:
+                res = bench(r, n, d, k, getattr(torch, name), args.seconds, args.passes)
+                engine[k] = res["engine"]
+                roof = res["roofline"]
+                print(f"{str((r, n, d)):>16} {name:>8} {k:>4} {res['engine']:>9.4g} {res['general']:>9.4g} "
+                      f"{res['vectorised']:>10.4g} {res['loop']:>8.3g} {roof['steps_per_s']:>9.4g} "
+                      f"{res['engine'] / res['loop']:>8.1f}x {res['engine'] / roof['steps_per_s']:>9.2f} "
+                      f"{res['general'] / roof['steps_per_s']:>9.2f}   "
+                      f"noise {roof['noise_us']:.0f} + {roof['map']} {roof['map_us']:.0f}", flush=True)
+            if 1 in engine and len(engine) > 1:
+                top = max(engine)
+                print(f"{'':>16} {'':>8} engine steps/s at K = 1 / at K = {top}: {engine[1] / engine[top]:.2f}", flush=True)
 
 
 if __name__ == "__main__":

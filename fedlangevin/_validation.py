@@ -170,30 +170,6 @@ def check_init(init: Any, chains: int, dim: int, dtype, device):
     return x.clone()
 
 
-def check_schedule(schedule: Any, start: int, count: int) -> None:
-    """Every eta_k for k in [start, start + count) is finite and > 0 (ValueError naming step_size).
-
-    Checked before a run starts without keeping the values: built-in schedules are checked
-    at their end points (they are monotone), a sequence by its length (its values are
-    checked when it is built), and any other callable value by value.
-    """
-    from fedlangevin.fald import schedules as sch
-
-    if count <= 0:
-        return
-    if isinstance(schedule, (sch.Constant, sch.PaperDecay, sch.Polynomial)):
-        sch.step_sizes(schedule, start, 1)
-        sch.step_sizes(schedule, start + count - 1, 1)
-        return
-    if isinstance(schedule, sch.Sequence):  # its values were checked when it was built
-        if start + count > len(schedule.values):
-            schedule(start + count - 1)  # raises the sequence's own message
-        return
-    block = 4096
-    for first in range(start, start + count, block):
-        sch.step_sizes(schedule, first, min(block, start + count - first))
-
-
 def check_step_sizes(name: str, values: Any) -> tuple[float, ...]:
     """A non-empty 1-d sequence of step sizes, each finite and > 0, as a tuple of floats."""
     import numpy as np
@@ -259,74 +235,6 @@ def _as_array(x: Any):
     if hasattr(x, "detach"):
         return x.detach().cpu().double().numpy()
     return x
-
-
-class RunArguments:
-    """The normalised arguments of one ``FALD.run`` call."""
-
-    __slots__ = (
-        "rounds", "warmup", "thin", "progress", "store", "keep_samples", "stats", "target",
-        "checkpoint", "checkpoint_every", "on_divergence",
-    )
-
-    def __init__(self, **values: Any) -> None:
-        for key in self.__slots__:
-            setattr(self, key, values[key])
-
-
-def run_arguments(
-    rounds: Any,
-    warmup: Any,
-    thin: Any,
-    progress: Any,
-    store: Any,
-    keep_samples: Any,
-    stats: Any,
-    target: Any,
-    checkpoint: Any,
-    checkpoint_every: Any,
-    on_divergence: Any,
-    *,
-    problem: Any,
-    temperature: float,
-) -> RunArguments:
-    """Validate the arguments of ``FALD.run`` before any work starts (see its docstring)."""
-    if rounds is None:
-        raise ValueError("rounds must be an integer >= 1 (the number of communication rounds to run)")
-    rounds = check_int("rounds", rounds, 1)
-    warmup = check_int("warmup", 0 if warmup is None else warmup, 0, rounds - 1)
-    thin = check_int("thin", 1 if thin is None else thin, 1)
-    progress = check_optional_bool("progress", progress)
-    keep_samples = check_bool("keep_samples", True if keep_samples is None else keep_samples)
-    if store is not None:
-        store = check_path("store", store)
-        if store.exists() and not store.is_dir():
-            raise ValueError(f"store must be a directory path; {str(store)!r} is a file")
-        if store.is_dir() and any(store.iterdir()):
-            raise ValueError(
-                f"store directory {str(store)!r} is not empty; give a new directory (a store holds the draws "
-                "of one run; continue an interrupted run with FALD.resume(checkpoint))"
-            )
-        if not keep_samples:
-            raise ValueError("store was given with keep_samples=False; a store is where kept samples go")
-    target = check_target(target, problem, temperature, problem.dim)
-    stats = check_optional_bool("stats", stats)
-    if stats is None:
-        stats = target is not None
-    elif target is not None and not stats:
-        raise ValueError("target was given with stats=False; the W2 to a target is a streaming statistic (stats=True)")
-    if checkpoint is not None:
-        checkpoint = check_checkpoint_path(checkpoint, store)
-    if checkpoint_every is not None:
-        checkpoint_every = check_int("checkpoint_every", checkpoint_every, 1)
-        if checkpoint is None:
-            raise ValueError("checkpoint_every was given without checkpoint=path")
-    on_divergence = check_choice("on_divergence", "raise" if on_divergence is None else on_divergence, ("raise", "drop"))
-    return RunArguments(
-        rounds=rounds, warmup=warmup, thin=thin, progress=progress, store=store, keep_samples=keep_samples,
-        stats=stats, target=target, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
-        on_divergence=on_divergence,
-    )
 
 
 def check_checkpoint_path(checkpoint: Any, store: Any = None):

@@ -45,18 +45,23 @@ def test_resume_recipe_continues_an_interrupted_run_exactly(tmp_path, monkeypatc
     (tmp_path / "cut").mkdir()
     whole, _ = _exec(_recipe(), tmp_path / "whole")
 
-    real, calls = S.fald_round, [0]
+    real, calls = S.build, [0]
 
-    def dies_in_round_240(*args, **kwargs):
-        calls[0] += 1
-        if calls[0] == 240:
-            raise KeyboardInterrupt  # the process dies here; nothing after this point survives
-        return real(*args, **kwargs)
+    def dying_kernels(*args, **kwargs):  # kernels whose 240th round (counted over all of them) dies
+        kernel = real(*args, **kwargs)
 
-    monkeypatch.setattr(S, "fald_round", dies_in_round_240)
+        def dies_in_round_240(*a, **k):
+            calls[0] += 1
+            if calls[0] == 240:
+                raise KeyboardInterrupt  # the process dies here; nothing after this point survives
+            return kernel.step(*a, **k)
+
+        return kernel._replace(step=dies_in_round_240)
+
+    monkeypatch.setattr(S, "build", dying_kernels)
     with pytest.raises(KeyboardInterrupt):
         _exec(_recipe(), tmp_path / "cut")
-    monkeypatch.setattr(S, "fald_round", real)
+    monkeypatch.setattr(S, "build", real)
     again, printed = _exec(_recipe(), tmp_path / "cut")
     assert "resuming: {'rounds': 400, 'done': 200, 'warmup': 100, 'thin': 5, 'draws': 20" in printed
     assert torch.equal(again["trace"].samples, whole["trace"].samples)

@@ -1,19 +1,33 @@
-"""FA-LD engine: noise, participation, schedules, kernel (pure functions), steppers (round kernels),
-runner, trace; checkpoint, store and streaming statistics for long runs."""
+"""FA-LD engine: noise, participation, schedules, the reference local step and the round kernels
+(steppers), the pure kernel ``build -> (init, step)`` with its extension points, the runner
+(sampler, split into runs, replay and resume), typed settings, trace; checkpoint, store and
+streaming statistics for long runs."""
 
 from fedlangevin.fald.checkpoint import CheckpointError, checkpoint_info
+from fedlangevin.fald.engine import Kernel, RoundInfo, build, client_round
+from fedlangevin.fald.extensions import (
+    DriftCorrection,
+    FactorPreconditioner,
+    IdentityPreconditioner,
+    InProcessGroup,
+    LocalTransport,
+    Preconditioner,
+    Transport,
+)
 from fedlangevin.fald.kernel import FALDState, fald_round, local_step
 from fedlangevin.fald.noise import add_noise_, noise_scales
 from fedlangevin.fald.participation import Full, Participation, SchemeI, SchemeII, synchronize
 from fedlangevin.fald.sampler import FALD
 from fedlangevin.fald.schedules import Constant, PaperDecay, Polynomial
+from fedlangevin.fald.settings import Settings
 from fedlangevin.fald.store import SampleStore, StoreError, open_store
 from fedlangevin.fald.streaming import RunStatistics
 from fedlangevin.fald.trace import Communication, DivergenceError, StepSizes, Trace
 
 __all__ = [
-    "CheckpointError", "Communication", "Constant", "DivergenceError", "FALD", "FALDState", "Full",
-    "PaperDecay", "Participation", "Polynomial", "RunStatistics", "SampleStore", "SchemeI", "SchemeII",
-    "StepSizes", "StoreError", "Trace", "add_noise_", "checkpoint_info", "fald_round", "local_step",
-    "noise_scales", "open_store", "synchronize",
+    "CheckpointError", "Communication", "Constant", "DivergenceError", "DriftCorrection", "FALD", "FALDState",
+    "FactorPreconditioner", "Full", "IdentityPreconditioner", "InProcessGroup", "Kernel", "LocalTransport",
+    "PaperDecay", "Participation", "Polynomial", "Preconditioner", "RoundInfo", "RunStatistics", "SampleStore",
+    "SchemeI", "SchemeII", "Settings", "StepSizes", "StoreError", "Trace", "Transport", "add_noise_", "build",
+    "checkpoint_info", "client_round", "fald_round", "local_step", "noise_scales", "open_store", "synchronize",
 ]

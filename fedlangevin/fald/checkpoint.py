@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedlangevin.fald.store import _fsync_dir
+from fedlangevin.fald.store import fsync_dir
 
 __all__ = ["CheckpointError", "write_file", "read_file", "checkpoint_info", "encode", "decode", "NotEncodable", "digest"]
 
@@ -91,7 +91,7 @@ def write_file(path: str | os.PathLike, obj: dict, keep_previous: bool = True) -
                     os.fsync(f.fileno())
             os.replace(prev_tmp, prev)
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
         stamp = _stamp(path)
         if stamp is not None:
             _WRITTEN[str(path.resolve())] = stamp

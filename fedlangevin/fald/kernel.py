@@ -22,12 +22,13 @@ from typing import Callable, Sequence
 
 import torch
 
-from fedlangevin.fald.noise import NoiseScales, add_noise_
+from fedlangevin.fald.local import local_step
+from fedlangevin.fald.noise import NoiseScales
 from fedlangevin.fald.participation import Participation, synchronize
 from fedlangevin.fald.steppers import Stepper, make_stepper, round_threads
 from fedlangevin.problems.base import FederatedProblem
 
-__all__ = ["FALDState", "UploadCodec", "local_step", "fald_round", "init_state", "make_stepper"]
+__all__ = ["FALDState", "UploadCodec", "aggregate", "local_step", "fald_round", "init_state", "make_stepper"]
 
 #: An upload codec: ``codec(beta, theta, generator) -> beta_received``. It gets the clients'
 #: local states beta (R, N, d) after the round's local steps and the broadcast global
@@ -38,29 +39,41 @@ UploadCodec = Callable[[torch.Tensor, torch.Tensor, "torch.Generator | None"], t
 
 @dataclass(frozen=True)
 class FALDState:
-    """Global parameters after the last synchronisation, (R, d), and the counters."""
+    """Global parameters after the last synchronisation, (R, d), and the counters.
+
+    ``correction``: the state of a drift correction (:class:`~fedlangevin.fald.extensions.DriftCorrection`),
+    ``None`` without one.
+    """
 
     theta: torch.Tensor
     step: int = 0
     round: int = 0
+    correction: dict | None = None
 
 
 def init_state(initial: torch.Tensor) -> FALDState:
     return FALDState(theta=initial, step=0, round=0)
 
 
-def local_step(
+def aggregate(
+    beta: torch.Tensor,
     theta: torch.Tensor,
-    problem: FederatedProblem,
-    eta: float,
-    scales: NoiseScales,
+    w: torch.Tensor,
     generator: torch.Generator | None,
-    batch_size: int | None = None,
+    upload: UploadCodec | None = None,
 ) -> torch.Tensor:
-    """One local SGLD step (eq. 10) for every chain and client; updates ``theta`` (R, N, d) in place."""
-    grad = problem.grad(theta, batch_size=batch_size, generator=generator)
-    theta.add_(grad, alpha=-eta)
-    return add_noise_(theta, scales, eta, generator)
+    """The server side of a round: the upload codec (if any) on the local states beta
+    (R, n, d), then the weighted sum over clients sum_c w_rc beta_rc (R, d)."""
+    if upload is not None:
+        received = upload(beta, theta, generator)
+        if (not isinstance(received, torch.Tensor) or received.shape != beta.shape
+                or received.dtype != beta.dtype or received.device != beta.device):
+            got = (f"a tensor of shape {tuple(received.shape)}, {received.dtype} on {received.device}"
+                   if isinstance(received, torch.Tensor) else type(received).__name__)
+            raise ValueError(f"upload codec must return a tensor like the local states (shape "
+                             f"{tuple(beta.shape)}, {beta.dtype} on {beta.device}); got {got}")
+        beta = received
+    return synchronize(beta, w)
 
 
 def fald_round(
@@ -106,14 +119,5 @@ def fald_round(
                 if on_step is not None:
                     on_step(i, beta)
         w = participation.weights(p, r, generator)
-        if upload is not None:
-            received = upload(beta, state.theta, generator)
-            if (not isinstance(received, torch.Tensor) or received.shape != beta.shape
-                    or received.dtype != beta.dtype or received.device != beta.device):
-                got = (f"a tensor of shape {tuple(received.shape)}, {received.dtype} on {received.device}"
-                       if isinstance(received, torch.Tensor) else type(received).__name__)
-                raise ValueError(f"upload codec must return a tensor like the local states (shape "
-                                 f"{tuple(beta.shape)}, {beta.dtype} on {beta.device}); got {got}")
-            beta = received
-        new_theta = synchronize(beta, w)
+        new_theta = aggregate(beta, state.theta, w, generator, upload)
     return replace(state, theta=new_theta, step=state.step + len(etas), round=state.round + 1), w

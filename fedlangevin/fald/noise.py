@@ -74,26 +74,45 @@ def add_noise_(
     scales: NoiseScales,
     eta: float,
     generator: torch.Generator | None,
+    *,
+    clients: torch.Tensor | None = None,
+    transform=None,
+    shared_generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """Add eq. (10)'s noise for step size ``eta`` to client states ``theta`` (R, N, d) in place.
+    """Add eq. (10)'s noise for step size ``eta`` to client states ``theta`` (R, n, d) in place.
 
     The normals are drawn in ``scales.noise_dtype`` (default: theta's dtype) into buffers
-    reused across calls.
+    reused across calls: the shared vector (R, d) from ``shared_generator`` (default:
+    ``generator``), then the private ones (R, N, d) for all N clients of ``scales``.
+    ``clients``: the indices (n,) of the clients ``theta`` holds (default: all N); the
+    private normals of every client are drawn and those columns kept, so the stream does not
+    depend on which clients a process holds. ``transform``: a map applied to the noise
+    before it is added (a preconditioner's factor A, see
+    :class:`fedlangevin.fald.extensions.Preconditioner`); without it the noise is added term
+    by term, as it always was.
     """
     r, n, d = theta.shape
     root = math.sqrt(eta)
     dtype = theta.dtype if scales.noise_dtype is None else scales.noise_dtype
     buffers = scales.buffers
+    target = theta if transform is None else _buffer(buffers, "transformed", (r, n, d), theta.device, theta.dtype).zero_()
     if scales.shared is not None:
         shared = _buffer(buffers, "shared", (r, 1, d), theta.device, dtype)
-        torch.randn((r, 1, d), generator=generator, out=shared)
-        theta.add_(shared, alpha=root * scales.shared)
+        torch.randn((r, 1, d), generator=generator if shared_generator is None else shared_generator, out=shared)
+        target.add_(shared, alpha=root * scales.shared)
     if scales.private is not None:
-        private = _buffer(buffers, "private", (r, n, d), theta.device, dtype)
-        torch.randn((r, n, d), generator=generator, out=private)
+        total = scales.private.shape[0]
+        private = _buffer(buffers, "private", (r, total, d), theta.device, dtype)
+        torch.randn((r, total, d), generator=generator, out=private)
+        rows = _scale_rows(buffers, scales.private, d, theta)
+        if clients is not None:
+            private = private.index_select(1, clients)
+            rows = rows.index_select(0, clients)
         if dtype != theta.dtype:  # promote through a staging buffer: 2x faster than a mixed-dtype addcmul_
             private = _buffer(buffers, "private_promoted", (r, n, d), theta.device, theta.dtype).copy_(private)
-        theta.addcmul_(private, _scale_rows(buffers, scales.private, d, theta), value=root)
+        target.addcmul_(private, rows, value=root)
+    if transform is not None:
+        theta.add_(transform(target))
     return theta
 
 

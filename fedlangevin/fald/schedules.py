@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence as SequenceT
+from typing import Any, Callable, Iterator, Sequence as SequenceT
 
 import numpy as np
 
 from fedlangevin._validation import check_real, check_step_sizes
 
-__all__ = ["Constant", "PaperDecay", "Polynomial", "Sequence", "as_schedule", "step_sizes"]
+__all__ = ["Constant", "PaperDecay", "Polynomial", "Sequence", "as_schedule", "check_schedule", "round_step_sizes", "step_sizes"]
 
 
 @dataclass(frozen=True)
@@ -125,3 +125,44 @@ def step_sizes(schedule: Callable[[int], float], start: int, count: int) -> list
             raise ValueError(f"step_size at step {k} must be finite and > 0; got {eta!r}")
         out.append(eta)
     return out
+
+
+def check_schedule(schedule: Any, start: int, count: int) -> None:
+    """Every eta_k for k in [start, start + count) is finite and > 0 (ValueError naming step_size).
+
+    Checked before a run starts without keeping the values: built-in schedules are checked
+    at their end points (they are monotone), a sequence by its length (its values are
+    checked when it is built), and any other callable value by value.
+    """
+    if count <= 0:
+        return
+    if isinstance(schedule, (Constant, PaperDecay, Polynomial)):
+        step_sizes(schedule, start, 1)
+        step_sizes(schedule, start + count - 1, 1)
+        return
+    if isinstance(schedule, Sequence):  # its values were checked when it was built
+        if start + count > len(schedule.values):
+            schedule(start + count - 1)  # raises the sequence's own message
+        return
+    block = 4096
+    for first in range(start, start + count, block):
+        step_sizes(schedule, first, min(block, start + count - first))
+
+
+def round_step_sizes(schedule: Callable[[int], float], start: int, local_steps: int, rounds: int,
+                     block: int = 256) -> Iterator[list[float]]:
+    """The step sizes of ``rounds`` rounds of ``local_steps`` steps from step ``start``, one list
+    per round. A :class:`Constant` schedule yields one list again and again; any other is
+    evaluated ``block`` rounds at a time (the runner's loop then does no per-step Python)."""
+    if isinstance(schedule, Constant):
+        etas = [float(schedule.eta)] * local_steps
+        for _ in range(rounds):
+            yield etas
+        return
+    k = start
+    for first in range(0, rounds, block):
+        n = min(block, rounds - first)
+        values = [float(schedule(s)) for s in range(k, k + n * local_steps)]
+        k += n * local_steps
+        for i in range(n):
+            yield values[i * local_steps: (i + 1) * local_steps]

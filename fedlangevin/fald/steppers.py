@@ -18,7 +18,7 @@ Three kernels, chosen by :func:`make_stepper`:
   (``addmm`` for a shared Hessian, ``baddbmm`` for per-client Hessians) that also adds
   the offset and the noise, so the step costs the matrix product plus the noise draw.
 - :class:`GradientStepper` — any problem, through ``problem.grad`` (minibatches included),
-  on an (R, N, d) buffer.
+  on an (R, N, d) buffer: the reference :func:`fedlangevin.fald.kernel.local_step` itself.
 
 Random stream (the same in all three, so that they give the same draws for the same seed,
 up to floating-point rounding): at each local step, after the gradient, the shared normals
@@ -35,6 +35,7 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
+from fedlangevin.fald.local import local_step
 from fedlangevin.fald.noise import NoiseScales
 from fedlangevin.problems.base import FederatedProblem
 
@@ -86,12 +87,11 @@ class Stepper:
         self.device = torch.device(device)
         self.num_clients = problem.num_clients
         self.dim = problem.dim
-        self._key = None
+        self._chains, self._scales = None, None
 
     # -- noise ---------------------------------------------------------------------------
     def _setup(self, chains: int, scales: NoiseScales) -> None:
-        key = (chains, id(scales))
-        if key == self._key:
+        if chains == self._chains and scales is self._scales:  # same chains and noise: buffers fit
             return
         r, n, d = chains, self.num_clients, self.dim
         dev, dt = self.device, self.dtype
@@ -103,7 +103,7 @@ class Stepper:
         # (N,) per-client scale sqrt(2 tau (1 - rho^2) / p_c), in the state's dtype.
         self._private_scale = None if scales.private is None else scales.private.reshape(n).to(device=dev, dtype=dt)
         self._allocate(r)
-        self._key, self._scales = key, scales  # keep scales alive so that its id stays unique
+        self._chains, self._scales = chains, scales
 
     def _allocate(self, chains: int) -> None:
         raise NotImplementedError
@@ -166,6 +166,8 @@ class SmallAffineStepper(AffineStepper):
         self._x = torch.empty(d, r, n, **kw)
         self._y = torch.empty(d, r, n, **kw)
         self._w = torch.empty(d, r, n, **kw)
+        # the (d, R N) matrix views of the planes, made once (a view per step costs a dispatch)
+        self._xf, self._yf, self._wf = (t.view(d, r * n) for t in (self._x, self._y, self._w))
         self._z0 = torch.empty(d, r, 1, **kw) if self._shared_draw is not None else None
         self._eta = None
 
@@ -190,7 +192,8 @@ class SmallAffineStepper(AffineStepper):
         n = self.num_clients
         self._setup(r, scales)
         x, y, w, z0 = self._x, self._y, self._w, self._z0
-        x.copy_(theta.t()[:, :, None].expand(d, r, n))  # broadcast
+        xf, yf, wf = self._xf, self._yf, self._wf
+        x.copy_(theta.t().unsqueeze(2).expand(d, r, n))  # broadcast
         for i, eta in enumerate(etas):
             self._coefficients(float(eta))
             self._draw(generator)
@@ -203,7 +206,7 @@ class SmallAffineStepper(AffineStepper):
                 z0.copy_(self._shared_draw.t()[:, :, None])
                 w.add_(z0, alpha=self._noise0)
             if self.shared_hessian:
-                torch.addmm(w.view(d, r * n), self._mt, x.view(d, r * n), out=y.view(d, r * n))
+                torch.addmm(wf, self._mt, xf, out=yf)
             else:
                 m = self._m
                 for e in range(d):
@@ -211,10 +214,10 @@ class SmallAffineStepper(AffineStepper):
                     torch.addcmul(w[e], x[0], m[e][0], out=ye)
                     for j in range(1, d):
                         ye.addcmul_(x[j], m[e][j])
-            x, y = y, x
+            x, y, xf, yf = y, x, yf, xf
             if on_step is not None:
                 on_step(i, x.permute(1, 2, 0))
-        self._x, self._y = x, y
+        self._x, self._y, self._xf, self._yf = x, y, xf, yf
         return x.permute(1, 2, 0)  # (R, N, d) view
 
 
@@ -299,13 +302,7 @@ class GradientStepper(Stepper):
         self.batch_size = batch_size
 
     def _allocate(self, chains: int) -> None:
-        r, n, d = chains, self.num_clients, self.dim
-        kw = dict(device=self.device, dtype=self.dtype)
-        self._x = torch.empty(r, n, d, **kw)
-        self._p = torch.empty(r, n, d, **kw) if (self._promote and self._private_draw is not None) else None
-        self._p0 = torch.empty(r, d, **kw) if (self._promote and self._shared_draw is not None) else None
-        if self._private_scale is not None:
-            self._scale_rows = self._private_scale[:, None].expand(n, d).contiguous()
+        self._x = torch.empty(chains, self.num_clients, self.dim, device=self.device, dtype=self.dtype)
 
     def local_steps(self, theta, etas, scales, generator, on_step=None):
         r, d = theta.shape
@@ -313,17 +310,7 @@ class GradientStepper(Stepper):
         x = self._x
         x.copy_(theta[:, None, :].expand(r, self.num_clients, d))
         for i, eta in enumerate(etas):
-            eta = float(eta)
-            grad = self.problem.grad(x, batch_size=self.batch_size, generator=generator)
-            x.add_(grad, alpha=-eta)
-            self._draw(generator)
-            root = math.sqrt(eta)
-            if self._shared_draw is not None:
-                xi0 = self._shared_draw if self._p0 is None else self._p0.copy_(self._shared_draw)
-                x.add_(xi0[:, None, :], alpha=root * self._shared_scale)
-            if self._private_draw is not None:
-                xi = self._private_draw if self._p is None else self._p.copy_(self._private_draw)
-                x.addcmul_(xi, self._scale_rows, value=root)
+            local_step(x, self.problem, float(eta), scales, generator, self.batch_size)
             if on_step is not None:
                 on_step(i, x)
         return x

@@ -52,7 +52,7 @@ class StoreError(ValueError):
     """A sample store is missing, damaged, or does not match what a checkpoint recorded."""
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:  # some platforms cannot open directories; the rename is still atomic
@@ -73,7 +73,7 @@ def write_json_atomic(path: Path, data: dict) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 class SampleStore:

@@ -23,7 +23,6 @@ Conservative reductions, each recorded in ``report.notes``:
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -34,9 +33,6 @@ from fedlangevin.privacy.accountant import Accounting, _account_levels, _levels
 from fedlangevin.privacy.paper import PaperBound, paper_bound, paper_delta_split
 
 __all__ = ["PrivacyReport", "trace_privacy"]
-
-_PARTICIPATION = re.compile(r"^\s*(Full|SchemeII|SchemeI)\s*\((?:\s*num_sampled\s*=\s*(\d+))?")
-
 
 @dataclass(frozen=True)
 class PrivacyReport:
@@ -72,14 +68,12 @@ class PrivacyReport:
         return "\n".join(lines)
 
 
-def _participation(text: str, num_clients: int) -> tuple[str, int]:
-    m = _PARTICIPATION.match(str(text))
-    if m is None:
-        raise ValueError(f"cannot read the participation rule {text!r} from the trace settings")
-    kind, s = m.group(1), m.group(2)
-    if kind == "Full":
+def _participation(settings: Any, num_clients: int) -> tuple[str, int]:
+    """(scheme, S) of the run for the accountants: full participation is scheme II with S = N."""
+    scheme = settings.scheme
+    if scheme == "full":
         return "II", num_clients
-    return ("I" if kind == "SchemeI" else "II"), int(s)
+    return scheme, int(settings.num_sampled)
 
 
 def trace_privacy(trace: Any, *, delta: float, sensitivity: float, delta0: float | None = None,
@@ -107,20 +101,23 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float, delta0: float
     delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
     sensitivity = check_real("sensitivity", sensitivity, low=0.0, low_open=True)
     settings = trace.settings
+    if getattr(settings, "scheme", None) not in ("full", "I", "II"):
+        raise ValueError("trace.settings must be the run's Settings record (with its participation scheme); "
+                         f"got {type(settings).__name__}")
     r = check_int("chains", trace.num_chains if chains is None else chains, 1, trace.num_chains)
-    k = int(settings["local_steps"])
-    tau, rho = float(settings["temperature"]), float(settings["correlation"])
+    k = int(settings.local_steps)
+    tau, rho = float(settings.temperature), float(settings.correlation)
     etas = np.asarray(trace.step_sizes, dtype=np.float64)
     if etas.size == 0:
         raise ValueError("this trace has no local steps to account for")
     t = int(etas.size)
     weights = np.asarray(problem.weights, dtype=np.float64)
     n = weights.size
-    scheme, s = _participation(settings["participation"], n)
+    scheme, s = _participation(settings, n)
     notes: list[str] = []
 
     # batch fraction per client
-    b = settings.get("batch_size")
+    b = settings.batch_size
     sizes = getattr(problem, "client_sizes", None)
     if b is None:
         gammas = np.ones(n)
@@ -168,7 +165,7 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float, delta0: float
             paper = replace(paper, within_theorem=False, epsilon=math.inf, delta=1.0)
     if r > 1:
         notes.append(f"{r} chains released: composed as {r} runs on the same data")
-    participation = (f"full participation of N = {n}" if str(settings["participation"]).startswith("Full")
+    participation = (f"full participation of N = {n}" if settings.scheme == "full"
                      else f"scheme {scheme} with S = {s} of N = {n}")
     mechanism = dict(common, participation=participation, gamma=gamma, p_min=p_min, eta_max=eta_max, iterations=t, chains=r,
                      delta0=delta0, delta1=delta1, delta2=delta2)

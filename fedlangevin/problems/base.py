@@ -23,7 +23,7 @@ import torch
 
 from fedlangevin._validation import check_int, check_tensor
 
-__all__ = ["FederatedProblem", "QuadraticForm", "check_weights"]
+__all__ = ["ClientSubset", "FederatedProblem", "QuadraticForm", "check_client_indices", "check_weights"]
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,68 @@ class FederatedProblem:
         smallest = int(self.client_sizes.min())
         return check_int("batch_size", batch_size, 1, smallest)
 
+    def clients(self, indices: Sequence[int]) -> "FederatedProblem":
+        """The problem restricted to the clients ``indices`` (a process of a distributed run
+        holds only some clients; see :class:`fedlangevin.fald.extensions.Transport`).
+
+        The result's ``grad`` takes theta of shape (R, len(indices), d) and returns the
+        gradients of those clients' f^c, unchanged (f^c keeps its 1/p_c of the whole
+        federation); its ``weights`` are those clients' p_c (they do not sum to 1), and its
+        minibatch draws are exactly the full problem's for the held clients (the numbers of
+        every client are drawn and the held ones kept), so samples do not depend on how the
+        clients are split. This default wraps the whole problem (it computes every client's
+        gradient and keeps the held ones); problems override it with a true restriction.
+        """
+        return ClientSubset(self, indices)
+
     def parameter_names(self) -> list[str]:
         if self.var_names is not None:
             return list(self.var_names)
         return [f"theta[{i}]" for i in range(self.dim)]
+
+
+def check_client_indices(indices: Sequence[int], num_clients: int) -> torch.Tensor:
+    """Distinct client indices in [0, N - 1], as an int64 tensor (ValueError naming ``indices``)."""
+    try:
+        idx = torch.as_tensor(list(indices), dtype=torch.int64)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise ValueError(f"indices must be a sequence of client indices; got {indices!r}") from exc
+    if idx.dim() != 1 or idx.numel() == 0:
+        raise ValueError(f"indices must be a non-empty 1-d sequence of client indices; got {indices!r}")
+    if int(idx.min()) < 0 or int(idx.max()) >= num_clients or idx.unique().numel() != idx.numel():
+        raise ValueError(f"indices must be distinct client indices in [0, {num_clients - 1}]; got {idx.tolist()}")
+    return idx
+
+
+class ClientSubset(FederatedProblem):
+    """A problem restricted to some of its clients by wrapping it (see :meth:`FederatedProblem.clients`).
+
+    ``grad`` places the held clients' states in a full (R, N, d) tensor (the other clients
+    get a copy of the first held client's state, so their discarded gradients are finite),
+    calls the full problem's ``grad`` — which draws every client's minibatch numbers — and
+    keeps the held clients' gradients.
+    """
+
+    def __init__(self, problem: FederatedProblem, indices: Sequence[int]) -> None:
+        self.problem = problem
+        self.indices = check_client_indices(indices, problem.num_clients)
+        self.num_clients, self.dim = int(self.indices.numel()), problem.dim
+        self.weights = problem.weights.index_select(0, self.indices)
+        sizes = problem.client_sizes
+        self.client_sizes = None if sizes is None else sizes.index_select(0, self.indices.to(sizes.device))
+        self.var_names = problem.var_names
+
+    def grad(self, theta, *, batch_size=None, generator=None):
+        r, n, d = theta.shape
+        if n != self.num_clients or d != self.dim:
+            raise ValueError(f"theta must have shape (R, {self.num_clients}, {self.dim}); got {tuple(theta.shape)}")
+        idx = self.indices.to(theta.device)
+        full = theta[:, :1].expand(r, self.problem.num_clients, d).clone()
+        full.index_copy_(1, idx, theta)
+        return self.problem.grad(full, batch_size=batch_size, generator=generator).index_select(1, idx)
+
+    def to(self, device=None, dtype=None):
+        return ClientSubset(self.problem.to(device=device, dtype=dtype), self.indices.tolist())
+
+    def __repr__(self) -> str:
+        return f"ClientSubset({self.problem!r}, clients={self.indices.tolist()})"

@@ -21,7 +21,7 @@ from typing import Sequence
 import torch
 
 from fedlangevin._validation import check_int, check_names, check_real, check_seed, check_tensor
-from fedlangevin.problems.base import FederatedProblem, QuadraticForm, check_weights
+from fedlangevin.problems.base import FederatedProblem, QuadraticForm, check_client_indices, check_weights
 
 __all__ = ["QuadraticProblem", "GaussianSimulation", "PAPER_COV"]
 
@@ -133,6 +133,20 @@ class QuadraticProblem(FederatedProblem):
         a = self.hessians.double().cpu()
         grads = (a @ mean if a.dim() == 2 else torch.einsum("nij,j->ni", a, mean)) - self.shifts.double().cpu()
         return float(torch.linalg.vector_norm(grads, dim=-1).max())
+
+    def clients(self, indices):
+        """The quadratic of the clients ``indices`` only: A_c and b_c of those clients, their p_c
+        (see :meth:`FederatedProblem.clients`); no random draws, so nothing else to keep."""
+        if type(self) is not QuadraticProblem:  # subclasses with data (minibatches) keep every client's draws
+            return super().clients(indices)
+        idx = check_client_indices(indices, self.num_clients)
+        new = copy.copy(self)
+        new.num_clients = int(idx.numel())
+        new.shifts = self.shifts.index_select(0, idx.to(self.shifts.device))
+        if self.hessians.dim() == 3:
+            new.hessians = self.hessians.index_select(0, idx.to(self.hessians.device))
+        new.weights = self.weights.index_select(0, idx)
+        return new
 
     def to(self, device=None, dtype=None):
         new = copy.copy(self)

@@ -146,12 +146,11 @@ def test_sigkill_from_outside_mid_run_then_resume_gives_the_uninterrupted_sample
     """
     script = _worker(tmp_path, RUN_SETUP + """
 import time
-import fedlangevin.fald.sampler as S
-_round = S.fald_round
+_round = sampler._kernel.step
 def slow_round(*a, **k):
     time.sleep(0.005)
     return _round(*a, **k)
-S.fald_round = slow_round
+sampler._kernel = sampler._kernel._replace(step=slow_round)
 sampler.run(**RUN, store="store", checkpoint="run.ckpt", checkpoint_every=10)
 print("finished")
 """)
@@ -185,7 +184,7 @@ print("finished")
 
 # Kill points inside the process: mid-round, and at each step of an atomic checkpoint write.
 KILLS = {
-    "mid-round": "S.fald_round = killing(S.fald_round, 95)",  # round 95; last checkpoint at 90
+    "mid-round": "sampler._kernel = sampler._kernel._replace(step=killing(sampler._kernel.step, 95))",  # round 95; last checkpoint at 90
     "at-a-rename": "C.os.replace = killing(C.os.replace, 9)",  # a checkpoint's temporary file is complete
     "at-keeping-prev": "C.os.link = killing(C.os.link, 5)",  # before the current checkpoint becomes .prev
 }
@@ -355,12 +354,11 @@ def test_checkpoint_file_loads_without_pickled_code(tmp_path):
 def test_interrupted_in_process_the_sampler_stays_consistent(monkeypatch):
     """Ctrl-C mid-round: the sampler stays at the last completed round (random stream
     included), the draws so far are in interrupted_trace, and later runs continue exactly."""
-    import fedlangevin.fald.sampler as S
-
     problem, kw = _problem(), dict(step_size=1e-3, chains=3, seed=6, participation=fl.SchemeI(3), batch_size=2)
     whole = fl.FALD(problem, **kw).run(20)
     sampler = fl.FALD(problem, **kw)
-    real, calls = S.fald_round, [0]
+    kernel = sampler._kernel
+    real, calls = kernel.step, [0]
 
     def interrupt_in_round_8(*args, **kwargs):
         calls[0] += 1
@@ -369,10 +367,10 @@ def test_interrupted_in_process_the_sampler_stays_consistent(monkeypatch):
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(S, "fald_round", interrupt_in_round_8)
+    monkeypatch.setattr(sampler, "_kernel", kernel._replace(step=interrupt_in_round_8))
     with pytest.raises(KeyboardInterrupt):
         sampler.run(20)
-    monkeypatch.setattr(S, "fald_round", real)
+    monkeypatch.setattr(sampler, "_kernel", kernel)
     assert sampler.state.round == 7 and sampler.unfinished is None
     assert torch.equal(sampler.interrupted_trace.samples, whole.samples[:, :7])
     assert torch.equal(sampler.run(13).samples, whole.samples[:, 7:])

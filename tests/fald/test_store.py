@@ -52,7 +52,7 @@ def test_store_run_equals_memory_run_and_is_memory_mapped(dtype, tmp_path):
 
 def test_store_blocks_are_written_as_the_run_goes(tmp_path, monkeypatch):
     """Draws reach the file in blocks during the run, not at its end."""
-    import fedlangevin.fald.sampler as S
+    import fedlangevin.fald.runs as S
 
     monkeypatch.setattr(S, "STORE_BLOCK_BYTES", 5 * 3 * 2 * 8)  # 5 draws of 3 chains x d = 2
     sizes = []

@@ -1,0 +1,186 @@
+"""FA-LD as a pure kernel: ``build(problem, ...) -> Kernel(init, step)``.
+
+In the shape of BlackJAX's kernels and ``posteriors``' transforms: :func:`build` fixes the
+problem and the settings once; ``init(theta0)`` returns the state, ``step(state, step_sizes,
+generator)`` runs one communication round (Deng et al., Alg. 1 / Alg. 4: broadcast, K =
+len(step_sizes) local steps of eq. 10, synchronisation) and returns the new state and a
+:class:`RoundInfo`. Step sizes are an argument of every call (any schedule is a sequence of
+numbers), randomness comes from the generator passed in, and the input state is never
+modified.
+
+Extension points (:mod:`fedlangevin.fald.extensions`), each an explicit argument whose
+default leaves the round bit-identical to the plain kernel:
+
+- ``preconditioner``: M = A A^T, clients step in z with theta = theta_0 + A z;
+- ``correction``: a drift correction added to every client's gradient, with its own state
+  (``state.correction``);
+- ``transport``: the synchronisation; a process holds the clients ``transport.clients`` and
+  the partial weighted sums are all-reduced;
+- ``upload``: the upload codec applied to the local states before the average.
+
+:func:`client_round` is the client side of a round for one client (what a federated-learning
+client, e.g. a Flower client, runs): K local steps of that client's problem from a broadcast
+theta, with its own shared-noise and private-noise generators.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, NamedTuple, Sequence
+
+import torch
+
+from fedlangevin._validation import check_real
+from fedlangevin.fald.extensions import IdentityPreconditioner, LocalTransport
+from fedlangevin.fald.kernel import FALDState, UploadCodec, aggregate
+from fedlangevin.fald.local import local_step
+from fedlangevin.fald.noise import noise_scales
+from fedlangevin.fald.participation import Participation, as_participation
+from fedlangevin.fald.steppers import make_stepper
+from fedlangevin.problems.base import FederatedProblem, check_client_indices, check_weights
+
+__all__ = ["Kernel", "RoundInfo", "build", "client_round"]
+
+
+@dataclass(frozen=True)
+class RoundInfo:
+    """What a round reports besides the state: the aggregation weights, (N,) shared by the
+    chains or (R, N) per chain (over all N clients, whichever a process holds)."""
+
+    weights: torch.Tensor
+
+
+class Kernel(NamedTuple):
+    """``init(theta0) -> state``; ``step(state, step_sizes, generator, on_step=None) -> (state, info)``.
+
+    ``on_step(i, beta)``, if given, sees the held clients' states (R, n, d) after local step
+    i (a view valid during the call).
+    """
+
+    init: Callable[[torch.Tensor], FALDState]
+    step: Callable[..., tuple[FALDState, RoundInfo]]
+
+
+def build(
+    problem: FederatedProblem,
+    temperature: float = 1.0,
+    correlation: float = 0.0,
+    participation: Participation | str | None = None,
+    batch_size: int | None = None,
+    *,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str = "cpu",
+    noise_dtype: torch.dtype | None = torch.float32,
+    kernel: str = "auto",
+    preconditioner=None,
+    correction=None,
+    transport=None,
+    upload: UploadCodec | None = None,
+    validated: bool = False,
+) -> Kernel:
+    """Build the FA-LD round kernel for ``problem`` (see the module docstring).
+
+    temperature : tau > 0; correlation : rho in [0, 1] (eq. 14); participation : Full (default),
+    SchemeI(S) or SchemeII(S); batch_size : minibatch size per client and step (None: full
+    gradients); dtype, device : of the state; noise_dtype : of the standard normals (see
+    :mod:`fedlangevin.fald.noise`); kernel : "auto", "small", "dense" or "gradient" (the round
+    kernel of :mod:`fedlangevin.fald.steppers`, used when no extension is active).
+    preconditioner, correction, transport, upload : the extension points
+    (:mod:`fedlangevin.fald.extensions`); ``None`` is the plain round.
+
+    Arguments are validated here (``ValueError`` naming the argument); ``validated=True``
+    skips the checks of the participation rule and the batch size against the problem (the
+    runner :class:`fedlangevin.FALD` has made them, with their warnings, already).
+    """
+    if not isinstance(problem, FederatedProblem):
+        raise ValueError(f"problem must be a fedlangevin FederatedProblem; got {type(problem).__name__}")
+    temperature = check_real("temperature", temperature, low=0.0, low_open=True)
+    correlation = check_real("correlation", correlation, low=0.0, high=1.0)
+    rule = as_participation(participation)
+    weights = check_weights(problem.weights, problem.num_clients)
+    if not validated:
+        rule.validate(weights)
+        batch_size = problem.check_batch_size(batch_size)
+    device = torch.device(device)
+    transport = LocalTransport() if transport is None else transport
+    if not callable(getattr(transport, "reduce", None)):
+        raise ValueError(f"transport must have a reduce(partial) method; got {transport!r}")
+    if isinstance(preconditioner, IdentityPreconditioner):
+        preconditioner = None
+    if preconditioner is not None and hasattr(preconditioner, "to"):
+        preconditioner = preconditioner.to(device=device, dtype=dtype)
+    held = None if transport.clients is None else check_client_indices(transport.clients, problem.num_clients)
+    p = weights.to(device=device, dtype=dtype)
+    scales = noise_scales(weights, temperature, correlation, device=device, dtype=dtype, noise_dtype=noise_dtype)
+    work = problem.to(device=device, dtype=dtype)
+    plain = held is None and preconditioner is None and correction is None
+    stepper = make_stepper(work, dtype, device, batch_size, kernel) if plain else None
+    if held is not None:
+        work = work.clients(held.tolist())
+        held = held.to(device)
+
+    def init(theta0: torch.Tensor) -> FALDState:
+        theta = torch.as_tensor(theta0, dtype=dtype, device=device)
+        if theta.dim() != 2 or theta.shape[1] != problem.dim:
+            raise ValueError(f"theta0 must have shape (R, d = {problem.dim}); got {tuple(theta.shape)}")
+        cstate = None if correction is None else correction.init(theta)
+        return FALDState(theta=theta.clone(), step=0, round=0, correction=cstate)
+
+    def step(state: FALDState, step_sizes: Sequence[float], generator: torch.Generator | None, on_step=None):
+        theta = state.theta
+        r, d = theta.shape
+        if stepper is not None:
+            beta = stepper.local_steps(theta, step_sizes, scales, generator, on_step)
+        else:
+            beta = theta.unsqueeze(1).expand(r, work.num_clients, d).clone()  # broadcast
+            for i, eta in enumerate(step_sizes):
+                term = None if correction is None else correction.term(state.correction, beta)
+                local_step(beta, work, float(eta), scales, generator, batch_size, clients=held,
+                           preconditioner=preconditioner, correction=term)
+                if on_step is not None:
+                    on_step(i, beta)
+        w = rule.weights(p, r, generator)
+        if held is None:
+            new_theta = transport.reduce(aggregate(beta, theta, w, generator, upload))
+        else:
+            new_theta = transport.reduce(aggregate(beta, theta, w.index_select(-1, held), generator, upload))
+        cstate = state.correction if correction is None else correction.update(state.correction, new_theta, beta, w)
+        new = FALDState(theta=new_theta, step=state.step + len(step_sizes), round=state.round + 1, correction=cstate)
+        return new, RoundInfo(weights=w)
+
+    return Kernel(init, step)
+
+
+def client_round(
+    problem: FederatedProblem,
+    theta: torch.Tensor,
+    step_sizes: Sequence[float],
+    *,
+    weight: float,
+    temperature: float = 1.0,
+    correlation: float = 0.0,
+    shared_generator: torch.Generator | None,
+    private_generator: torch.Generator | None,
+    batch_size: int | None = None,
+    noise_dtype: torch.dtype | None = torch.float32,
+) -> torch.Tensor:
+    """The K local steps of ONE client from the broadcast theta (R, d); returns its beta (R, d).
+
+    ``problem``: that client's problem, one client (e.g. ``full.clients([c])``); ``weight``:
+    its p_c in the federation (sets its private noise scale sqrt(2 tau (1 - rho^2) / p_c)).
+    The shared normals come from ``shared_generator`` (every client must draw the same ones:
+    seed it identically on every client), the private normals and minibatches from
+    ``private_generator`` (the client's own). With one generator for both and N = 1 this is
+    exactly :func:`build`'s round before its synchronisation. A server then averages the
+    clients' results with the participation weights.
+    """
+    if problem.num_clients != 1:
+        raise ValueError(f"problem must hold one client (use problem.clients([c])); got {problem.num_clients}")
+    weight = check_real("weight", weight, low=0.0, high=1.0, low_open=True)
+    r, d = theta.shape
+    scales = noise_scales(torch.tensor([float(weight)], dtype=torch.float64), temperature, correlation,
+                          device=theta.device, dtype=theta.dtype, noise_dtype=noise_dtype)
+    beta = theta.unsqueeze(1).clone()
+    for eta in step_sizes:
+        local_step(beta, problem, float(eta), scales, private_generator, batch_size, shared_generator=shared_generator)
+    return beta[:, 0]

@@ -1,0 +1,224 @@
+"""Checkpoints of the FA-LD runner: the record a run writes, and reading it back on resume.
+
+A checkpoint holds everything a run needs to continue bit for bit at a round boundary: the
+global parameters (R, d), the step and round counters, the single ``torch.Generator``, the
+ledger (cumulative counters, the one communication counter), the typed settings record
+(:class:`~fedlangevin.fald.settings.Settings`), the schedule, the participation rule, the
+problem (beside the checkpoint, ``<path>.problem``) and the unfinished run's plan and draws.
+The file format itself is :mod:`fedlangevin.fald.checkpoint`.
+
+Record versions: 1 (settings without the participation scheme, a separate communication
+total), 2 (the full settings record; communication derived from the ledger). Both resume.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedlangevin._validation import check_device
+from fedlangevin.fald import checkpoint as ckpt
+from fedlangevin.fald.participation import Participation, as_participation
+from fedlangevin.fald.schedules import as_schedule
+from fedlangevin.problems.base import FederatedProblem
+
+__all__ = ["RECORD_KIND", "RECORD_VERSION", "CheckpointWriter", "encoded_or_none", "load_record", "main_path",
+           "resume_device", "resume_participation", "resume_problem", "resume_schedule"]
+
+RECORD_KIND = "fedlangevin.FALD"
+RECORD_VERSION = 2
+
+
+class CheckpointWriter:
+    """Writes a sampler's checkpoints; writes its problem once per checkpoint path (``<path>.problem``).
+
+    ``digest``: the problem's data digest (computed once); ``sidecars``: the (problem file,
+    digest) pairs already written.
+    """
+
+    def __init__(self, problem: FederatedProblem) -> None:
+        self.problem = problem
+        self.digest: str | None = None
+        self.sidecars: set[tuple[str, str]] = set()
+
+    def write(self, path: Path, sampler: Any, run: Any) -> None:
+        """Write the checkpoint of ``sampler`` (a :class:`~fedlangevin.FALD`) and its ``run``."""
+        run.sync()
+        path = Path(path)
+        record = {
+            "kind": RECORD_KIND,
+            "version": RECORD_VERSION,
+            "versions": {"torch": str(torch.__version__), "numpy": str(np.__version__)},
+            "round": int(sampler.state.round),
+            "step": int(sampler.state.step),
+            "settings": ckpt.encode(sampler.settings.record()),
+            "schedule": encoded_or_none(sampler.schedule),
+            "schedule_repr": repr(sampler.schedule),
+            "schedule_probe": schedule_probe(sampler.schedule, sampler.state.step, sampler.local_steps),
+            "participation": encoded_or_none(sampler.participation),
+            "participation_repr": repr(sampler.participation),
+            "problem": self.problem_record(path),
+            "theta": sampler.state.theta.detach().cpu().clone(),
+            "active": torch.as_tensor(sampler.active, dtype=torch.int64),
+            "generator": sampler.generator.get_state(),
+            "ledger": ckpt.encode(dict(sampler.ledger)),
+            "run": run.describe(),
+        }
+        ckpt.write_file(path, record)
+
+    def problem_record(self, path: Path) -> dict:
+        problem = self.problem
+        if self.digest is None:
+            self.digest = ckpt.digest(problem)
+        sidecar = path.with_name(path.name + ckpt.PROBLEM_SUFFIX)
+        stored = True
+        if (str(sidecar), self.digest) not in self.sidecars:
+            try:
+                encoded = ckpt.encode(problem, "problem")
+            except ckpt.NotEncodable:
+                stored = False
+            else:
+                ckpt.write_file(sidecar, {"kind": "fedlangevin.problem", "digest": self.digest,
+                                          "problem": encoded}, keep_previous=False)
+                self.sidecars.add((str(sidecar), self.digest))
+        return {
+            "file": sidecar.name if stored else None,
+            "digest": self.digest,
+            "class": f"{type(problem).__module__}.{type(problem).__qualname__}",
+            "num_clients": problem.num_clients,
+            "dim": problem.dim,
+            "weights": torch.as_tensor(problem.weights, dtype=torch.float64).cpu().clone(),
+        }
+
+
+def schedule_probe(schedule: Any, step: int, local_steps: int) -> list[list[float]]:
+    """A few (k, eta_k) pairs around the current step: a schedule given again on resume is compared on them."""
+    probe = []
+    for k in sorted({0, max(step - 1, 0), step, step + local_steps - 1}):
+        try:
+            probe.append([k, float(schedule(k))])
+        except (ValueError, TypeError, IndexError):
+            pass
+    return probe
+
+
+def load_record(path: Path, fallback: bool) -> tuple[dict, Path, dict]:
+    """The checkpoint record at ``path`` (or ``<path>.prev`` with ``fallback``), the file used and
+    its settings (a plain dictionary), checked to be an FA-LD record of a known version."""
+    record, used = ckpt.read_file(path, fallback=fallback)
+    if record.get("kind") != RECORD_KIND:
+        raise ckpt.CheckpointError(f"{str(used)!r} is not a checkpoint of an FA-LD sampler")
+    if int(record.get("version", 0)) > RECORD_VERSION:
+        raise ckpt.CheckpointError(f"{str(used)!r} was written by a newer fedlangevin (record version {record['version']})")
+    return record, used, ckpt.decode(record["settings"])
+
+
+def main_path(used: Path) -> Path:
+    """A run resumed from ``<path>.prev`` goes on writing its checkpoints to ``<path>``."""
+    return used.with_name(used.name.removesuffix(ckpt.PREV_SUFFIX)) if used.name.endswith(ckpt.PREV_SUFFIX) else used
+
+
+def resume_device(settings: dict, device: Any) -> tuple[torch.device, torch.device]:
+    """(the checkpoint's device, the device to continue on)."""
+    saved = torch.device(settings["device"])
+    new = saved if device is None else check_device("device", device)
+    if device is None and saved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"the checkpoint was written on {saved} but CUDA is not available here; pass device='cpu' "
+            "to continue on the CPU (with a new random stream)"
+        )
+    return saved, new
+
+
+def encoded_or_none(obj: Any) -> Any:
+    try:
+        return ckpt.encode(obj)
+    except ckpt.NotEncodable:
+        return None
+
+
+def resume_problem(record: dict, used: Path, problem: Any) -> FederatedProblem:
+    info = record["problem"]
+    if problem is None:
+        if info["file"] is None:
+            raise ValueError(
+                f"the checkpoint's problem ({info['class']}) is not one fedlangevin can store; pass it again: "
+                "FALD.resume(path, problem=...)"
+            )
+        sidecar = used.with_name(info["file"])
+        if not sidecar.exists():  # read from <path>.prev: the problem file is named after <path>
+            sidecar = used.with_name(used.name.removesuffix(ckpt.PREV_SUFFIX) + ckpt.PROBLEM_SUFFIX)
+        side, _ = ckpt.read_file(sidecar)
+        if side.get("digest") != info["digest"]:
+            raise ckpt.CheckpointError(
+                f"the problem file {str(sidecar)!r} belongs to another run (digest differs); pass the problem: "
+                "FALD.resume(path, problem=...)"
+            )
+        problem = ckpt.decode(side["problem"])
+        if not isinstance(problem, FederatedProblem):
+            raise ckpt.CheckpointError(f"{str(sidecar)!r} does not hold a federated problem")
+        return problem
+    if not isinstance(problem, FederatedProblem):
+        raise ValueError(f"problem must be a fedlangevin FederatedProblem; got {type(problem).__name__}")
+    name = f"{type(problem).__module__}.{type(problem).__qualname__}"
+    weights = torch.as_tensor(problem.weights, dtype=torch.float64).cpu()
+    if (name, problem.num_clients, problem.dim) != (info["class"], info["num_clients"], info["dim"]) or not torch.equal(
+        weights, info["weights"]
+    ):
+        raise ValueError(
+            f"problem does not match the checkpoint's: got {name} with N={problem.num_clients}, d={problem.dim}; "
+            f"the checkpoint sampled {info['class']} with N={info['num_clients']}, d={info['dim']} "
+            "(and its client weights must be equal)"
+        )
+    if ckpt.digest(problem) != info["digest"]:
+        warnings.warn(
+            "problem: its data differ from the checkpointed run's (digest mismatch); the resumed chains sample the "
+            "problem given here", stacklevel=3,
+        )
+    return problem
+
+
+def resume_schedule(record: dict, step_size: Any, problem: FederatedProblem):
+    stored = record["schedule"]
+    if step_size is None:
+        if stored is None:
+            raise ValueError(
+                f"the checkpoint's step size ({record['schedule_repr']}) is a function fedlangevin cannot store; "
+                "pass it again: FALD.resume(path, step_size=...)"
+            )
+        return ckpt.decode(stored)
+    schedule = as_schedule(step_size, problem)
+    differs = []
+    for k, eta in record["schedule_probe"]:
+        try:
+            if float(schedule(int(k))) != eta:
+                differs.append(int(k))
+        except (ValueError, TypeError, IndexError):
+            differs.append(int(k))
+    if differs:
+        warnings.warn(
+            f"step_size differs from the checkpointed run's at step(s) {differs}: the resumed run uses the new one "
+            "(it does not continue the original run bit for bit)", stacklevel=3,
+        )
+    return schedule
+
+
+def resume_participation(record: dict, participation: Any) -> Participation:
+    stored = record["participation"]
+    if participation is None:
+        if stored is None:
+            raise ValueError(
+                f"the checkpoint's participation rule ({record['participation_repr']}) cannot be stored; pass it "
+                "again: FALD.resume(path, participation=...)"
+            )
+        return ckpt.decode(stored)
+    rule = as_participation(participation)
+    if repr(rule) != record["participation_repr"]:
+        warnings.warn(
+            f"participation {rule!r} differs from the checkpointed run's ({record['participation_repr']})", stacklevel=3
+        )
+    return rule

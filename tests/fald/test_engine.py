@@ -1,0 +1,201 @@
+"""The pure kernel ``fald.engine.build -> (init, step)``: equal to the runner, and each extension
+point's default bit-identical to the plain round."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+import fedlangevin as fl
+from fedlangevin.fald.engine import build, client_round
+from fedlangevin.fald.extensions import FactorPreconditioner, IdentityPreconditioner, InProcessGroup, LocalTransport
+from fedlangevin.problems import QuadraticProblem
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+F64 = torch.float64
+
+
+def _quadratic(n=5, d=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(n, d, d, generator=g, dtype=F64)
+    a = q @ q.transpose(-1, -2) / d + torch.eye(d, dtype=F64)
+    w = torch.rand(n, generator=g, dtype=F64) + 0.5
+    return QuadraticProblem(a, torch.randn(n, d, generator=g, dtype=F64), w / w.sum())
+
+
+def _logistic():
+    g = torch.Generator().manual_seed(3)
+    clients = [(torch.randn(m, 2, generator=g, dtype=F64), torch.randint(0, 3, (m,), generator=g))
+               for m in (8, 8, 8, 8, 8)]
+    return fl.problems.LogisticRegression(clients, num_classes=3)
+
+
+def _run(kernel, theta0, etas, rounds, seed):
+    g = torch.Generator().manual_seed(seed)
+    state = kernel.init(theta0)
+    for _ in range(rounds):
+        state, info = kernel.step(state, etas, g)
+    return state, info
+
+
+@pytest.mark.parametrize("rule", [fl.Full(), fl.SchemeI(2), fl.SchemeII(3)])
+def test_kernel_equals_the_runner_bit_for_bit(rule):
+    problem = fl.problems.GaussianSimulation(num_clients=6, alpha=1.0, samples_per_client=5, seed=1)
+    if isinstance(rule, fl.SchemeI):
+        problem = _quadratic(6, 2)
+    sampler = fl.FALD(problem, step_size=1e-3, local_steps=3, correlation=0.4, participation=rule, chains=4, seed=2)
+    trace = sampler.run(6, progress=False)
+    kernel = build(problem, 1.0, 0.4, rule)
+    state, _ = _run(kernel, torch.zeros(4, 2, dtype=F64), [1e-3] * 3, 6, 2)
+    assert torch.equal(state.theta, sampler.state.theta)
+    assert torch.equal(torch.as_tensor(trace.samples[:, -1]), state.theta)
+    assert (state.step, state.round) == (18, 6)
+
+
+def test_step_does_not_modify_its_input_state():
+    kernel = build(_quadratic(), correlation=0.3)
+    state = kernel.init(torch.ones(2, 3, dtype=F64))
+    before = state.theta.clone()
+    new, info = kernel.step(state, [1e-2, 1e-2], torch.Generator().manual_seed(0))
+    assert torch.equal(state.theta, before) and not torch.equal(new.theta, before)
+    assert info.weights.shape == (5,)
+
+
+@pytest.mark.parametrize("kernel_name", ["small", "dense", "gradient"])
+def test_explicit_defaults_are_bit_identical_to_the_plain_kernel(kernel_name):
+    problem = _quadratic()
+    theta0 = torch.randn(3, 3, generator=torch.Generator().manual_seed(1), dtype=F64)
+    plain = build(problem, 1.0, 0.5, fl.SchemeI(3), kernel=kernel_name)
+    explicit = build(problem, 1.0, 0.5, fl.SchemeI(3), kernel=kernel_name, preconditioner=IdentityPreconditioner(),
+                     transport=LocalTransport(), correction=None, upload=None)
+    a, _ = _run(plain, theta0, [1e-2] * 4, 5, 7)
+    b, _ = _run(explicit, theta0, [1e-2] * 4, 5, 7)
+    assert torch.equal(a.theta, b.theta)
+
+
+def test_scalar_preconditioner_equals_a_scaled_step_size():
+    """A = a I: theta - eta a^2 grad + a sqrt(eta) noise is the plain step with eta' = a^2 eta
+    (the same normals; equal up to rounding of the two ways of scaling)."""
+    problem = _quadratic()
+    theta0 = torch.zeros(4, 3, dtype=F64)
+    a, eta = 0.7, 1e-2
+    pre = build(problem, 1.0, 0.5, kernel="gradient", preconditioner=FactorPreconditioner(a * torch.eye(3, dtype=F64)))
+    ref = build(problem, 1.0, 0.5, kernel="gradient")
+    x, _ = _run(pre, theta0, [eta] * 3, 4, 3)
+    y, _ = _run(ref, theta0, [a * a * eta] * 3, 4, 3)
+    torch.testing.assert_close(x.theta, y.theta, rtol=1e-12, atol=1e-12)
+
+
+class ConstantShift:
+    """A drift correction adding a fixed term t_c to client c's gradient; counts its updates."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def init(self, theta):
+        return {"rounds": torch.zeros((), dtype=torch.int64)}
+
+    def term(self, state, beta):
+        return self.t
+
+    def update(self, state, theta, beta, weights):
+        return {"rounds": state["rounds"] + 1}
+
+
+def test_drift_correction_term_equals_a_shifted_problem_and_keeps_its_state():
+    """grad f^c + t_c = A_c theta - (b_c - t_c): the corrected run is the run on shifts b_c - t_c."""
+    problem = _quadratic()
+    t = torch.randn(5, 3, generator=torch.Generator().manual_seed(4), dtype=F64)
+    shifted = QuadraticProblem(problem.hessians, problem.shifts - t, problem.weights)
+    theta0 = torch.zeros(2, 3, dtype=F64)
+    x, _ = _run(build(problem, 1.0, 0.2, correction=ConstantShift(t)), theta0, [1e-2] * 2, 5, 9)
+    y, _ = _run(build(shifted, 1.0, 0.2, kernel="gradient"), theta0, [1e-2] * 2, 5, 9)
+    torch.testing.assert_close(x.theta, y.theta, rtol=1e-12, atol=1e-12)
+    assert int(x.correction["rounds"]) == 5
+
+
+def _grouped(problem, groups, rule, rounds, etas, seed, batch_size=None, correlation=0.5):
+    group = InProcessGroup(groups, timeout=30)
+    out, errors = [None] * len(groups), []
+
+    def work(rank):
+        try:
+            kernel = build(problem, 1.0, correlation, rule, batch_size, transport=group.transports[rank])
+            out[rank], _ = _run(kernel, torch.zeros(3, problem.dim, dtype=F64), etas, rounds, seed)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(rank,)) for rank in range(len(groups))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert not errors, errors
+    return out
+
+
+@pytest.mark.parametrize("groups", [[[0, 1], [2, 3, 4]], [[4], [0, 2], [1, 3]]])
+@pytest.mark.parametrize("rule", [fl.Full(), fl.SchemeI(3)])
+def test_split_clients_give_the_single_process_samples(groups, rule):
+    """Each group draws every client's random numbers, keeps its own; the partial sums are added.
+    Tolerance: the split changes only the order of the N-term sum over clients, a relative
+    rounding of a few float64 ulps per round (rtol 1e-12 over 6 rounds)."""
+    problem = _quadratic()
+    whole, _ = _run(build(problem, 1.0, 0.5, rule), torch.zeros(3, 3, dtype=F64), [1e-2] * 3, 6, 5)
+    for state in _grouped(problem, groups, rule, 6, [1e-2] * 3, 5):
+        torch.testing.assert_close(state.theta, whole.theta, rtol=1e-12, atol=1e-13)
+
+
+def test_split_clients_with_minibatches_give_the_single_process_samples():
+    problem = _logistic()
+    whole, _ = _run(build(problem, 1.0, 0.3, fl.SchemeII(2), 3), torch.zeros(3, problem.dim, dtype=F64),
+                    [1e-3] * 2, 4, 8)
+    for state in _grouped(problem, [[0, 3], [1, 2, 4]], fl.SchemeII(2), 4, [1e-3] * 2, 8, batch_size=3,
+                          correlation=0.3):
+        torch.testing.assert_close(state.theta, whole.theta, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("make", [_quadratic, _logistic])
+def test_problem_clients_restricts_gradients_and_keeps_minibatch_draws(make):
+    problem = make()
+    idx = [3, 0]
+    sub = problem.clients(idx)
+    assert sub.num_clients == 2 and torch.equal(sub.weights, problem.weights[idx])
+    theta = torch.randn(2, problem.num_clients, problem.dim, generator=torch.Generator().manual_seed(0), dtype=F64)
+    full = problem.grad(theta)
+    assert torch.equal(sub.grad(theta[:, idx]), full[:, idx])
+    if problem.client_sizes is not None:
+        a = problem.grad(theta, batch_size=2, generator=torch.Generator().manual_seed(1))
+        b = sub.grad(theta[:, idx], batch_size=2, generator=torch.Generator().manual_seed(1))
+        assert torch.equal(b, a[:, idx])
+    with pytest.raises(ValueError, match="indices"):
+        problem.clients([0, 0])
+    with pytest.raises(ValueError, match="indices"):
+        problem.clients([problem.num_clients])
+
+
+def test_client_round_is_the_kernels_round_for_one_client():
+    """N = 1, one generator for shared and private noise: client_round's beta is the kernel's theta."""
+    problem = _logistic()
+    single = fl.problems.LogisticRegression([(problem.features[2, :8, :2], problem.labels[2, :8])], num_classes=3)
+    theta = torch.randn(3, problem.dim, generator=torch.Generator().manual_seed(0), dtype=F64)
+    etas = [1e-3, 2e-3]
+    beta = client_round(single, theta, etas, weight=1.0, correlation=0.5, shared_generator=None,
+                        private_generator=torch.Generator().manual_seed(4), batch_size=3)
+    kernel = build(single, 1.0, 0.5, None, 3)
+    state, _ = kernel.step(kernel.init(theta), etas, torch.Generator().manual_seed(4))
+    assert torch.equal(beta, state.theta)
+    with pytest.raises(ValueError, match="one client"):
+        client_round(problem, theta, etas, weight=0.5, shared_generator=None, private_generator=None)
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    (dict(temperature=0.0), "temperature"), (dict(correlation=1.5), "correlation"),
+    (dict(participation="scheme"), "participation"), (dict(batch_size=2), "batch_size"),
+    (dict(transport=object()), "transport"), (dict(transport=InProcessGroup([[0, 7]]).transports[0]), "indices"),
+])
+def test_build_rejects_bad_arguments_naming_them(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        build(_quadratic(), **kwargs)

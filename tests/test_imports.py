@@ -1,0 +1,76 @@
+"""The package's module graph: every module imports on its own, no import circle, fald/ modules stay small."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "fedlangevin"
+MODULES = sorted(
+    ".".join(("fedlangevin",) + p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+    for p in ROOT.rglob("*.py")
+)
+
+
+def _imports(module: str) -> set[str]:
+    """fedlangevin modules imported anywhere in ``module`` (deferred imports inside functions
+    included: they are a circle too, only a hidden one). Importing a package's __init__ is left
+    out: a package that re-exports its modules is not a circle between modules."""
+    path = ROOT.joinpath(*module.split(".")[1:])
+    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        out.update(n for n in names if n in MODULES and n != module and not _is_package(n))
+    return out
+
+
+def _is_package(module: str) -> bool:
+    return ROOT.joinpath(*module.split(".")[1:]).is_dir()
+
+
+def test_no_import_circle_between_modules():
+    graph = {m: _imports(m) for m in MODULES if not _is_package(m)}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(graph[m]):
+            if state.get(d) == 1:
+                raise AssertionError("import circle: " + " -> ".join(stack[stack.index(d):] + [d]))
+            if d not in state:
+                visit(d)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if m.startswith("fedlangevin.fald")])
+def test_every_engine_module_imports_on_its_own(module):
+    importlib.import_module(module)
+
+
+def test_no_fald_module_is_longer_than_about_500_lines():
+    long = {p.name: n for p in (ROOT / "fald").glob("*.py") if (n := len(p.read_text().splitlines())) > 520}
+    assert not long, long
+
+
+def test_no_private_name_is_imported_across_fald_modules():
+    bad = []
+    for p in (ROOT / "fald").glob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fedlangevin"):
+                bad += [f"{p.name}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+    assert not bad, bad
