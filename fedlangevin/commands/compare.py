@@ -75,6 +75,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from fedlangevin.commands._checks import check_output_dir, require_datasets
+
+    check_output_dir("--out", args.out)
     import torch
 
     from fedlangevin._validation import check_int
@@ -95,6 +98,7 @@ def main(args: argparse.Namespace) -> int:
         dzofl_gamma0=args.dzofl_gamma0, bits_per_entry=args.bits_per_entry, downlink=args.downlink, seed=args.seed,
         bootstrap=QUICK["bootstrap"] if args.quick else base.bootstrap, **sized,
     )
+    require_datasets("compare", settings.datasets)
     result = run_comparison(settings.resolved(), log=lambda line: print(line, file=sys.stderr, flush=True))
     paths = result.write(args.out)
     print(result.table())

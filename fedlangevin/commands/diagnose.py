@@ -100,12 +100,14 @@ def _list(df, labels, col: str, k: int = 5) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    import importlib.util
+    from fedlangevin.commands._checks import check_output_dir, check_output_file, require
 
+    require("diagnose", "arviz")
+    if args.csv:
+        check_output_file("--csv", args.csv)
+    if args.plots:
+        check_output_dir("--plots", args.plots)
     import diagnostics as dg
-
-    if importlib.util.find_spec("arviz") is None:
-        raise ValueError("diagnose needs ArviZ: pip install 'fedlangevin[arviz]' (or pip install arviz)")
 
     for name in ("max_rows", "max_vars"):
         if getattr(args, name) < 1:

@@ -241,6 +241,16 @@ def figure(path, setting=None, deltas=None, iterations=None):
 
 
 def main(args: argparse.Namespace) -> int:
+    from fedlangevin._validation import check_real
+    from fedlangevin.commands._checks import check_output_file, require
+
+    if args.figure:
+        check_output_file("--figure", args.figure)
+    for name in ("delta", "target_delta", "delta0", "delta1", "delta2"):
+        if getattr(args, name) is not None:
+            check_real(f"--{name.replace('_', '-')}", getattr(args, name), low=0.0, high=1.0, low_open=True,
+                       high_open=True)
+    require("privacy", "dp_accounting", purpose="(the tight accountant)")
     if args.table:
         t0 = time.perf_counter()
         print(format_table(table(discretization=args.discretization)))

@@ -42,5 +42,9 @@ def main(args: argparse.Namespace) -> int:
     if getattr(args, "study", None) is None:
         names = ", ".join(STUDIES) or "(none registered)"
         raise ValueError(f"choose a study: fedlangevin simulate <study>, with <study> one of: {names}")
+    from fedlangevin.commands._checks import check_output_dir, require_datasets
+
+    check_output_dir("--out", args.out)
+    require_datasets(f"simulate {args.study}", getattr(args, "dataset", None) or ())
     module = importlib.import_module(STUDIES[args.study][0])
     return int(module.cli_run(args.study, args) or 0)
