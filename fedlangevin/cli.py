@@ -97,7 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(module.main(args) or 0)
     except ValueError as exc:  # invalid user input: one clear line, no traceback
-        message = _name_option(str(exc), _option_names(parser, argv))
+        names = {**_option_names(parser, argv), **getattr(module, "OPTION_ALIASES", {})}
+        message = _name_option(str(exc), names)
         print(f"fedlangevin {args.command}: error: {message}", file=sys.stderr)
         return 2
     except ImportError as exc:  # an optional extra this run needs is not installed

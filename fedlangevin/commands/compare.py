@@ -15,6 +15,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+#: settings field -> the option that sets it, where the names differ (for error messages)
+OPTION_ALIASES = {"num_clients": "--clients", "fald_q_levels": "--fald-q"}
+
 #: what --quick changes (options given explicitly still win)
 QUICK = dict(datasets=("digits",), rounds=40, dzofl_rounds=800, evaluations=8, bootstrap=300)
 

@@ -30,6 +30,10 @@ STUDIES: dict[str, tuple[str, str]] = {
 }
 
 
+#: settings field -> the option that sets it, where the names differ (for error messages)
+OPTION_ALIASES = {"num_clients": "--clients", "validation_fraction": "--val-fraction"}
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="study", metavar="study")
     for name, (module, help_text) in STUDIES.items():
