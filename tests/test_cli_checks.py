@@ -101,8 +101,11 @@ def test_unwritable_file_system_is_refused(place, monkeypatch):
         raise PermissionError(30, "Read-only file system")
 
     monkeypatch.setattr(_checks.tempfile, "TemporaryFile", refuse)
-    with pytest.raises(_checks.UsageError, match=r"--out 'x': cannot write into .*Read-only file system"):
-        _checks.check_output_dir("--out", place / "x" if False else "x")
+    monkeypatch.chdir(place)
+    with pytest.raises(_checks.UsageError, match=r"--out 'x/y': cannot write into .*Read-only file system"):
+        _checks.check_output_dir("--out", "x/y")
+    with pytest.raises(_checks.UsageError, match=r"--csv 'adir/t.csv': cannot write into .*Read-only file system"):
+        _checks.check_output_file("--csv", "adir/t.csv")
 
 
 def test_good_paths_pass_and_create_nothing(place, monkeypatch):

@@ -91,21 +91,23 @@ def _common(option: str, path) -> tuple[str, Path]:
     return given, p
 
 
+def _check_folder(option: str, given: str, folder: Path) -> None:
+    """``folder`` is a writable folder, or a missing one that can be made (nothing is created)."""
+    base = folder if folder.exists() else _existing_ancestor(folder)
+    if not base.is_dir():
+        raise UsageError(f"{option} {given}: {str(base)!r} is a file, so no folder can be made under it")
+    _check_writable_dir(option, given, base)
+
+
 def check_output_dir(option: str, path) -> Path:
     """``path`` can be a folder we write into: an existing writable folder, or creatable.
 
     Nothing is created; the folder is made by the command when it writes.
     """
     given, p = _common(option, path)
-    if p.exists():
-        if not p.is_dir():
-            raise UsageError(f"{option} {given} exists and is not a folder")
-        _check_writable_dir(option, given, p)
-        return p
-    base = _existing_ancestor(p)
-    if not base.is_dir():
-        raise UsageError(f"{option} {given}: {str(base)!r} is a file, so no folder can be made under it")
-    _check_writable_dir(option, given, base)
+    if p.exists() and not p.is_dir():
+        raise UsageError(f"{option} {given} exists and is not a folder")
+    _check_folder(option, given, p)
     return p
 
 
@@ -116,16 +118,9 @@ def check_output_file(option: str, path) -> Path:
         raise UsageError(f"{option} {given} is a folder; give a file name")
     if p.exists() and not os.access(p, os.W_OK):
         raise UsageError(f"{option} {given} exists and is not writable")
-    parent = p.parent
-    if parent.exists():
-        if not parent.is_dir():
-            raise UsageError(f"{option} {given}: {str(parent)!r} is a file, not a folder")
-        _check_writable_dir(option, given, parent)
-        return p
-    base = _existing_ancestor(parent)
-    if not base.is_dir():
-        raise UsageError(f"{option} {given}: {str(base)!r} is a file, so no folder can be made under it")
-    _check_writable_dir(option, given, base)
+    if p.parent.exists() and not p.parent.is_dir():
+        raise UsageError(f"{option} {given}: {str(p.parent)!r} is a file, not a folder")
+    _check_folder(option, given, p.parent)
     return p
 
 
