@@ -281,3 +281,13 @@ def test_help_does_not_import_torch(args):
     proc = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == "torch not imported"
+
+
+def test_privacy_figure_progress_bar_on_stderr(tmp_path, capsys):
+    from fedlangevin.commands import privacy
+
+    path = privacy.figure(tmp_path / "f.png", iterations=[10, 20], progress=True)
+    err = capsys.readouterr().err
+    assert path.exists() and "privacy figure" in err
+    privacy.figure(tmp_path / "g.png", iterations=[10, 20], progress=False)
+    assert "privacy figure" not in capsys.readouterr().err
