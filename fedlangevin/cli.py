@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 from typing import Sequence
 
@@ -23,12 +24,47 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def version() -> str:
+    """The installed distribution's version, else the package's ``__version__`` (source checkout)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("fedlangevin")
+    except metadata.PackageNotFoundError:
+        from fedlangevin import __version__
+
+        return __version__
+
+
+def _option_names(parser: argparse.ArgumentParser, argv: Sequence[str]) -> dict[str, str]:
+    """dest -> the option string of the sub-parser(s) that ran (e.g. 'local_steps' -> '--local-steps')."""
+    names: dict[str, str] = {}
+    stack = [parser]
+    while stack:
+        p = stack.pop()
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                stack.extend(sub for name, sub in action.choices.items() if name in argv)
+            elif action.option_strings:
+                names[action.dest] = max(action.option_strings, key=len)
+    return names
+
+
+def _name_option(message: str, names: dict[str, str]) -> str:
+    """A message starting with a library argument name that is an option's dest names the option."""
+    m = re.match(r"(\w+)(?= must| is|:|=)", message)
+    if m and m.group(1) in names:
+        return names[m.group(1)] + message[m.end():]
+    return message
+
+
 def build_parser(load: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """Build the parser; only the commands named in ``load`` get their full arguments."""
     parser = argparse.ArgumentParser(
         prog="fedlangevin",
         description="Bayesian federated sampling with Federated Averaging Langevin Dynamics.",
     )
+    parser.add_argument("--version", action="version", version=f"fedlangevin {version()}")
     sub = parser.add_subparsers(dest="command", metavar="command")
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -55,11 +91,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing:
         print(missing, file=sys.stderr)
         return 2
+    from fedlangevin.commands._checks import extra_hint, missing_module
+
     module = importlib.import_module(COMMANDS[args.command][0])
     try:
         return int(module.main(args) or 0)
     except ValueError as exc:  # invalid user input: one clear line, no traceback
-        print(f"fedlangevin {args.command}: error: {exc}", file=sys.stderr)
+        names = {**_option_names(parser, argv), **getattr(module, "OPTION_ALIASES", {})}
+        message = _name_option(str(exc), names)
+        print(f"fedlangevin {args.command}: error: {message}", file=sys.stderr)
+        return 2
+    except ImportError as exc:  # an optional extra this run needs is not installed
+        top = missing_module(exc)
+        if top is None:
+            raise
+        print(f"fedlangevin {args.command}: error: this run needs the optional package '{top}': "
+              f"{extra_hint(top)}", file=sys.stderr)
         return 2
 
 

@@ -15,6 +15,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+#: settings field -> the option that sets it, where the names differ (for error messages)
+OPTION_ALIASES = {"num_clients": "--clients", "fald_q_levels": "--fald-q"}
+
 #: what --quick changes (options given explicitly still win)
 QUICK = dict(datasets=("digits",), rounds=40, dzofl_rounds=800, evaluations=8, bootstrap=300)
 
@@ -75,6 +78,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from fedlangevin.commands._checks import check_output_dir, require_datasets
+
+    check_output_dir("--out", args.out)
     import torch
 
     from fedlangevin._validation import check_int
@@ -95,6 +101,7 @@ def main(args: argparse.Namespace) -> int:
         dzofl_gamma0=args.dzofl_gamma0, bits_per_entry=args.bits_per_entry, downlink=args.downlink, seed=args.seed,
         bootstrap=QUICK["bootstrap"] if args.quick else base.bootstrap, **sized,
     )
+    require_datasets("compare", settings.datasets)
     result = run_comparison(settings.resolved(), log=lambda line: print(line, file=sys.stderr, flush=True))
     paths = result.write(args.out)
     print(result.table())

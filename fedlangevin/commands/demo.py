@@ -104,6 +104,9 @@ def format_table(result: dict) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    from fedlangevin.commands._checks import check_output_dir
+
+    check_output_dir("--out", args.out)
     result = run_demo(out=args.out, rounds=args.rounds, chains=args.chains, local_steps=tuple(args.local_steps),
                       step_size=args.step_size, alpha=args.alpha, seed=args.seed,
                       progress=False if args.no_progress else None)

@@ -1,6 +1,8 @@
 """``fedlangevin diagnose SAMPLES``: convergence diagnostics of saved MCMC samples.
 
-Reads samples of shape (chains, draws, d) (or (chains, draws) for one scalar) from a
+Reads samples of shape (chains, draws, d) (or (chains, draws) for one scalar; a 2-D array is
+always read this way, so one chain of d entries is saved as shape (1, draws, d)), with at least
+4 draws per chain, from a
 ``.npy`` file, or from a ``.npz`` file (the array named by ``--key``, else ``samples``, else
 the only array; an optional string array ``var_names`` of length d names the columns), and
 prints the posterior summary of :func:`diagnostics.summary` (mean, sd, 90% equal-tailed
@@ -26,7 +28,9 @@ ESS_PER_CHAIN = 100
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("samples", help="a .npy or .npz file with samples of shape (chains, draws, d)")
+    parser.add_argument("samples", help="a .npy or .npz file with samples of shape (chains, draws, d), at least "
+                                        "4 draws per chain; a 2-D array is read as (chains, draws) of one scalar "
+                                        "(save one chain of d entries as shape (1, draws, d))")
     parser.add_argument("--key", default=None, help="array name inside a .npz file (default: 'samples' or the only array)")
     parser.add_argument("--var-names", default=None,
                         help="comma-separated names of the d columns, e.g. 'mu[0],mu[1],sigma' (default: theta[0], ...)")
@@ -52,7 +56,7 @@ def load_samples(path: str | Path, key: str | None = None) -> tuple[np.ndarray, 
         if suffix == ".npy":
             if key is not None:
                 raise ValueError("--key applies to .npz files only")
-            return np.load(path, allow_pickle=False), None
+            return _numeric(np.load(path, allow_pickle=False), path.name), None
         if suffix != ".npz":
             raise ValueError(f"samples must be a .npy or .npz file; got {path.name}")
         with np.load(path, allow_pickle=False) as z:
@@ -64,11 +68,45 @@ def load_samples(path: str | Path, key: str | None = None) -> tuple[np.ndarray, 
                     raise ValueError(f"{path.name} holds several arrays {names}: choose one with --key")
             if key not in names:
                 raise ValueError(f"--key {key!r} not in {path.name}; it holds {names}")
-            x = z[key]
+            x = _numeric(z[key], f"{path.name}[{key!r}]")
             var_names = [str(v) for v in z["var_names"].tolist()] if "var_names" in names else None
             return x, var_names
-    except (OSError, EOFError) as exc:  # corrupt or not a numpy file
-        raise ValueError(f"cannot read {path.name} as a numpy file: {exc}") from exc
+    except (OSError, EOFError, ValueError) as exc:  # not a numpy file, corrupt, or pickled objects
+        if isinstance(exc, ValueError) and not _is_format_error(exc):
+            raise
+        raise ValueError(f"{path.name} is not a .npy/.npz array of numbers (numpy cannot read it without "
+                         "pickle, or the file is damaged)") from None
+
+
+def _is_format_error(exc: ValueError) -> bool:
+    """numpy's errors for a file that is not an array (our own messages pass through)."""
+    text = str(exc)
+    return "pickle" in text or "magic string" in text or "format" in text or "header" in text
+
+
+def _numeric(x: np.ndarray, label: str) -> np.ndarray:
+    if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
+        raise ValueError(f"{label} must hold real numbers; it holds dtype {x.dtype}")
+    return x
+
+
+#: fewest draws per chain the split R-hat and ESS estimators work with (each half-chain needs >= 2)
+MIN_DRAWS = 4
+
+
+def check_shape(x: np.ndarray, label: str) -> None:
+    """Samples are (chains, draws, d), or (chains, draws) for one scalar, with >= MIN_DRAWS draws.
+
+    A 2-D array is always read as (chains, draws) of one scalar; one chain of d entries must be
+    given as shape (1, draws, d), e.g. ``x[None]``.
+    """
+    if x.ndim not in (2, 3):
+        raise ValueError(f"{label} must have shape (chains, draws, d) or (chains, draws); got {x.shape}")
+    if x.shape[0] < 1 or x.shape[1] < MIN_DRAWS or (x.ndim == 3 and x.shape[2] < 1):
+        hint = (" (a 2-D array is read as (chains, draws) of one scalar; save one chain of d entries "
+                "as shape (1, draws, d), e.g. x[None])" if x.ndim == 2 else "")
+        raise ValueError(f"{label} has {x.shape[0]} chains x {x.shape[1]} draws; diagnostics need at least "
+                         f"{MIN_DRAWS} draws per chain{hint}")
 
 
 def _worst_first(df, k: int) -> list[str]:
@@ -100,17 +138,23 @@ def _list(df, labels, col: str, k: int = 5) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    import importlib.util
+    from fedlangevin.commands._checks import check_output_dir, check_output_file, require
 
+    require("diagnose", "arviz")
+    from fedlangevin._validation import check_real
+
+    check_real("--ci-prob", args.ci_prob, low=0.0, high=1.0, low_open=True, high_open=True)
+    if args.csv is not None:
+        check_output_file("--csv", args.csv)
+    if args.plots is not None:
+        check_output_dir("--plots", args.plots)
     import diagnostics as dg
-
-    if importlib.util.find_spec("arviz") is None:
-        raise ValueError("diagnose needs ArviZ: pip install 'fedlangevin[arviz]' (or pip install arviz)")
 
     for name in ("max_rows", "max_vars"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be an integer >= 1; got {getattr(args, name)}")
     x, file_names = load_samples(args.samples, args.key)
+    check_shape(x, Path(args.samples).name)
     names = [s.strip() for s in args.var_names.split(",")] if args.var_names else file_names
     data = dg.to_arviz(x, names)
     df = dg.summary(data, ci_prob=args.ci_prob, ci_kind=args.ci_kind)

@@ -66,6 +66,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     m.add_argument("--target-delta", type=float, default=None)
     m.add_argument("--table", action="store_true", help="both accountants on a fixed set of settings (markdown)")
     m.add_argument("--figure", metavar="PATH", default=None, help="plot epsilon against T for both accountants")
+    m.add_argument("--no-progress", action="store_true",
+                   help="hide the progress bar of --figure (shown on stderr when it is a terminal)")
 
 
 def _setting(args) -> dict:
@@ -186,9 +188,15 @@ def format_table(rows) -> str:
     return "\n".join(lines)
 
 
-def figure(path, setting=None, deltas=None, iterations=None):
-    """epsilon against T (log-log) for both accountants, the tight one at the paper's delta."""
+def figure(path, setting=None, deltas=None, iterations=None, progress: bool | None = None):
+    """epsilon against T (log-log) for both accountants, the tight one at the paper's delta.
+
+    progress: a bar on stderr per accounted setting; None shows it when stderr is a terminal.
+    """
+    import sys
+
     import matplotlib
+    from tqdm.auto import tqdm
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -207,9 +215,12 @@ def figure(path, setting=None, deltas=None, iterations=None):
         variants.append((f"S = {max(1, n // 5)} of N = {n}", dict(num_sampled=max(1, n // 5))))
     fig, ax = plt.subplots(figsize=(7.5, 5))
     colours = ("C0", "C3")
+    bar = tqdm(total=len(variants) * len(iterations), desc="privacy figure", unit="setting", file=sys.stderr,
+               disable=None if progress is None else not progress)
     for (label, change), colour in zip(variants, colours):
         paper, tight, rdp, lower = [], [], [], []
         for t in iterations:
+            bar.update(1)
             s = dict(base, iterations=t, **change)
             b = paper_bound(**s, **deltas)
             delta = b.delta_formula if 0 < b.delta_formula < 1 else math.nan
@@ -224,6 +235,7 @@ def figure(path, setting=None, deltas=None, iterations=None):
         ax.plot(iterations, rdp, ":", color=colour, lw=1, label=f"RDP cross-check ({label})")
         ax.fill_between(iterations, lower, tight, color=colour, alpha=0.15, lw=0,
                         label=f"lower bound to tight ({label})")
+    bar.close()
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("iterations T (local steps; K = %d per round)" % k)
@@ -241,14 +253,28 @@ def figure(path, setting=None, deltas=None, iterations=None):
 
 
 def main(args: argparse.Namespace) -> int:
+    from fedlangevin._validation import check_real
+    from fedlangevin.commands._checks import check_output_file, require
+
+    if args.figure is not None:
+        check_output_file("--figure", args.figure)
+    for name in ("delta", "target_delta", "delta0", "delta1", "delta2"):
+        if getattr(args, name) is not None:
+            check_real(f"--{name.replace('_', '-')}", getattr(args, name), low=0.0, high=1.0, low_open=True,
+                       high_open=True)
+    if args.target_epsilon is not None:
+        check_real("--target-epsilon", args.target_epsilon, low=0.0, low_open=True)
+    require("privacy", "dp_accounting", purpose="(the tight accountant)")
     if args.table:
         t0 = time.perf_counter()
         print(format_table(table(discretization=args.discretization)))
         print(f"\n({time.perf_counter() - t0:.1f} s)")
         return 0
-    if args.figure:
+    if args.figure is not None:
         setting = _setting(args)
-        print(f"figure: {figure(args.figure, setting, _paper_deltas(args, setting))}")
+        path = figure(args.figure, setting, _paper_deltas(args, setting),
+                      progress=False if args.no_progress else None)
+        print(f"figure: {path}")
         return 0
     if args.solve:
         _solve(args)

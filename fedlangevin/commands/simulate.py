@@ -30,6 +30,10 @@ STUDIES: dict[str, tuple[str, str]] = {
 }
 
 
+#: settings field -> the option that sets it, where the names differ (for error messages)
+OPTION_ALIASES = {"num_clients": "--clients", "validation_fraction": "--val-fraction"}
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="study", metavar="study")
     for name, (module, help_text) in STUDIES.items():
@@ -42,5 +46,9 @@ def main(args: argparse.Namespace) -> int:
     if getattr(args, "study", None) is None:
         names = ", ".join(STUDIES) or "(none registered)"
         raise ValueError(f"choose a study: fedlangevin simulate <study>, with <study> one of: {names}")
+    from fedlangevin.commands._checks import check_output_dir, require_datasets
+
+    check_output_dir("--out", args.out)
+    require_datasets(f"simulate {args.study}", getattr(args, "dataset", None) or ())
     module = importlib.import_module(STUDIES[args.study][0])
     return int(module.cli_run(args.study, args) or 0)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from scipy.optimize import minimize, minimize_scalar
+from scipy.optimize import minimize_scalar
 
 from fedlangevin.compression import wireless as W
 
@@ -27,29 +27,60 @@ def test_bandwidth_allocation_theorem3():
 
 
 def test_theorem3_is_the_kkt_point_of_problem_22():
-    """Solve problem (22) numerically (SLSQP over a_j, f_j, H) and compare the optimal a_j with
-    eq. (24) evaluated at the optimal f_j; also the stationarity sum_j beta_j = 1."""
+    """Problem (22): min over (a, f, H) of (l0/K) sum_j E_l alpha0 kappa_j D_j f_j^2 + H subject to
+    sum_j a_j <= 1 and z / (a_j B r_j0) + E_l alpha0 D_j / f_j <= H for every j (the constant
+    upload-energy term is dropped). The problem is convex (1/a, 1/f and f^2 are convex on a, f > 0;
+    the rest is linear) and strictly feasible, so a point satisfying the KKT conditions is its
+    global minimum. We take CPU frequencies f_j and a round time H, put the bandwidth shares of
+    eq. (24) (Theorem 3) at those f_j, choose the data sizes D_j that make every time constraint
+    active, and check every KKT condition at that point: primal feasibility, complementary
+    slackness, stationarity with multipliers found by least squares, and dual feasibility.
+    With the shares of any other rule (a negative control below) stationarity fails."""
     rng = np.random.default_rng(0)
     K, El, alpha0, l0, B, z = 5, 2.0, 5e5, 1.0, 20e6, 3e6
     kappa = 5e-27 * rng.uniform(0.5, 1.5, K)
-    D = 500 * rng.uniform(0.5, 1.5, K)
     r0 = rng.uniform(0.5, 2.0, K)
+    f = 1e9 * rng.uniform(0.3, 1.0, K)
+    f *= (K / (2 * l0 * np.sum(kappa * f**3))) ** (1 / 3)  # sum_j beta_j = 1 below (dL/dH = 0)
+    a = W.bandwidth_allocation(kappa, f, r0).numpy()
+    upload = z / (a * B * r0)
+    H = 2.0 * upload.max()
+    D = (H - upload) * f / (El * alpha0)  # every time constraint active at (a, f, H)
+    assert (D > 0).all()
 
-    def objective(x):  # x = (a, f in GHz, H); the constant upload-energy term is dropped
-        f = x[K : 2 * K] * 1e9
-        return l0 * np.sum(El * alpha0 * kappa * D * f**2) / K + x[-1]
+    def kkt(a):
+        """Primal residuals and the relative stationarity residual with least-squares multipliers."""
+        t = z / (a * B * r0) + El * alpha0 * D / f
+        # gradient of the objective in (a, f, H) and of each constraint g <= 0 (f in Hz)
+        grad_obj = np.concatenate([np.zeros(K), 2 * l0 * El * alpha0 * kappa * D * f / K, [1.0]])
+        cols = [np.concatenate([np.ones(K), np.zeros(K), [0.0]])]  # g_0 = sum a - 1
+        for j in range(K):  # g_j = z / (a_j B r_j) + E_l alpha0 D_j / f_j - H
+            g = np.zeros(2 * K + 1)
+            g[j] = -z / (a[j] ** 2 * B * r0[j])
+            g[K + j] = -El * alpha0 * D[j] / f[j] ** 2
+            g[-1] = -1.0
+            cols.append(g)
+        J = np.stack(cols, axis=1)
+        # rows have different units (per unit share, per Hz, per second): scale each row by its
+        # largest term, so the residual is relative to the terms that must cancel
+        scale = np.maximum(np.abs(grad_obj), np.abs(J).max(axis=1))
+        lam, *_ = np.linalg.lstsq(J / scale[:, None], -grad_obj / scale, rcond=None)
+        resid = np.abs(grad_obj + J @ lam) / scale
+        return np.sum(a) - 1, t - H, lam, resid.max()
 
-    cons = [{"type": "ineq", "fun": lambda x: 1 - np.sum(x[:K])}]
-    for j in range(K):
-        cons.append({"type": "ineq", "fun": lambda x, j=j: x[-1] - (z / (x[j] * B * r0[j]) + El * alpha0 * D[j] / (x[K + j] * 1e9))})
-    x0 = np.concatenate([np.full(K, 1 / K), np.full(K, 0.5), [5.0]])
-    res = minimize(objective, x0, method="SLSQP", constraints=cons,
-                   bounds=[(1e-4, 1)] * K + [(1e-3, 10)] * K + [(0, 100)], options=dict(ftol=1e-14, maxiter=2000))
-    assert res.success
-    a_opt, f_opt = res.x[:K], res.x[K : 2 * K] * 1e9
-    a_thm = W.bandwidth_allocation(kappa, f_opt, r0).numpy()
-    assert np.abs(a_opt - a_thm).max() < 1e-6
-    assert np.sum(2 * l0 * kappa * f_opt**3 / K) == pytest.approx(1.0, abs=1e-6)  # dL/dH = 0
+    # every quantity is a few float64 operations (relative error ~1e-15), so 1e-12 leaves 1000x
+    # room for rounding while a wrong exponent in eq. (24) gives residuals of order 0.1 (below)
+    budget, slack, lam, resid = kkt(a)
+    assert abs(budget) < 1e-12 and np.abs(slack).max() < 1e-12 * H  # primal feasible, all active
+    assert resid < 1e-12  # stationarity
+    assert (lam > 0).all()  # dual feasible; with every constraint active, slackness holds
+    beta = lam[1:]
+    assert beta == pytest.approx(2 * l0 * kappa * f**3 / K, rel=1e-12)  # dL/df_j = 0 in closed form
+    assert np.sum(beta) == pytest.approx(1.0, rel=1e-12)  # dL/dH = 0
+    # negative control: eq. (24) with f^2 instead of f^3 (shares renormalised, D unchanged) is not stationary
+    s = np.sqrt(kappa * f**2 / r0)
+    *_, resid_wrong = kkt(s / s.sum())
+    assert resid_wrong > 1e-3
 
 
 def test_cpu_frequency_rule_and_unit_cost():

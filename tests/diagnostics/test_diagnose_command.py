@@ -77,9 +77,9 @@ def test_npz_with_names_and_key(tmp_path, capsys):
         ("txt", ["s.txt"], ".npy or .npz"),
         ("two", ["two.npz"], "--key"),
         ("two", ["two.npz", "--key", "c"], "'c' not in"),
-        ("bad_shape", ["s.npy"], "samples must have shape"),
-        ("npy", ["s.npy", "--var-names", "a,b"], "var_names"),
-        ("npy", ["s.npy", "--ci-prob", "1.5"], "ci_prob"),
+        ("bad_shape", ["s.npy"], "s.npy must have shape (chains, draws, d)"),
+        ("npy", ["s.npy", "--var-names", "a,b"], "--var-names"),
+        ("npy", ["s.npy", "--ci-prob", "1.5"], "--ci-prob"),
         ("npy", ["s.npy", "--max-rows", "0"], "max-rows"),
     ],
 )
