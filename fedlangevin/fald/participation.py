@@ -27,13 +27,23 @@ __all__ = ["Participation", "Full", "SchemeI", "SchemeII", "as_participation", "
 
 
 class Participation:
-    """Base class; subclasses implement :meth:`weights` and :meth:`validate`."""
+    """Base class; subclasses implement :meth:`weights` and :meth:`validate`.
+
+    Every rule also reads as typed settings: :attr:`scheme` (``"full"``, ``"I"`` or ``"II"``)
+    and ``num_sampled`` (S, the devices sampled per round and chain; ``None`` for
+    :class:`Full`), e.g. for the exact moments of :mod:`fedlangevin.experiments.exact`.
+    """
 
     def validate(self, weights: torch.Tensor) -> None:
         """Check the rule against the client weights p_c (raises ``ValueError``)."""
 
     def weights(self, p: torch.Tensor, chains: int, generator: torch.Generator | None) -> torch.Tensor:
         """Aggregation weights: (N,) shared by all chains, or (R, N) per chain."""
+        raise NotImplementedError
+
+    @property
+    def scheme(self) -> str:
+        """The rule's name in the paper's terms: ``"full"``, ``"I"`` or ``"II"`` (App. C.1)."""
         raise NotImplementedError
 
     def uploads(self, w: torch.Tensor) -> float:
@@ -47,6 +57,16 @@ class Participation:
 class Full(Participation):
     """Full device participation: theta = sum_c p_c beta^c."""
 
+    @property
+    def scheme(self) -> str:
+        """``"full"``: every device takes part in every round (eq. 4)."""
+        return "full"
+
+    @property
+    def num_sampled(self) -> None:
+        """``None``: no devices are sampled (all N take part)."""
+        return None
+
     def weights(self, p, chains, generator):
         return p
 
@@ -59,6 +79,11 @@ class SchemeI(Participation):
     """Scheme I: S devices drawn with replacement with probabilities p_c; plain mean."""
 
     num_sampled: int
+
+    @property
+    def scheme(self) -> str:
+        """``"I"``: S devices drawn with replacement with probabilities p_c (App. C.1)."""
+        return "I"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "num_sampled", check_int("num_sampled", self.num_sampled, 1))
@@ -81,6 +106,11 @@ class SchemeII(Participation):
 
     num_sampled: int
     allow_unbalanced: bool = False
+
+    @property
+    def scheme(self) -> str:
+        """``"II"``: S devices drawn uniformly without replacement (App. C.1)."""
+        return "II"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "num_sampled", check_int("num_sampled", self.num_sampled, 1))
