@@ -8,6 +8,12 @@ exact posterior; the finite-R floor (what R exact draws would give) is drawn on 
 Each Monte Carlo curve is accompanied by the exact W2 of the sampler's own law (R -> oo),
 computed by :mod:`fedlangevin.experiments.exact`, as a cross-check.
 
+This module holds the studies and their registry :data:`STUDIES`; the curves are computed
+by :mod:`~fedlangevin.experiments.curves`, the figures drawn by
+:mod:`~fedlangevin.experiments.gaussian_plots`, the rows, progress bar and files handled by
+:mod:`~fedlangevin.experiments.report`; the command line lives in
+:mod:`fedlangevin.commands.simulate`.
+
 The problem. The paper's generator (:class:`~fedlangevin.problems.GaussianSimulation`):
 N = 50 clients, centres theta_c ~ N(0, alpha I), n_c = 20 points x_ci ~ N(theta_c, Sigma),
 Sigma = [[5, -2], [-2, 1]], tau = 1. Every client then has the same Hessian n Sigma^{-1},
