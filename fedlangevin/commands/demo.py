@@ -66,7 +66,7 @@ def _figure(problem, curves, floor, trace, mean, cov, path, eta) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from fedlangevin.experiments.gaussian import density_panels
+    from fedlangevin.experiments.gaussian_plots import density_panels
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
     ax = axes[0]

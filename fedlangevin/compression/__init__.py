@@ -7,6 +7,8 @@
 * :mod:`.wireless` — FL over wireless networks: packet-loss aggregation, G_eps, optimal E_l, K,
   bandwidth and CPU-frequency allocation;
 * :mod:`.models` — flat-parameter classifiers, stacked client data, metrics;
+* :mod:`.optimizer` — :data:`METHODS` (every named optimizer) and the runners' shared base
+  :class:`~fedlangevin.compression.optimizer.FederatedOptimizer` (checks, ``evaluate``, ``run``);
 * :mod:`.runner` — :func:`run_method`: any optimizer on given federated data, per-round test
   metrics against cumulative bits;
 * :mod:`.fald_upload` — :class:`QuantizedUpdateUpload`: FA-LD with quantized uploads.
@@ -33,7 +35,7 @@ from fedlangevin.compression.lfl import LFLOptimizer, LocalAdam, LocalSGD
 from fedlangevin.compression.dzofl import DZOFLConfig, DZOFLOptimizer
 from fedlangevin.compression.runner import METHODS, make_optimizer, run_method
 from fedlangevin.compression.fald_upload import QuantizedUpdateUpload, aggregated_error_variance
-from fedlangevin.compression import bounds, dzofl, fald_upload, lfl, models, quantize, runner, wireless
+from fedlangevin.compression import bounds, dzofl, fald_upload, lfl, models, optimizer, quantize, runner, wireless
 
 __all__ = [
     "QuantizedTensor",
@@ -67,6 +69,7 @@ __all__ = [
     "fald_upload",
     "lfl",
     "models",
+    "optimizer",
     "quantize",
     "runner",
     "wireless",

@@ -36,15 +36,9 @@ from dataclasses import dataclass
 import torch
 
 from fedlangevin._validation import check_int, check_real
-from fedlangevin.compression.models import (
-    FlatModel,
-    History,
-    StackedClients,
-    classification_metrics,
-    per_device_loss,
-)
+from fedlangevin.compression.models import FlatModel, StackedClients, per_device_loss
 from fedlangevin.compression.quantize import stochastic_round_float
-from fedlangevin.compression.lfl import _check_test
+from fedlangevin.compression.optimizer import FederatedOptimizer
 
 __all__ = [
     "check_exponents",
@@ -180,8 +174,11 @@ def dzofl_round(
     return new, {"bits_up": float(N * cfg.bits), "bits_down": float(cfg.bits), "received": float(received.sum())}
 
 
-class DZOFLOptimizer:
-    """Thin seeded runner around :func:`dzofl_round`, recording a :class:`History`."""
+class DZOFLOptimizer(FederatedOptimizer):
+    """Thin seeded runner around :func:`dzofl_round`, recording a :class:`~fedlangevin.compression.models.History` (checks,
+    ``evaluate`` and ``run`` from :class:`~fedlangevin.compression.optimizer.FederatedOptimizer`)."""
+
+    method = "dzofl"
 
     def __init__(
         self,
@@ -194,54 +191,16 @@ class DZOFLOptimizer:
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
     ) -> None:
-        self.device = torch.device(device)
-        self.clients = clients if isinstance(clients, StackedClients) else StackedClients.from_list(
-            clients, device=self.device, dtype=dtype
-        )
-        if self.clients.num_features != model.num_features:
-            raise ValueError(
-                f"clients have {self.clients.num_features} features; model expects {model.num_features}"
-            )
-        if self.clients.num_classes_seen > model.num_classes:
-            raise ValueError(
-                f"clients hold labels up to {self.clients.num_classes_seen - 1}; model has {model.num_classes} classes"
-            )
-        self.model = model
+        super().__init__(model, clients, theta0=theta0, seed=seed, device=device, dtype=dtype)
         self.config = config if config is not None else DZOFLConfig()
-        self.generator = torch.Generator(device=self.device).manual_seed(int(seed))
-        if theta0 is None:
-            theta0 = model.init(self.generator, device=self.device, dtype=dtype)
-        elif tuple(theta0.shape) != (model.dim,):
-            raise ValueError(f"theta0 must have shape ({model.dim},); got {tuple(theta0.shape)}")
-        self.state = DZOFLState(theta=theta0.to(self.device, dtype).clone())
+        self.state = DZOFLState(theta=self._start().clone())
 
     def step(self) -> dict[str, float]:
         self.state, info = dzofl_round(self.state, self.clients, self.model, self.config, self.generator)
         return info
 
-    def evaluate(self, X: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
-        with torch.no_grad():
-            return classification_metrics(self.model.logits(self.state.theta, X), y)
-
-    def run(self, rounds: int, test=None, *, eval_every: int = 1) -> History:
-        rounds = check_int("rounds", rounds, minimum=1)
-        eval_every = check_int("eval_every", eval_every, minimum=1)
-        hist = History(method="dzofl")
-        if test is not None:
-            Xt, yt = _check_test(test, self.model, self.device, self.state.theta.dtype)
-        down = up = 0.0
-        for r in range(1, rounds + 1):
-            info = self.step()
-            down += info["bits_down"]
-            up += info["bits_up"]
-            if not bool(torch.isfinite(self.state.theta).all()):
-                hist.diverged_at = r
-                metrics = {k: float("nan") for k in ("accuracy", "nll", "brier", "ece")} if test is not None else {}
-                hist.record(r, metrics, down, up)
-                break
-            if r % eval_every == 0 or r == rounds:
-                hist.record(r, self.evaluate(Xt, yt) if test is not None else {}, down, up)
-        return hist
+    def account(self, info: dict[str, float]) -> tuple[float, float, dict[str, float]]:
+        return info["bits_down"], info["bits_up"], {}
 
 
 # ---------------------------------------------------------------------------------------------

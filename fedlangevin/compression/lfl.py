@@ -54,13 +54,8 @@ from typing import Any, Union
 import torch
 
 from fedlangevin._validation import check_int, check_real
-from fedlangevin.compression.models import (
-    FlatModel,
-    History,
-    StackedClients,
-    classification_metrics,
-    per_device_loss,
-)
+from fedlangevin.compression.models import FlatModel, StackedClients, per_device_loss
+from fedlangevin.compression.optimizer import METHODS, FederatedOptimizer
 from fedlangevin.compression.quantize import _quantize, lossless_bits, quantization_skewness, quantized_bits
 from fedlangevin.compression import wireless
 
@@ -83,7 +78,8 @@ __all__ = [
     "lfl_round",
     "vector_variance",
     "peak_to_average",
-    "METHODS",
+    "CODEC_METHODS",
+    "LFLUploadCodec",
     "method_codecs",
     "LFLOptimizer",
 ]
@@ -297,7 +293,7 @@ class QuantizedUpload:
         return UploadOutput(s, new_memory, n_up * quantized_bits(delta.shape[-1], self.q))
 
 
-UploadCodec = Union[LosslessUpload, QuantizedUpload]
+LFLUploadCodec = Union[LosslessUpload, QuantizedUpload]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -464,7 +460,7 @@ def lfl_round(
     clients: StackedClients,
     model: FlatModel,
     broadcast: BroadcastCodec,
-    upload: UploadCodec,
+    upload: LFLUploadCodec,
     solver: LocalSolver,
     generator: torch.Generator | None = None,
     *,
@@ -532,18 +528,19 @@ def lfl_round(
 # ---------------------------------------------------------------------------------------------
 # Named methods and the runner
 
-METHODS = ("fedavg", "lossless", "lb", "lfl", "lgm", "ltgm")
+#: the methods that are a (broadcast, upload) codec pair: every optimizer but DZOFL
+CODEC_METHODS = tuple(m for m in METHODS if m != "dzofl")
 
 
-def method_codecs(method: str, q1: int = 2, q2: int = 2, bits_per_entry: int = 33) -> tuple[BroadcastCodec, UploadCodec]:
+def method_codecs(method: str, q1: int = 2, q2: int = 2, bits_per_entry: int = 33) -> tuple[BroadcastCodec, LFLUploadCodec]:
     """The (broadcast, upload) codec pair of a named method of Sec. 4.
 
     ``fedavg`` and ``lossless`` are the same pair (exact both ways); ``lb`` is lossless
     broadcast with quantized error-feedback uploads; ``lfl``, ``lgm``, ``ltgm`` quantize the
     broadcast with level q1 and the uploads with level q2.
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}; got {method!r}")
+    if method not in CODEC_METHODS:
+        raise ValueError(f"method must be one of {CODEC_METHODS}; got {method!r}")
     q1 = check_int("q1", q1, minimum=1)
     q2 = check_int("q2", q2, minimum=1)
     if method in ("fedavg", "lossless"):
@@ -558,23 +555,9 @@ def method_codecs(method: str, q1: int = 2, q2: int = 2, bits_per_entry: int = 3
     return LTGMBroadcast(q1), up
 
 
-def _check_test(test, model: FlatModel, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """Validate a test set (X (n, p), y (n,) labels in [0, C)) and move it to the run's device."""
-    if not isinstance(test, (tuple, list)) or len(test) != 2:
-        raise ValueError("test must be an (X, y) pair")
-    X = torch.as_tensor(test[0]).to(device, dtype)
-    y = torch.as_tensor(test[1]).to(device, torch.int64)
-    if X.dim() != 2 or X.shape[1] != model.num_features or y.shape != (X.shape[0],) or X.shape[0] < 1:
-        raise ValueError(
-            f"test must be X of shape (n, {model.num_features}) and y of shape (n,); got {tuple(X.shape)}, {tuple(y.shape)}"
-        )
-    if int(y.min()) < 0 or int(y.max()) >= model.num_classes:
-        raise ValueError(f"test labels must lie in [0, {model.num_classes - 1}]")
-    return X, y
-
-
-class LFLOptimizer:
-    """Thin runner around :func:`lfl_round`: seeded, device-aware, records a :class:`History`.
+class LFLOptimizer(FederatedOptimizer):
+    """Thin runner around :func:`lfl_round`: seeded, device-aware, records a :class:`~fedlangevin.compression.models.History`
+    (checks, ``evaluate`` and ``run`` from :class:`~fedlangevin.compression.optimizer.FederatedOptimizer`).
 
     Example::
 
@@ -592,7 +575,7 @@ class LFLOptimizer:
         q1: int = 2,
         q2: int = 2,
         broadcast: BroadcastCodec | None = None,
-        upload: UploadCodec | None = None,
+        upload: LFLUploadCodec | None = None,
         local: LocalSolver | None = None,
         bits_per_entry: int = 33,
         clients_per_round: int | None = None,
@@ -603,19 +586,8 @@ class LFLOptimizer:
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
     ) -> None:
-        self.device = torch.device(device)
-        self.clients = clients if isinstance(clients, StackedClients) else StackedClients.from_list(
-            clients, device=self.device, dtype=dtype
-        )
+        super().__init__(model, clients, theta0=theta0, seed=seed, device=device, dtype=dtype)
         M = self.clients.num_clients
-        if self.clients.num_features != model.num_features:
-            raise ValueError(
-                f"clients have {self.clients.num_features} features; model expects {model.num_features}"
-            )
-        if self.clients.num_classes_seen > model.num_classes:
-            raise ValueError(
-                f"clients hold labels up to {self.clients.num_classes_seen - 1}; model has {model.num_classes} classes"
-            )
         if clients_per_round is not None:
             check_int("clients_per_round", clients_per_round, minimum=1, maximum=M)
         check_real("loss_rate", loss_rate, low=0.0, high=1.0, high_open=True)
@@ -625,16 +597,10 @@ class LFLOptimizer:
         self.broadcast = broadcast if broadcast is not None else b_default
         self.upload = upload if upload is not None else u_default
         self.local = local if local is not None else LocalSGD()
-        self.model = model
         self.clients_per_round = clients_per_round
         self.loss_rate = float(loss_rate)
         self.sampling = sampling
-        self.generator = torch.Generator(device=self.device).manual_seed(int(seed))
-        if theta0 is None:
-            theta0 = model.init(self.generator, device=self.device, dtype=dtype)
-        elif tuple(theta0.shape) != (model.dim,):
-            raise ValueError(f"theta0 must have shape ({model.dim},); got {tuple(theta0.shape)}")
-        self.state = lfl_init(theta0.to(self.device, dtype), M, self.broadcast, self.local, self.generator)
+        self.state = lfl_init(self._start(), M, self.broadcast, self.local, self.generator)
 
     def step(self) -> RoundInfo:
         self.state, info = lfl_round(
@@ -651,38 +617,7 @@ class LFLOptimizer:
         )
         return info
 
-    def evaluate(self, X: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
-        """Test metrics of the PS model theta(t)."""
-        with torch.no_grad():
-            return classification_metrics(self.model.logits(self.state.theta, X), y)
-
-    def run(
-        self,
-        rounds: int,
-        test: tuple[torch.Tensor, torch.Tensor] | None = None,
-        *,
-        eval_every: int = 1,
-    ) -> History:
-        """Run ``rounds`` rounds; record metrics every ``eval_every`` rounds and at the end."""
-        rounds = check_int("rounds", rounds, minimum=1)
-        eval_every = check_int("eval_every", eval_every, minimum=1)
-        hist = History(method=self.method)
-        if test is not None:
-            Xt, yt = _check_test(test, self.model, self.device, self.state.theta.dtype)
-        down = up = 0.0
-        for r in range(1, rounds + 1):
-            info = self.step()
-            down += info.bits_down
-            up += info.bits_up
-            hist.extra.setdefault("sent_variance", []).append(info.sent_variance)
-            hist.extra.setdefault("sent_peak_to_average", []).append(info.sent_peak_to_average)
-            hist.extra.setdefault("sent_skewness", []).append(info.sent_skewness)
-            if not bool(torch.isfinite(self.state.theta).all()):
-                hist.diverged_at = r
-                metrics = {k: float("nan") for k in ("accuracy", "nll", "brier", "ece")} if test is not None else {}
-                hist.record(r, metrics, down, up)
-                break
-            if r % eval_every == 0 or r == rounds:
-                metrics = self.evaluate(Xt, yt) if test is not None else {}
-                hist.record(r, metrics, down, up)
-        return hist
+    def account(self, info: RoundInfo) -> tuple[float, float, dict[str, float]]:
+        return info.bits_down, info.bits_up, {"sent_variance": info.sent_variance,
+                                              "sent_peak_to_average": info.sent_peak_to_average,
+                                              "sent_skewness": info.sent_skewness}

@@ -18,10 +18,9 @@ import torch
 from fedlangevin.compression.dzofl import DZOFLConfig, DZOFLOptimizer
 from fedlangevin.compression.lfl import LFLOptimizer, LocalAdam, LocalSGD
 from fedlangevin.compression.models import FlatModel, History
+from fedlangevin.compression.optimizer import METHODS
 
 __all__ = ["METHODS", "DEFAULT_Q1", "make_optimizer", "run_method"]
-
-METHODS = ("fedavg", "lossless", "lb", "lfl", "lgm", "ltgm", "dzofl")
 
 #: broadcast level q1 used when none is given: the paper's Fig. 1a settings (LTGM needs q1 = 50)
 DEFAULT_Q1 = {"lfl": 2, "lgm": 2, "ltgm": 50, "lb": 2, "fedavg": 2, "lossless": 2}

@@ -33,20 +33,27 @@ the shell; both write the curves as CSV and the figures as PNG.
 
 from __future__ import annotations
 
-import argparse
-import csv
 import math
-import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
 from fedlangevin._validation import check_int, check_real
-from fedlangevin.data.splits import SPLITS
+from fedlangevin.experiments.classification_plots import plot_curves, reliability_figure
+from fedlangevin.experiments.report import progress_bar, slug, write_csv
+from fedlangevin.experiments.scoring import (
+    METRICS,
+    bma_curves,
+    final_validation,
+    paired_bootstrap,
+    point_scores,
+    predict_probs,
+    scores,
+)
 
 __all__ = [
     "ClassificationSettings",
@@ -57,16 +64,14 @@ __all__ = [
     "paired_bootstrap",
     "plot_curves",
     "run_classification",
-    "cli_configure",
-    "cli_run",
+    "TUNE_METRICS",
 ]
 
 #: the paper's numbers of local steps (Sec. 7.2)
 PAPER_LOCAL_STEPS = (1, 10, 20, 50, 100)
 
-#: test statistics of the curves (accuracy: higher is better; the others: lower is better)
-METRICS = ("accuracy", "brier", "ece", "nll")
-_TUNE_METRICS = ("nll", "brier", "accuracy", "ece")
+#: validation scores that can choose eta per K (test statistics: :data:`~fedlangevin.experiments.scoring.METRICS`)
+TUNE_METRICS = ("nll", "brier", "accuracy", "ece")
 
 #: per data set defaults of the settings left as ``None``, sized for a CPU: with one thread on
 #: 2 cores, digits took 13 minutes (machine under load) and mnist5k 14 minutes (machine idle);
@@ -171,8 +176,8 @@ class ClassificationSettings:
             s = replace(s, eta_start=start)
         elif s.eta_start not in grid:
             raise ValueError(f"eta_start must be one of the {name} {list(grid)}; got {s.eta_start!r}")
-        if s.tune_metric not in _TUNE_METRICS:
-            raise ValueError(f"tune_metric must be one of {', '.join(_TUNE_METRICS)}; got {s.tune_metric!r}")
+        if s.tune_metric not in TUNE_METRICS:
+            raise ValueError(f"tune_metric must be one of {', '.join(TUNE_METRICS)}; got {s.tune_metric!r}")
         check_real("validation_fraction", s.validation_fraction, low=0.0, high=1.0, low_open=True, high_open=True)
         check_real("test_fraction", s.test_fraction, low=0.0, high=1.0, low_open=True, high_open=True)
         check_int("chains", s.chains, 1)
@@ -328,11 +333,11 @@ class ClassificationResult:
         ``<dataset>_reliability.png`` into ``out``; returns the paths."""
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        stem = _slug(self.dataset)
+        stem = slug(self.dataset)
         paths = []
         for name, rows in (("final", self.final_rows()), ("tuning", self.tuning_rows()), ("curves", self.curve_rows())):
             path = out / f"{stem}_{name}.csv"
-            _write_csv(path, rows)
+            write_csv(path, rows)
             paths.append(path)
         paths.append(self.curves_figure(out / f"{stem}_curves.png"))
         if self.reliability is not None:
@@ -351,226 +356,10 @@ class ClassificationResult:
     def reliability_figure(self, path: str | Path) -> Path:
         """Reliability diagrams on the test set: the after-warm-up BMA of the K with the best
         validation score, its posterior-mean plug-in, and the MAP."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        from diagnostics import calibration_bins
-
-        rel = self.reliability
-        fig, axes = plt.subplots(1, len(rel["probs"]), figsize=(4.6 * len(rel["probs"]), 4.6), sharey=True)
-        for ax, (name, probs) in zip(np.atleast_1d(axes), rel["probs"].items()):
-            bins = calibration_bins(probs, rel["labels"], self.settings.n_bins)
-            nz = bins.counts > 0
-            left, width = bins.edges[:-1][nz], np.diff(bins.edges)[nz]
-            acc_b, conf_b = bins.accuracy[nz], bins.confidence[nz]
-            ax.bar(left, acc_b, width=width, align="edge", color="#4c72b0", edgecolor="black",
-                   linewidth=0.5, label="accuracy in bin")
-            over = acc_b < conf_b
-            ax.bar(left[over], (conf_b - acc_b)[over], bottom=acc_b[over], width=width[over], align="edge",
-                   color="#dd8452", alpha=0.5, edgecolor="#c44e52", linewidth=0.5, hatch="//",
-                   label="over-confident gap")
-            ax.bar(left[~over], (acc_b - conf_b)[~over], bottom=conf_b[~over], width=width[~over], align="edge",
-                   color="white", alpha=0.6, edgecolor="#8172b3", linewidth=0.5, hatch="\\\\",
-                   label="under-confident gap")
-            for xl, w, a, c in zip(left, width, acc_b, bins.counts[nz]):
-                ax.text(xl + w / 2, min(a, 0.97) + 0.01, str(int(c)), ha="center", va="bottom", fontsize=6)
-            ax.plot([0, 1], [0, 1], "k--", linewidth=1, label="perfect calibration")
-            ax.set_xlim(0, 1)
-            ax.set_ylim(0, 1.02)
-            ax.set_xlabel("confidence (top-class probability)")
-            acc = float(np.mean(np.argmax(probs, 1) == rel["labels"]))
-            ax.set_title(f"{name}\nacc {acc:.4f}, ECE {bins.ece:.4f}", fontsize=9)
-        np.atleast_1d(axes)[0].set_ylabel("accuracy")
-        np.atleast_1d(axes)[0].legend(fontsize=7, loc="upper left")
-        fig.suptitle(f"{self.dataset} test set, {self.settings.n_bins} equal-width bins (numbers: test points per bin), "
-                     "chain 0", fontsize=10)
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        return Path(path)
-
-
-def plot_curves(rows, path: str | Path, title: str | None = None, warmup: int | None = None) -> Path:
-    """Plot the chosen runs' test curves from :meth:`ClassificationResult.curve_rows` or from a
-    ``<dataset>_curves.csv`` file written by the study (so a figure can be redrawn without
-    sampling again): accuracy, Brier and ECE of the BMA against communication rounds, one line
-    per K; top row without warm-up (log axes, Fig. 3), bottom row after the warm-up (linear
-    axes, Fig. 4)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    if isinstance(rows, (str, Path)):
-        with open(rows, newline="") as fh:
-            rows = list(csv.DictReader(fh))
-    runs: dict[int, dict[str, Any]] = {}
-    for row in rows:
-        if str(row["selected"]) not in ("True", "true", "1"):
-            continue
-        k = int(row["K"])
-        run = runs.setdefault(k, {"eta": float(row["step_size"]), "all": [], "after_warmup": []})
-        run[row["mode"]].append((int(row["round"]), *(float(row[m]) for m in ("accuracy", "brier", "ece"))))
-    if not runs:
-        raise ValueError("rows hold no selected run to plot")
-    if warmup is None:
-        warmup = int(rows[0]["warmup"]) if "warmup" in rows[0] else None
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8.2), sharex="row")
-    labels = {"accuracy": "test accuracy", "brier": "test Brier score", "ece": "test ECE (15 bins)"}
-    colors = plt.cm.viridis(np.linspace(0.0, 0.9, len(runs)))
-    rows_spec = (("all", "BMA of all samples from round 0 (no warm-up, cf. Fig. 3)"),
-                 ("after_warmup", "BMA of the samples after the warm-up" +
-                  (f" of {warmup} rounds" if warmup is not None else "") + " (cf. Fig. 4)"))
-    for row, (mode, subtitle) in enumerate(rows_spec):
-        for col, metric in enumerate(("accuracy", "brier", "ece")):
-            ax = axes[row, col]
-            for color, k in zip(colors, sorted(runs)):
-                pts = np.array(sorted(runs[k][mode]))
-                if pts.size:
-                    ax.plot(pts[:, 0], pts[:, 1 + col], color=color, label=f"K = {k} (eta = {runs[k]['eta']:.2g})")
-            ax.set_xlabel("communication rounds" + (" (log)" if mode == "all" else ""))
-            ax.set_ylabel(labels[metric])
-            if mode == "all":
-                ax.set_xscale("log")
-            if metric != "accuracy" and mode == "all":
-                ax.set_yscale("log")
-            ax.grid(alpha=0.3, which="both")
-            ax.set_title(subtitle if col == 1 else "", fontsize=10)
-        axes[row, 0].legend(fontsize=8, loc="lower right")
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
-
-
-def _slug(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in Path(name).name) or "data"
-
-
-def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    keys: list[str] = []
-    for row in rows:
-        keys.extend(k for k in row if k not in keys)
-    with open(path, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=keys)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
-
-
-# -- scoring -------------------------------------------------------------------------------------
-
-
-def _scores(probs: np.ndarray, labels: np.ndarray, n_bins: int) -> dict[str, float]:
-    import diagnostics
-
-    return {
-        "accuracy": float(np.mean(np.argmax(probs, axis=1) == labels)),
-        "brier": diagnostics.brier(probs, labels),
-        "ece": diagnostics.ece(probs, labels, n_bins),
-        "nll": diagnostics.nll(probs, labels),
-    }
-
-
-def _metric_function(metric: str, n_bins: int):
-    import diagnostics
-
-    if metric == "accuracy":
-        return lambda p, y: float(np.mean(np.argmax(p, axis=1) == y))
-    if metric == "ece":
-        return lambda p, y: diagnostics.ece(p, y, n_bins)
-    if metric in ("brier", "nll"):
-        return getattr(diagnostics, metric)
-    raise ValueError(f"metric must be one of {', '.join(METRICS)}; got {metric!r}")
-
-
-def _probs(problem, theta: torch.Tensor, X: torch.Tensor) -> np.ndarray:
-    """Per-draw class probabilities (..., n, C) as float64 numpy."""
-    return problem.predict_proba(theta.double(), X.double()).numpy()
-
-
-def _curves(problem, samples: torch.Tensor, draw_rounds: np.ndarray, warmup: int, X, y, n_bins: int):
-    """BMA scores after every kept sample, per chain: {mode: {metric: (chains, D)}}."""
-    from diagnostics import PosteriorPredictive
-
-    chains, draws = samples.shape[:2]
-    labels = y.numpy()
-    out = {mode: {m: np.full((chains, draws), np.nan) for m in METRICS} for mode in ("all", "after_warmup")}
-    for r in range(chains):
-        probs = _probs(problem, samples[r], X)  # (D, n, C)
-        bma = {"all": PosteriorPredictive(), "after_warmup": PosteriorPredictive()}
-        for j in range(draws):
-            for mode, pp in bma.items():
-                if mode == "after_warmup" and draw_rounds[j] <= warmup:
-                    continue
-                pp.update(probs[j])
-                for m, v in _scores(pp.probs, labels, n_bins).items():
-                    out[mode][m][r, j] = v
-    return out
-
-
-def _final_validation(problem, samples, draw_rounds, warmup, X, y, n_bins) -> dict[str, np.ndarray]:
-    from diagnostics import posterior_predictive
-
-    keep = draw_rounds > warmup
-    labels = y.numpy()
-    per_chain = [_scores(posterior_predictive(_probs(problem, samples[r, keep], X)), labels, n_bins)
-                 for r in range(samples.shape[0])]
-    return {m: np.array([s[m] for s in per_chain]) for m in METRICS}
-
-
-def _point_scores(problem, samples, draw_rounds, warmup, X, y, n_bins) -> dict[str, dict[str, np.ndarray]]:
-    """Per-chain test scores of single parameter vectors: the last sample, the posterior-mean
-    plug-in, and a single sample's predictive averaged over the after-warm-up samples."""
-    keep = draw_rounds > warmup
-    labels = y.numpy()
-    out = {}
-    for name, theta in (("last_draw", samples[:, -1]), ("posterior_mean", samples[:, keep].mean(1))):
-        per_chain = [_scores(_probs(problem, theta[r], X), labels, n_bins) for r in range(samples.shape[0])]
-        out[name] = {m: np.array([s[m] for s in per_chain]) for m in METRICS}
-    single = np.zeros((samples.shape[0], len(METRICS)))
-    for r in range(samples.shape[0]):
-        probs = _probs(problem, samples[r, keep], X)
-        single[r] = np.mean([[_scores(p, labels, n_bins)[m] for m in METRICS] for p in probs], axis=0)
-    out["single_draw"] = {m: single[:, i] for i, m in enumerate(METRICS)}
-    return out
-
-
-def paired_bootstrap(probs_a, probs_b, labels, metric: str = "ece", n_bins: int = 15, repeats: int = 1000,
-                     level: float = 0.9, seed: int = 0) -> tuple[float, float, float]:
-    """metric(a) - metric(b) on the same test points, with a paired bootstrap interval.
-
-    Test points are resampled with replacement ``repeats`` times (the same indices for both
-    predictors); returns (difference on the full set, lower, upper) at the central ``level``.
-    """
-    labels = np.asarray(labels)
-    n = labels.shape[0]
-    rng = np.random.default_rng(seed)
-    score = _metric_function(metric, n_bins)
-    full = score(probs_a, labels) - score(probs_b, labels)
-    diffs = np.empty(repeats)
-    for i in range(repeats):
-        idx = rng.integers(0, n, n)
-        diffs[i] = score(probs_a[idx], labels[idx]) - score(probs_b[idx], labels[idx])
-    lo, hi = np.quantile(diffs, [(1 - level) / 2, (1 + level) / 2])
-    return float(full), float(lo), float(hi)
+        return reliability_figure(self.reliability, self.dataset, self.settings.n_bins, path)
 
 
 # -- the study -------------------------------------------------------------------------------------
-
-
-def _progress(total: int, enabled: bool | None, desc: str):
-    if enabled is None:
-        enabled = sys.stderr.isatty()
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit="step", mininterval=1.0)
 
 
 def run_classification(
@@ -618,7 +407,7 @@ def run_classification(
     samples_of: dict[int, torch.Tensor] = {}
     chosen: dict[int, RunRecord] = {}
     expected = (len(candidates) if s.search == "grid" else min(3, len(candidates))) * s.rounds * sum(s.local_steps)
-    bar = _progress(expected, progress, f"classification ({s.dataset})")
+    bar = progress_bar(expected, f"classification ({s.dataset})", progress, unit="step", mininterval=1.0)
 
     def evaluate(k: int, i: int) -> RunRecord:
         eta, factor = candidates[i]
@@ -636,9 +425,9 @@ def run_classification(
             rounds, samples = trace.draw_rounds, trace.samples
             run = RunRecord(
                 k, eta, factor, False, seconds, draw_rounds=rounds,
-                test_curves=_curves(scoring, samples, rounds, s.warmup, data.X_test, data.y_test, s.n_bins),
-                validation=_final_validation(scoring, samples, rounds, s.warmup, X_val, y_val, s.n_bins),
-                point=_point_scores(scoring, samples, rounds, s.warmup, data.X_test, data.y_test, s.n_bins),
+                test_curves=bma_curves(scoring, samples, rounds, s.warmup, data.X_test, data.y_test, s.n_bins),
+                validation=final_validation(scoring, samples, rounds, s.warmup, X_val, y_val, s.n_bins),
+                point=point_scores(scoring, samples, rounds, s.warmup, data.X_test, data.y_test, s.n_bins),
             )
             samples_of[id(run)] = samples  # kept for the reliability figure
             if log:
@@ -686,8 +475,8 @@ def run_classification(
             bar.close()
 
     theta_map = problem.mode()
-    map_probs = _probs(scoring, theta_map, data.X_test)
-    map_scores = _scores(map_probs, data.y_test.numpy(), s.n_bins)
+    map_probs = predict_probs(scoring, theta_map, data.X_test)
+    map_scores = scores(map_probs, data.y_test.numpy(), s.n_bins)
     result = ClassificationResult(
         settings=s, dataset=data.name,
         sizes={"train": problem.num_data, "validation": int(len(y_val)), "test": int(len(data.y_test)), "dim": problem.dim},
@@ -696,7 +485,7 @@ def run_classification(
     labels = data.y_test.numpy()
     for k, run in chosen.items():
         keep = run.draw_rounds > s.warmup
-        draws = _probs(scoring, samples_of[id(run)][0, keep], data.X_test)  # (D, n, C), chain 0
+        draws = predict_probs(scoring, samples_of[id(run)][0, keep], data.X_test)  # (D, n, C), chain 0
         bma = draws.mean(0)
         d_map = paired_bootstrap(bma, map_probs, labels, "ece", s.n_bins, seed=s.seed)
         # a single sample: the middle after-warm-up sample of chain 0
@@ -713,83 +502,10 @@ def run_classification(
         result.reliability = {
             "labels": data.y_test.numpy(),
             "probs": {
-                f"BMA after warm-up, K = {best.local_steps}": _probs(scoring, samples[0, keep], data.X_test).mean(0),
-                f"posterior-mean plug-in, K = {best.local_steps}": _probs(scoring, samples[0, keep].mean(0), data.X_test),
+                f"BMA after warm-up, K = {best.local_steps}": predict_probs(scoring, samples[0, keep], data.X_test).mean(0),
+                f"posterior-mean plug-in, K = {best.local_steps}": predict_probs(scoring, samples[0, keep].mean(0), data.X_test),
                 "MAP (L-BFGS)": map_probs,
             },
         }
     result.seconds = time.perf_counter() - t_start
     return result
-
-
-# -- command line ------------------------------------------------------------------------------------
-
-
-def cli_configure(name: str, parser: argparse.ArgumentParser) -> None:
-    d = ClassificationSettings()
-    parser.add_argument("--dataset", nargs="+", default=["digits"],
-                        help="digits, mnist5k, a folder of MNIST-format IDX files or an .npz file; several run one "
-                             "after the other (default: %(default)s)")
-    parser.add_argument("--local-steps", type=int, nargs="+", default=list(d.local_steps), metavar="K",
-                        help="numbers of local steps K (default: %(default)s, as the paper)")
-    parser.add_argument("--rounds", type=int, default=None, help="communication rounds per run "
-                        "(default: digits 1000, mnist5k 500)")
-    parser.add_argument("--warmup", type=int, default=None, help="warm-up rounds left out of the second average "
-                        "(default: digits 200, mnist5k 100)")
-    parser.add_argument("--thin", type=int, default=d.thin, help="one sample every THIN rounds (default: %(default)s)")
-    parser.add_argument("--temperature", type=float, default=d.temperature, help="tau (default: %(default)s)")
-    parser.add_argument("--clients", type=int, default=d.num_clients, help="N clients (default: %(default)s)")
-    parser.add_argument("--split", choices=SPLITS, default=d.split,
-                        help="federated split (default: %(default)s)")
-    parser.add_argument("--classes-per-client", type=int, default=d.classes_per_client,
-                        help="classes per client for --split label_skew (default: %(default)s)")
-    parser.add_argument("--dirichlet-alpha", type=float, default=d.dirichlet_alpha,
-                        help="alpha for --split dirichlet (default: %(default)s)")
-    parser.add_argument("--batch-size", type=int, default=None, help="minibatch per client (default: digits 50, mnist5k 200)")
-    parser.add_argument("--prior-scale", type=float, default=d.prior_scale, help="sigma of the N(0, sigma^2 I) prior "
-                        "(default: %(default)s)")
-    parser.add_argument("--eta-factors", type=float, nargs="+", default=list(d.eta_factors), metavar="F",
-                        help="candidate step sizes as multiples of 1/L (default: %(default)s)")
-    parser.add_argument("--step-sizes", type=float, nargs="+", default=None, metavar="ETA",
-                        help="candidate step sizes as absolute values (overrides --eta-factors)")
-    parser.add_argument("--search", choices=("ladder", "grid"), default=d.search,
-                        help="ladder: walk the candidates from --eta-start (about 3 runs per K); grid: run them all "
-                             "(default: %(default)s)")
-    parser.add_argument("--eta-start", type=float, default=None,
-                        help="candidate the ladder starts from for the first K (default: 16, or the middle one)")
-    parser.add_argument("--tune-metric", choices=_TUNE_METRICS, default=d.tune_metric,
-                        help="validation score that picks eta per K (default: %(default)s)")
-    parser.add_argument("--val-fraction", type=float, default=d.validation_fraction,
-                        help="share of the training data held out for tuning (default: %(default)s)")
-    parser.add_argument("--chains", type=int, default=None, help="chains per run (default: digits 2, mnist5k 1)")
-    parser.add_argument("--seed", type=int, default=d.seed, help="seed of splits and sampler (default: %(default)s)")
-    parser.add_argument("--dtype", choices=("float32", "float64"), default=d.dtype, help="(default: %(default)s)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (default: torch's choice; 1 is fastest on a busy machine)")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-
-
-def cli_run(name: str, args: argparse.Namespace) -> int:
-    if args.threads is not None:
-        torch.set_num_threads(check_int("threads", args.threads, 1))
-    results = []
-    for dataset in args.dataset:
-        settings = ClassificationSettings(
-            dataset=dataset, local_steps=tuple(args.local_steps), rounds=args.rounds, warmup=args.warmup,
-            thin=args.thin, temperature=args.temperature, num_clients=args.clients, split=args.split,
-            classes_per_client=args.classes_per_client, dirichlet_alpha=args.dirichlet_alpha,
-            batch_size=args.batch_size, prior_scale=args.prior_scale,
-            eta_factors=tuple(args.eta_factors),
-            step_sizes=None if args.step_sizes is None else tuple(args.step_sizes),
-            search=args.search, eta_start=args.eta_start,
-            tune_metric=args.tune_metric, validation_fraction=args.val_fraction, chains=args.chains,
-            seed=args.seed, dtype=args.dtype,
-        ).resolved()
-        result = run_classification(settings, progress=False if args.no_progress else None,
-                                    log=lambda line: print(line, file=sys.stderr, flush=True))
-        paths = result.write(args.out)
-        print(result.table())
-        print("files: " + ", ".join(str(p) for p in paths))
-        print()
-        results.append(result)
-    return 0

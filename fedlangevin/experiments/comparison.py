@@ -46,15 +46,15 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from fedlangevin._validation import check_int, check_real
-from fedlangevin.experiments.classification import _scores  # accuracy, Brier, ECE, NLL of probabilities
+from fedlangevin.experiments.comparison_report import ComparisonResult, paired_differences
+from fedlangevin.experiments.comparison_settings import METHODS, ComparisonSettings, MethodRun
+from fedlangevin.experiments.scoring import METRICS, scores
 
 __all__ = [
     "METHODS",
@@ -68,141 +68,6 @@ __all__ = [
     "run_comparison",
     "run_setting",
 ]
-
-#: method keys: ``fald_q`` stands for one quantized FA-LD run per level in ``fald_q_levels``
-METHODS = ("fald", "fald_q", "fedavg", "lb", "lfl", "lgm", "ltgm", "dzofl")
-METRICS = ("accuracy", "brier", "ece", "nll")
-_OPTIMIZERS = ("fedavg", "lb", "lfl", "lgm", "ltgm", "dzofl")
-_SPLITS = ("iid", "label_skew", "dirichlet")
-_DOWNLINKS = ("broadcast", "per_client")
-
-
-@dataclass(frozen=True)
-class ComparisonSettings:
-    """Settings shared by every method (one federated data set per data set x split).
-
-    Parameters
-    ----------
-    datasets : ``"digits"``, ``"mnist5k"``, MNIST-format folders or ``.npz`` files.
-    splits : ``"iid"``, ``"label_skew"`` (``classes_per_client`` classes per client) and/or
-        ``"dirichlet"`` (``dirichlet_alpha``).
-    methods : a subset of :data:`METHODS`.
-    num_clients : N, every client takes part in every round (all methods).
-    rounds : communication rounds T of FA-LD and the LFL family.
-    local_steps : K, local steps per round (FA-LD's SGLD steps, the optimizers' tau).
-    batch_size : minibatch per client and local step (FA-LD and the LFL family).
-    evaluations : about this many test evaluations per run (every T / evaluations rounds).
-    temperature, prior_scale : FA-LD's tau and prior sigma (the paper's tau = 0.05; the
-        classification study's sigma = 1).
-    eta_factor : FA-LD's constant step size eta = eta_factor / L, L = ``problem.smoothness``.
-    warmup_fraction : w, the share of a chain's samples the BMA leaves out (see module docstring).
-    fald_q_levels : quantization levels q of the quantized FA-LD runs.
-    lr : learning rate of the LFL family's local SGD (on the mean cross-entropy); ``None``
-        (default) matches FA-LD's drift: FA-LD's client energy is n times a mean loss
-        (f^c = (1/p_c) NLL_c + prior, n = n_c / p_c), so its gradient step eta grad f^c is the
-        SGD step of learning rate eta n on the client's mean cross-entropy (plus the prior).
-    q1, q1_ltgm, q2 : broadcast levels (LFL, LGM; LTGM, whose broadcast needs a large q1: the
-        LFL paper's Fig. 1a uses 50) and the upload level of LB, LFL, LGM, LTGM.
-    dzofl_rounds, dzofl_alpha0, dzofl_gamma0, dzofl_batch_size : DZOFL's rounds and
-        :class:`~fedlangevin.compression.DZOFLConfig` (paper exponents v1 = v2 = 0.26, batch 10).
-    bits_per_entry : bits of an exact entry (33, the LFL paper's R_LB = 33 d).
-    downlink : ``"broadcast"`` (a broadcast counted once per round) or ``"per_client"`` (N times).
-    test_fraction : test share of the bundled data sets.
-    seed : seeds the test split, the client split, every sampler and optimizer.
-    n_bins : ECE bins.
-    bootstrap : paired-bootstrap resamples of the test set for the differences' intervals.
-    """
-
-    datasets: tuple[str, ...] = ("digits", "mnist5k")
-    splits: tuple[str, ...] = ("iid", "label_skew")
-    methods: tuple[str, ...] = METHODS
-    num_clients: int = 10
-    classes_per_client: int = 2
-    dirichlet_alpha: float = 0.5
-    rounds: int = 200
-    local_steps: int = 10
-    batch_size: int = 50
-    evaluations: int = 20
-    temperature: float = 0.05
-    prior_scale: float = 1.0
-    eta_factor: float = 16.0
-    warmup_fraction: float = 0.25
-    fald_q_levels: tuple[int, ...] = (2, 8)
-    lr: float | None = None
-    q1: int = 2
-    q1_ltgm: int = 50
-    q2: int = 2
-    dzofl_rounds: int = 4000
-    dzofl_alpha0: float = 2.0
-    dzofl_gamma0: float = 0.05
-    dzofl_batch_size: int = 10
-    bits_per_entry: int = 33
-    downlink: str = "broadcast"
-    test_fraction: float = 0.2
-    seed: int = 0
-    n_bins: int = 15
-    bootstrap: int = 1000
-
-    def resolved(self) -> "ComparisonSettings":
-        """Validated copy (tuples for the list fields); raises ValueError naming the argument."""
-        datasets = tuple(self.datasets)
-        if not datasets or not all(isinstance(d, str) and d for d in datasets):
-            raise ValueError(f"datasets must be a non-empty list of names or paths; got {self.datasets!r}")
-        splits = tuple(self.splits)
-        if not splits or any(sp not in _SPLITS for sp in splits):
-            raise ValueError(f"splits must be a non-empty list of {', '.join(_SPLITS)}; got {self.splits!r}")
-        methods = tuple(self.methods)
-        if not methods or any(m not in METHODS for m in methods) or len(set(methods)) != len(methods):
-            raise ValueError(f"methods must be a non-empty list of distinct names from {', '.join(METHODS)}; "
-                             f"got {self.methods!r}")
-        levels = tuple(check_int("fald_q_levels", q, 1) for q in self.fald_q_levels)
-        if "fald_q" in methods and (not levels or len(set(levels)) != len(levels)):
-            raise ValueError(f"fald_q_levels must be distinct integers >= 1 (at least one); got {self.fald_q_levels!r}")
-        check_int("num_clients", self.num_clients, 1)
-        check_int("classes_per_client", self.classes_per_client, 1)
-        check_real("dirichlet_alpha", self.dirichlet_alpha, low=0.0, low_open=True)
-        check_int("rounds", self.rounds, 1)
-        check_int("local_steps", self.local_steps, 1)
-        check_int("batch_size", self.batch_size, 1)
-        check_int("evaluations", self.evaluations, 1)
-        check_real("temperature", self.temperature, low=0.0, low_open=True)
-        check_real("prior_scale", self.prior_scale, low=0.0, low_open=True)
-        check_real("eta_factor", self.eta_factor, low=0.0, low_open=True)
-        check_real("warmup_fraction", self.warmup_fraction, low=0.0, high=1.0, high_open=True)
-        if self.lr is not None:
-            check_real("lr", self.lr, low=0.0, low_open=True)
-        for name in ("q1", "q1_ltgm", "q2", "dzofl_rounds", "dzofl_batch_size", "bits_per_entry", "n_bins",
-                     "bootstrap"):
-            check_int(name, getattr(self, name), 1)
-        check_real("dzofl_alpha0", self.dzofl_alpha0, low=0.0, low_open=True)
-        check_real("dzofl_gamma0", self.dzofl_gamma0, low=0.0, low_open=True)
-        if self.downlink not in _DOWNLINKS:
-            raise ValueError(f"downlink must be one of {', '.join(_DOWNLINKS)}; got {self.downlink!r}")
-        check_real("test_fraction", self.test_fraction, low=0.0, high=1.0, low_open=True, high_open=True)
-        check_int("seed", self.seed, 0)
-        return replace(self, datasets=datasets, splits=splits, methods=methods, fald_q_levels=levels)
-
-    def method_keys(self) -> list[str]:
-        """The runs of one setting, in order: ``fald_q`` expanded to ``fald_q<level>``."""
-        keys = []
-        for m in self.methods:
-            keys.extend([f"fald_q{q}" for q in self.fald_q_levels] if m == "fald_q" else [m])
-        return keys
-
-    def label(self, key: str) -> str:
-        """Legend label of a run."""
-        if key.startswith("fald_q"):
-            return f"FA-LD, quantized uploads (q = {key[6:]})"
-        return {
-            "fald": "FA-LD (BMA), exact uploads",
-            "fedavg": "FedAvg (lossless)",
-            "lb": f"LB (q2 = {self.q2})",
-            "lfl": f"LFL (q1 = {self.q1}, q2 = {self.q2})",
-            "lgm": f"LGM (q1 = {self.q1}, q2 = {self.q2})",
-            "ltgm": f"LTGM (q1 = {self.q1_ltgm}, q2 = {self.q2})",
-            "dzofl": "DZOFL (16-bit scalars)",
-        }[key]
-
 
 @dataclass(frozen=True)
 class Setting:
@@ -232,31 +97,6 @@ class Setting:
     @property
     def num_clients(self) -> int:
         return len(self.clients)
-
-
-@dataclass
-class MethodRun:
-    """One method on one setting: its test-metric curve against cumulative bits, the final
-    predictive probabilities on the test set, wall time and method-specific ``info``."""
-
-    dataset: str
-    split: str
-    method: str
-    label: str
-    rounds: list[int]
-    bits_up: list[float]
-    bits_down: list[float]
-    metrics: dict[str, list[float]]
-    final_probs: np.ndarray | None
-    seconds: float
-    info: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def bits_total(self) -> list[float]:
-        return [a + b for a, b in zip(self.bits_up, self.bits_down)]
-
-    def final(self) -> dict[str, float]:
-        return {m: self.metrics[m][-1] for m in METRICS}
 
 
 def fald_bits_per_round(d: int, num_clients: int, bits_per_entry: int = 33, q: int | None = None,
@@ -374,7 +214,7 @@ def _run_fald(setting: Setting, s: ComparisonSettings, q: int | None, eval_round
     labels = setting.y_test.numpy()
     metrics: dict[str, list[float]] = {m: [] for m in METRICS}
     for r in eval_rounds:
-        sc = _scores(bma[r], labels, s.n_bins) if r in bma else dict.fromkeys(METRICS, float("nan"))
+        sc = scores(bma[r], labels, s.n_bins) if r in bma else dict.fromkeys(METRICS, float("nan"))
         for m in METRICS:
             metrics[m].append(sc[m])
     seconds = time.perf_counter() - t0
@@ -442,221 +282,6 @@ def run_setting(setting: Setting, s: ComparisonSettings, log: Callable[[str], No
     return runs
 
 
-def _differences(runs: list[MethodRun], labels: np.ndarray, s: ComparisonSettings) -> list[dict[str, Any]]:
-    """Paired-bootstrap differences on the test points: FA-LD minus FedAvg (what sampling
-    buys at the same bits) and quantized minus exact FA-LD (what quantization costs)."""
-    from fedlangevin.experiments.classification import paired_bootstrap
-
-    by = {r.method: r for r in runs}
-    pairs = []
-    if "fald" in by and "fedavg" in by:
-        pairs.append(("fald", "fedavg"))
-    pairs.extend((k, "fald") for k in by if k.startswith("fald_q") and "fald" in by)
-    rows = []
-    for a, b in pairs:
-        ra, rb = by[a], by[b]
-        if ra.final_probs is None or rb.final_probs is None:
-            continue
-        row: dict[str, Any] = {"dataset": ra.dataset, "split": ra.split, "a": a, "b": b}
-        for m in METRICS:
-            full, lo, hi = paired_bootstrap(ra.final_probs, rb.final_probs, labels, m, s.n_bins, repeats=s.bootstrap,
-                                            seed=s.seed)
-            row[m], row[f"{m}_lo90"], row[f"{m}_hi90"] = full, lo, hi
-        rows.append(row)
-    return rows
-
-
-# -- results --------------------------------------------------------------------------------------
-
-
-@dataclass
-class ComparisonResult:
-    """Everything :func:`run_comparison` measured: runs per setting, paired differences, sizes."""
-
-    settings: ComparisonSettings
-    runs: list[MethodRun]
-    differences: list[dict[str, Any]]
-    sizes: dict[tuple[str, str], dict[str, Any]]
-    seconds: float = 0.0
-
-    def settings_keys(self) -> list[tuple[str, str]]:
-        return list(self.sizes)
-
-    def runs_of(self, dataset: str, split: str) -> list[MethodRun]:
-        return [r for r in self.runs if r.dataset == dataset and r.split == split]
-
-    def run(self, dataset: str, split: str, method: str) -> MethodRun:
-        for r in self.runs_of(dataset, split):
-            if r.method == method:
-                return r
-        raise KeyError((dataset, split, method))
-
-    # -- tidy tables ----------------------------------------------------------------------------
-    def curve_rows(self) -> list[dict[str, Any]]:
-        rows = []
-        for run in self.runs:
-            for j, r in enumerate(run.rounds):
-                row = {"dataset": run.dataset, "split": run.split, "method": run.method, "round": r,
-                       "bits_up": run.bits_up[j], "bits_down": run.bits_down[j], "bits_total": run.bits_total[j]}
-                row.update({m: run.metrics[m][j] for m in METRICS})
-                rows.append(row)
-        return rows
-
-    def final_rows(self) -> list[dict[str, Any]]:
-        rows = []
-        for run in self.runs:
-            row: dict[str, Any] = {"dataset": run.dataset, "split": run.split, "method": run.method,
-                                   "label": run.label, "rounds": run.rounds[-1]}
-            row.update(run.final())
-            row.update(bits_up=run.bits_up[-1], bits_down=run.bits_down[-1], bits_total=run.bits_total[-1],
-                       seconds=round(run.seconds, 2), diverged_at=run.info.get("diverged_at"))
-            if "error_to_noise" in run.info:
-                row.update(self._masking(run))
-            rows.append(row)
-        return rows
-
-    def _masking(self, run: MethodRun) -> dict[str, float]:
-        """Quantization-error variance / injected-noise variance per round: mean after the
-        warm-up (the rounds the final BMA averages over) and in the first round."""
-        ratio = run.info["error_to_noise"]
-        start = int(math.floor(self.settings.warmup_fraction * len(ratio)))
-        tail = ratio[start:]
-        exact = [r for r in self.runs_of(run.dataset, run.split) if r.method == "fald"]
-        spread = run.info["sample_variance"] / exact[0].info["sample_variance"] if exact else float("nan")
-        return {"q": run.info["q"], "error_to_noise_after_warmup": float(np.nanmean(tail)) if tail.size else float("nan"),
-                "sample_variance_vs_exact": spread,
-                "error_to_noise_first_round": float(ratio[0]) if ratio.size else float("nan"),
-                "error_variance_after_warmup": float(np.nanmean(run.info["error_variance"][start:])) if tail.size else float("nan"),
-                "injected_variance_per_round": run.info["injected_variance_per_round"]}
-
-    def masking_rows(self) -> list[dict[str, Any]]:
-        """Per round of every quantized FA-LD run: error variance, injected variance, ratio."""
-        rows = []
-        for run in self.runs:
-            if "error_to_noise" not in run.info:
-                continue
-            for j, (v, ratio) in enumerate(zip(run.info["error_variance"], run.info["error_to_noise"])):
-                rows.append({"dataset": run.dataset, "split": run.split, "q": run.info["q"], "round": j + 1,
-                             "error_variance": float(v), "injected_variance": run.info["injected_variance_per_round"],
-                             "ratio": float(ratio)})
-        return rows
-
-    def table(self) -> str:
-        """Plain-text table: final metrics and total bits per method, per setting, the masking
-        measurement and the paired differences."""
-        s = self.settings
-        lines = [f"{len(self.sizes)} setting(s), {s.rounds} rounds (DZOFL {s.dzofl_rounds}), K = {s.local_steps} local "
-                 f"steps, batch {s.batch_size}; FA-LD: tau = {s.temperature:g}, prior sigma = {s.prior_scale:g}, "
-                 f"eta = {s.eta_factor:g}/L, BMA after a warm-up of {s.warmup_fraction:g} T, one chain; optimizers: "
-                 f"SGD lr {'eta n (FA-LD drift)' if s.lr is None else format(s.lr, 'g')}; exact entries "
-                 f"{s.bits_per_entry} bits, broadcast counted "
-                 f"{'once per round' if s.downlink == 'broadcast' else 'once per client'}"]
-        head = (f"{'method':<38} {'acc':>6} {'Brier':>6} {'ECE':>6} {'NLL':>6} | {'bits up':>9} {'bits down':>9} "
-                f"{'total':>9} | {'time':>6}")
-        for (ds, split), size in self.sizes.items():
-            lines += ["", f"{ds}, {split} split: N = {size['clients']} clients (sizes {size['client_min']}-"
-                      f"{size['client_max']}), n_train = {size['train']}, n_test = {size['test']}, d = {size['dim']}; "
-                      f"eta = {size['eta']:.3g}, SGD lr = {size['lr']:.3g}",
-                      head, "-" * len(head)]
-            for run in self.runs_of(ds, split):
-                f = run.final()
-                note = f"  (diverged at round {run.info['diverged_at']})" if run.info.get("diverged_at") else ""
-                lines.append(f"{run.label:<38} {f['accuracy']:>6.4f} {f['brier']:>6.4f} {f['ece']:>6.4f} "
-                             f"{f['nll']:>6.4f} | {run.bits_up[-1]:>9.3g} {run.bits_down[-1]:>9.3g} "
-                             f"{run.bits_total[-1]:>9.3g} | {run.seconds:>5.1f}s{note}")
-            for run in self.runs_of(ds, split):
-                if "error_to_noise" in run.info:
-                    mk = self._masking(run)
-                    lines.append(f"  q = {mk['q']}: quantization-error variance / injected noise variance "
-                                 f"(2 eta tau K = {mk['injected_variance_per_round']:.3g}) per round = "
-                                 f"{mk['error_to_noise_after_warmup']:.3g} after warm-up "
-                                 f"(first round {mk['error_to_noise_first_round']:.3g}); chain variance "
-                                 f"x {mk['sample_variance_vs_exact']:.3g} of the exact-upload chain's")
-            for row in self.differences:
-                if (row["dataset"], row["split"]) != (ds, split):
-                    continue
-                parts = ", ".join(f"{m} {row[m]:+.4f} [{row[m + '_lo90']:+.4f}, {row[m + '_hi90']:+.4f}]"
-                                  for m in METRICS)
-                lines.append(f"  {row['a']} - {row['b']} (90% paired bootstrap): {parts}")
-        lines.append(f"total time {self.seconds:.0f} s")
-        return "\n".join(lines)
-
-    # -- files ----------------------------------------------------------------------------------
-    def figure(self, dataset: str, split: str, path: str | Path) -> Path:
-        """Accuracy, Brier, ECE and NLL against total bits (log axis), one line per method."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        s = self.settings
-        runs = self.runs_of(dataset, split)
-        fig, axes = plt.subplots(1, 4, figsize=(20, 5.2))
-        names = {"accuracy": "test accuracy", "brier": "test Brier score", "ece": f"test ECE ({s.n_bins} bins)",
-                 "nll": "test NLL (nats)"}
-        styles = _styles([r.method for r in runs])
-        for ax, m in zip(axes, METRICS):
-            for run in runs:
-                x = np.array(run.bits_total)
-                y = np.array(run.metrics[m], dtype=float)
-                ok = np.isfinite(y)
-                if not ok.any():
-                    continue
-                st = styles[run.method]
-                ax.plot(x[ok], y[ok], label=run.label, **st)
-                ax.plot(x[ok][-1:], y[ok][-1:], marker="o", color=st["color"], markersize=6, linestyle="none")
-            ax.set_xscale("log")
-            if m != "accuracy":
-                ax.set_yscale("log")
-            ax.set_xlabel("total bits communicated (upload + broadcast, log)")
-            ax.set_ylabel(names[m])
-            ax.grid(alpha=0.3, which="both")
-        size = self.sizes[(dataset, split)]
-        handles, labels = axes[0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="lower center", ncol=min(5, len(labels)), fontsize=9, frameon=False)
-        fig.suptitle(f"{dataset}, {split} split over N = {size['clients']} clients, d = {size['dim']}: "
-                     f"{s.rounds} rounds of K = {s.local_steps} local steps (DZOFL {s.dzofl_rounds} rounds); "
-                     f"FA-LD scored by its BMA, optimizers by their model; dot = end of run", fontsize=10)
-        fig.tight_layout(rect=(0, 0.1 if len(labels) > 5 else 0.06, 1, 0.95))
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        return Path(path)
-
-    def write(self, out: str | Path) -> list[Path]:
-        """Write ``comparison_{final,curves,differences,masking}.csv`` and one
-        ``comparison_<dataset>_<split>.png`` per setting into ``out``; returns the paths."""
-        from fedlangevin.experiments.classification import _slug, _write_csv
-
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        paths = []
-        for name, rows in (("final", self.final_rows()), ("curves", self.curve_rows()),
-                           ("differences", self.differences), ("masking", self.masking_rows())):
-            if rows:
-                path = out / f"comparison_{name}.csv"
-                _write_csv(path, rows)
-                paths.append(path)
-        for ds, split in self.sizes:
-            paths.append(self.figure(ds, split, out / f"comparison_{_slug(ds)}_{split}.png"))
-        return paths
-
-
-def _styles(methods: list[str]) -> dict[str, dict[str, Any]]:
-    colors = {"fald": "#000000", "fedavg": "#1f77b4", "lb": "#17becf", "lfl": "#2ca02c", "lgm": "#ff7f0e",
-              "ltgm": "#d62728", "dzofl": "#9467bd"}
-    quantized = [m for m in methods if m.startswith("fald_q")]
-    greys = dict(zip(quantized, ("#7f7f7f", "#bcbd22", "#8c564b", "#e377c2", "#aec7e8")))
-    out = {}
-    for m in methods:
-        if m == "fald":
-            out[m] = dict(color=colors[m], linewidth=2.4, linestyle="-")
-        elif m in greys:
-            out[m] = dict(color=greys[m], linewidth=2.0, linestyle="--")
-        else:
-            out[m] = dict(color=colors.get(m, "#333333"), linewidth=1.4, linestyle=":" if m == "dzofl" else "-")
-    return out
-
-
 def run_comparison(settings: ComparisonSettings | None = None, *, log: Callable[[str], None] | None = None,
                    **overrides: Any) -> ComparisonResult:
     """Run every method on every data set x split (see the module docstring); keyword
@@ -674,5 +299,5 @@ def run_comparison(settings: ComparisonSettings | None = None, *, log: Callable[
             "eta": setting.step_size(s), "lr": setting.learning_rate(s)}
         these = run_setting(setting, s, log)
         runs.extend(these)
-        differences.extend(_differences(these, setting.y_test.numpy(), s))
+        differences.extend(paired_differences(these, setting.y_test.numpy(), s))
     return ComparisonResult(s, runs, differences, sizes, time.perf_counter() - t0)

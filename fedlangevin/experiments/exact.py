@@ -23,7 +23,8 @@ law is a mixture and these are its exact mean and covariance. In both cases
 W2(N(m', Cov g'), target) is the limit, as R -> infinity, of the paper's Sec. 7.1 measure
 (the W2 of the Gaussian fitted to R replicate chains).
 
-This module is numpy only and independent of the engine (it is used to cross-check the
+This module is numpy only and independent of the engine's kernels (it reads only the
+participation rule's settings, ``scheme`` and ``num_sampled``; it is used to cross-check the
 engine's Monte Carlo curves and to locate the optimal K cheaply). ``tests/targets.py``
 holds a second, brute-force implementation on the stacked (N d)-dimensional state that the
 tests compare against.
@@ -36,8 +37,10 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from fedlangevin.fald.participation import Full, Participation
+
 __all__ = [
-    "RoundOperators", "exact_moments", "minibatch_gradient_noise", "participation_moments", "round_operators",
+    "RoundOperators", "apply_round", "exact_moments", "minibatch_gradient_noise", "participation_moments", "round_operators",
     "stationary_moments", "w2_to_target",
 ]
 
@@ -102,32 +105,46 @@ def round_operators(
     return RoundOperators(phi, offset, private, shared)
 
 
-def participation_moments(p: np.ndarray, scheme: str = "full", num_sampled: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """E[w] (N,) and E[w w^T] (N, N) of the aggregation weights.
+def participation_moments(p: np.ndarray, participation: Participation | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """E[w] (N,) and E[w w^T] (N, N) of the aggregation weights of a participation rule.
 
-    ``scheme``: "full" (w = p), "I" (S draws with replacement with probabilities p, plain
-    mean: w = counts / S) or "II" (S of N uniformly without replacement, w = 1/S on them).
+    ``participation`` (default :class:`~fedlangevin.fald.participation.Full`) is read
+    through its ``scheme`` and ``num_sampled``: full (w = p), scheme I (S draws with
+    replacement with probabilities p, plain mean: w = counts / S) or scheme II (S of N
+    uniformly without replacement, w = 1/S on them; App. C.1).
     """
+    rule = _rule(participation)
     p = np.asarray(p, dtype=np.float64)
     n = p.size
-    if scheme == "full":
+    if rule.scheme == "full":
         return p.copy(), np.outer(p, p)
-    if num_sampled is None or not 1 <= num_sampled:
-        raise ValueError(f"num_sampled must be >= 1 for scheme {scheme!r}; got {num_sampled}")
-    s = int(num_sampled)
-    if scheme == "I":
+    s = int(rule.num_sampled)
+    if rule.scheme == "I":
         return p.copy(), (s - 1) / s * np.outer(p, p) + np.diag(p) / s
-    if scheme == "II":
-        if s > n:
-            raise ValueError(f"num_sampled must be <= N = {n} for scheme II; got {s}")
-        off = (s - 1) / (s * n * (n - 1)) if n > 1 else 0.0
-        m2 = np.full((n, n), off)
-        np.fill_diagonal(m2, 1.0 / (s * n))
-        return np.full(n, 1.0 / n), m2
-    raise ValueError(f"scheme must be 'full', 'I' or 'II'; got {scheme!r}")
+    if s > n:
+        raise ValueError(f"num_sampled must be <= N = {n} for scheme II; got {s}")
+    off = (s - 1) / (s * n * (n - 1)) if n > 1 else 0.0
+    m2 = np.full((n, n), off)
+    np.fill_diagonal(m2, 1.0 / (s * n))
+    return np.full(n, 1.0 / n), m2
 
 
-def _apply_round(ops: RoundOperators, ew: np.ndarray, eww: np.ndarray, full: bool, mean: np.ndarray, cov: np.ndarray):
+def _rule(participation: Participation | None) -> Participation:
+    if participation is None:
+        return Full()
+    if not isinstance(participation, Participation) or participation.scheme not in ("full", "I", "II"):
+        raise ValueError(
+            "participation must be a rule with scheme 'full', 'I' or 'II' (Full(), SchemeI(S) or SchemeII(S)); "
+            f"got {participation!r}"
+        )
+    return participation
+
+
+def apply_round(ops: RoundOperators, ew: np.ndarray, eww: np.ndarray, full: bool, mean: np.ndarray, cov: np.ndarray):
+    """One round of the moment recursion (module docstring): (mean, cov) -> (m', Cov g').
+
+    ``ew``, ``eww``: E[w] and E[w w^T] of :func:`participation_moments`; ``full``: the weights
+    are the fixed p (the cheaper Gaussian case)."""
     mu = np.einsum("nij,j->ni", ops.phi, mean) + ops.offset  # (N, d)
     new_mean = ew @ mu
     if full:  # w = p: Cov = P S P^T + sum_c p_c^2 Pr_c + sum_cc' p_c p_c' Sh_cc'
@@ -152,8 +169,7 @@ def exact_moments(
     etas_per_round: Iterable[Sequence[float]],
     temperature: float = 1.0,
     correlation: float = 0.0,
-    scheme: str = "full",
-    num_sampled: int | None = None,
+    participation: Participation | None = None,
     init_mean: Sequence[float] | np.ndarray | None = None,
     init_cov: np.ndarray | None = None,
     gradient_noise: np.ndarray | None = None,
@@ -162,14 +178,16 @@ def exact_moments(
 
     ``etas_per_round``: the local step sizes of each round (K values per round). Rounds
     with the same step sizes as the previous one reuse its operators, so a constant step
-    size costs one operator computation. The chains start at ``init_mean`` (default 0)
+    size costs one operator computation. ``participation``: the synchronisation rule
+    (default :class:`~fedlangevin.fald.participation.Full`; see :func:`participation_moments`). The chains start at ``init_mean`` (default 0)
     with covariance ``init_cov`` (default 0: a point). ``gradient_noise``: see
     :func:`round_operators` (with it the moments are exact, the law no longer Gaussian).
     """
     _, _, p = _client_arrays(problem)
     d = problem.dim
-    ew, eww = participation_moments(p, scheme, num_sampled)
-    full = scheme == "full"
+    rule = _rule(participation)
+    ew, eww = participation_moments(p, rule)
+    full = rule.scheme == "full"
     mean = np.zeros(d) if init_mean is None else np.asarray(init_mean, dtype=np.float64).copy()
     cov = np.zeros((d, d)) if init_cov is None else np.asarray(init_cov, dtype=np.float64).copy()
     means, covs = [], []
@@ -178,7 +196,7 @@ def exact_moments(
         key = tuple(float(e) for e in etas)
         if key != last:
             ops, last = round_operators(problem, key, temperature, correlation, gradient_noise), key
-        mean, cov = _apply_round(ops, ew, eww, full, mean, cov)
+        mean, cov = apply_round(ops, ew, eww, full, mean, cov)
         means.append(mean)
         covs.append(cov)
     return np.array(means), np.array(covs)
@@ -189,8 +207,7 @@ def stationary_moments(
     etas: Sequence[float],
     temperature: float = 1.0,
     correlation: float = 0.0,
-    scheme: str = "full",
-    num_sampled: int | None = None,
+    participation: Participation | None = None,
     gradient_noise: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Mean (d,) and covariance (d, d) that the round map of :func:`exact_moments` leaves fixed.
@@ -204,7 +221,7 @@ def stationary_moments(
     """
     _, _, p = _client_arrays(problem)
     d = problem.dim
-    ew, eww = participation_moments(p, scheme, num_sampled)
+    ew, eww = participation_moments(p, participation)
     ops = round_operators(problem, etas, temperature, correlation, gradient_noise)
     big_p = np.einsum("n,nij->ij", ew, ops.phi)
     mean = np.linalg.solve(np.eye(d) - big_p, ew @ ops.offset)

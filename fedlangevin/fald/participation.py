@@ -27,7 +27,12 @@ __all__ = ["Participation", "Full", "SchemeI", "SchemeII", "as_participation", "
 
 
 class Participation:
-    """Base class; subclasses implement :meth:`weights` and :meth:`validate`."""
+    """Base class; subclasses implement :meth:`weights` and :meth:`validate`.
+
+    Every rule also reads as typed settings: :attr:`scheme` (``"full"``, ``"I"`` or ``"II"``)
+    and ``num_sampled`` (S, the devices sampled per round and chain; ``None`` for
+    :class:`Full`), e.g. for the exact moments of :mod:`fedlangevin.experiments.exact`.
+    """
 
     def validate(self, weights: torch.Tensor) -> None:
         """Check the rule against the client weights p_c (raises ``ValueError``)."""
@@ -38,7 +43,7 @@ class Participation:
 
     @property
     def scheme(self) -> str:
-        """"full", "I" or "II" (App. C.1)."""
+        """The rule's name in the paper's terms: ``"full"``, ``"I"`` or ``"II"`` (App. C.1)."""
         raise NotImplementedError
 
     def fixed_uploads(self, num_clients: int) -> float | None:
@@ -59,11 +64,12 @@ class Full(Participation):
 
     @property
     def scheme(self) -> str:
+        """``"full"``: every device takes part in every round (eq. 4)."""
         return "full"
 
     @property
     def num_sampled(self) -> None:
-        """S: ``None`` for full participation (every client takes part)."""
+        """``None``: no devices are sampled (all N take part)."""
         return None
 
     def fixed_uploads(self, num_clients):
@@ -82,12 +88,13 @@ class SchemeI(Participation):
 
     num_sampled: int
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "num_sampled", check_int("num_sampled", self.num_sampled, 1))
-
     @property
     def scheme(self) -> str:
+        """``"I"``: S devices drawn with replacement with probabilities p_c (App. C.1)."""
         return "I"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "num_sampled", check_int("num_sampled", self.num_sampled, 1))
 
     def weights(self, p, chains, generator):
         idx = torch.multinomial(p.expand(chains, -1), self.num_sampled, replacement=True, generator=generator)
@@ -108,13 +115,14 @@ class SchemeII(Participation):
     num_sampled: int
     allow_unbalanced: bool = False
 
+    @property
+    def scheme(self) -> str:
+        """``"II"``: S devices drawn uniformly without replacement (App. C.1)."""
+        return "II"
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "num_sampled", check_int("num_sampled", self.num_sampled, 1))
         object.__setattr__(self, "allow_unbalanced", check_bool("allow_unbalanced", self.allow_unbalanced))
-
-    @property
-    def scheme(self) -> str:
-        return "II"
 
     def fixed_uploads(self, num_clients):
         return float(min(self.num_sampled, num_clients))

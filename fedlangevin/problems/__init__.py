@@ -2,11 +2,12 @@
 
 from fedlangevin.problems.base import FederatedProblem, QuadraticForm, check_weights
 from fedlangevin.problems.custom import CustomProblem
-from fedlangevin.problems.gaussian import PAPER_COV, GaussianSimulation, QuadraticProblem
+from fedlangevin.problems.gaussian import PAPER_COV, CurvatureSimulation, GaussianSimulation, QuadraticProblem
 from fedlangevin.problems.logistic import LogisticRegression
 from fedlangevin.problems.pyro import PyroProblem
 
 __all__ = [
+    "CurvatureSimulation",
     "CustomProblem",
     "FederatedProblem",
     "GaussianSimulation",

@@ -23,7 +23,7 @@ import torch
 from fedlangevin._validation import check_int, check_names, check_real, check_seed, check_tensor
 from fedlangevin.problems.base import FederatedProblem, QuadraticForm, check_client_indices, check_weights
 
-__all__ = ["QuadraticProblem", "GaussianSimulation", "PAPER_COV"]
+__all__ = ["QuadraticProblem", "GaussianSimulation", "CurvatureSimulation", "PAPER_COV", "draw_client_data"]
 
 #: Sigma of the paper's simulation (Sec. 7.1).
 PAPER_COV = ((5.0, -2.0), (-2.0, 1.0))
@@ -34,6 +34,25 @@ def _symmetric_psd(name: str, a: torch.Tensor, d: int) -> None:
         raise ValueError(f"{name} must be finite")
     if not torch.allclose(a, a.transpose(-1, -2), rtol=1e-10, atol=1e-12 * float(a.abs().max().clamp_min(1.0))):
         raise ValueError(f"{name} must be symmetric")
+
+
+def draw_client_data(
+    num_clients: int, samples: int, alpha: float, cov: torch.Tensor, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The simulation's random draws (Sec. 7.1), float64, from one generator seeded ``seed``.
+
+    Returns the client centres theta_c ~ N(0, alpha I), shape (N, d), and the zero-mean
+    point noise eps_ci ~ N(0, Sigma), shape (N, samples, d), so that x_ci = theta_c + eps_ci
+    (drawn in that order: the centres first, then standard normals z with eps = z L^T,
+    Sigma = L L^T). :class:`GaussianSimulation` and :class:`CurvatureSimulation` both build
+    their data from these draws, so the same seed gives them the same centres and noise.
+    """
+    sigma = cov.to(torch.float64)
+    d = sigma.shape[0]
+    g = torch.Generator().manual_seed(seed)
+    centres = alpha**0.5 * torch.randn(num_clients, d, generator=g, dtype=torch.float64)
+    z = torch.randn(num_clients, samples, d, generator=g, dtype=torch.float64)
+    return centres, z @ torch.linalg.cholesky(sigma).T
 
 
 class QuadraticProblem(FederatedProblem):
@@ -209,12 +228,9 @@ class GaussianSimulation(QuadraticProblem):
         counts = torch.tensor(sizes, dtype=torch.int64)
         n_total = int(counts.sum())
 
-        g = torch.Generator().manual_seed(seed)
-        centres = alpha**0.5 * torch.randn(n_clients, d, generator=g, dtype=torch.float64)
-        chol = torch.linalg.cholesky(sigma)
         n_max = int(counts.max())
-        z = torch.randn(n_clients, n_max, d, generator=g, dtype=torch.float64)
-        data = centres[:, None, :] + z @ chol.T
+        centres, noise = draw_client_data(n_clients, n_max, alpha, sigma, seed)
+        data = centres[:, None, :] + noise
         mask = torch.arange(n_max)[None, :] < counts[:, None]
         data = data * mask[..., None]
         client_means = data.sum(1) / counts[:, None]
@@ -261,4 +277,56 @@ class GaussianSimulation(QuadraticProblem):
         return (
             f"GaussianSimulation(num_clients={self.num_clients}, alpha={self.alpha:g}, "
             f"n={self.num_data}, d={self.dim}, prior_precision={self.prior_precision:g}, seed={self.seed})"
+        )
+
+
+class CurvatureSimulation(QuadraticProblem):
+    """The paper's Gaussian simulation with client-specific data covariance s_c Sigma.
+
+    Client c draws n_c points x_ci ~ N(theta_c, s_c Sigma), theta_c ~ N(0, alpha I), with
+    s_c = spread^(-1 + 2 c / (N - 1)) (log-evenly spaced in [1/spread, spread]: clients
+    measuring with different noise levels). Its energy
+    f^c = (1/p_c) sum_i 1/2 (theta - x_ci)^T (s_c Sigma)^{-1} (theta - x_ci) has Hessian
+    A_c = (n / s_c) Sigma^{-1} and b_c = A_c xbar_c; the posterior is N(A^{-1} b, tau A^{-1})
+    with A = sum_c p_c A_c. Client Hessians that differ make the local steps biased (the U
+    shape of Fig. 1a). The centres and the point noise are :func:`draw_client_data`'s, as for
+    :class:`GaussianSimulation` with the same seed, so spread = 1 reproduces its data exactly.
+    """
+
+    def __init__(
+        self,
+        num_clients: int = 50,
+        alpha: float = 1.0,
+        samples_per_client: int = 20,
+        curvature_spread: float = 1.5,
+        seed: int = 0,
+    ) -> None:
+        n_clients = check_int("num_clients", num_clients, 2)
+        alpha = check_real("alpha", alpha, low=0.0)
+        n_c = check_int("samples_per_client", samples_per_client, 1)
+        spread = check_real("curvature_spread", curvature_spread, low=1.0)
+        seed = check_int("seed", seed, 0)
+        sigma = torch.tensor(PAPER_COV, dtype=torch.float64)
+        centres, noise = draw_client_data(n_clients, n_c, alpha, sigma, seed)
+        scales = spread ** torch.linspace(-1.0, 1.0, n_clients, dtype=torch.float64)
+        data = centres[:, None, :] + noise * scales.sqrt()[:, None, None]
+        client_means = data.mean(1)
+        n_total = n_clients * n_c
+        precision = torch.linalg.inv(sigma)
+        precision = 0.5 * (precision + precision.T)
+        hessians = n_total * precision[None] / scales[:, None, None]
+        shifts = torch.einsum("nij,nj->ni", hessians, client_means)
+        self.alpha, self.curvature_spread, self.seed = alpha, spread, seed
+        self.cov, self.noise_scales, self.centres, self.client_means = sigma, scales, centres, client_means
+        self.client_sizes = torch.full((n_clients,), n_c, dtype=torch.int64)
+        super().__init__(hessians, shifts, torch.full((n_clients,), 1.0 / n_clients, dtype=torch.float64))
+
+    @property
+    def num_data(self) -> int:
+        return int(self.client_sizes.sum())
+
+    def __repr__(self) -> str:
+        return (
+            f"CurvatureSimulation(num_clients={self.num_clients}, alpha={self.alpha:g}, n={self.num_data}, "
+            f"curvature_spread={self.curvature_spread:g}, seed={self.seed})"
         )

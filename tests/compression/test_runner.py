@@ -12,18 +12,8 @@ from fedlangevin.compression.models import (
     MLP,
     MultinomialLogistic,
     classification_metrics,
-    gaussian_mixture,
-    split_by_class,
 )
 from fedlangevin.compression.runner import METHODS, run_method
-
-
-@pytest.fixture(scope="module")
-def data():
-    g = torch.Generator().manual_seed(0)
-    X, y, means = gaussian_mixture(40, num_classes=4, dim=5, separation=2.5, generator=g)
-    Xt, yt, _ = gaussian_mixture(50, num_classes=4, dim=5, means=means, generator=g)
-    return split_by_class(X, y, 8, generator=g), (Xt, yt)
 
 
 @pytest.mark.parametrize("method", METHODS)

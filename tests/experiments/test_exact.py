@@ -8,11 +8,15 @@ import torch
 
 import fedlangevin as fl
 from fedlangevin.experiments.exact import exact_moments, minibatch_gradient_noise, participation_moments
-from fedlangevin.experiments.gaussian import _exact_centralised_curve, simulation_problem
+from fedlangevin.experiments.curves import exact_centralised_curve, simulation_problem
 from fedlangevin.experiments.exact import w2_to_target
 from fedlangevin.fald.schedules import PaperDecay
 from fedlangevin.problems import QuadraticProblem
 from tests.targets import fald_moments, small_problem_arrays, weight_moments
+
+
+def _rule(scheme, s):
+    return {"full": fl.Full, "I": fl.SchemeI, "II": fl.SchemeII}[scheme](*(() if s is None else (s,)))
 
 
 @pytest.mark.parametrize("scheme,s", [("full", None), ("I", 2), ("II", 2)])
@@ -26,7 +30,7 @@ def test_round_recursion_equals_the_stacked_state_recursion(scheme, s, rho):
         p = np.full(3, 1 / 3)
     problem = QuadraticProblem(h, b, p)
     etas = [[0.05, 0.03, 0.04], [0.02, 0.05, 0.01]] * 3
-    m, c = exact_moments(problem, etas, 0.7, rho, scheme, s, init_mean=[3.0, -2.0])
+    m, c = exact_moments(problem, etas, 0.7, rho, _rule(scheme, s), init_mean=[3.0, -2.0])
     ref = fald_moments(h, b, p, np.array([3.0, -2.0]), etas, 0.7, rho, scheme, s)
     for i, (rm, rc) in enumerate(ref):
         np.testing.assert_allclose(m[i], rm, rtol=0, atol=1e-12)
@@ -37,10 +41,10 @@ def test_participation_moments_match_the_test_targets():
     p = np.array([0.4, 0.3, 0.2, 0.1])
     for scheme, s in (("full", None), ("I", 3), ("II", 3)):
         pp = np.full(4, 0.25) if scheme == "II" else p
-        for got, want in zip(participation_moments(pp, scheme, s), weight_moments(pp, scheme, s)):
+        for got, want in zip(participation_moments(pp, _rule(scheme, s)), weight_moments(pp, scheme, s)):
             np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
     with pytest.raises(ValueError, match="scheme"):
-        participation_moments(p, "III", 2)
+        participation_moments(p, "III")
 
 
 def test_minibatch_gradient_noise_moments_match_the_engine():
@@ -71,7 +75,7 @@ def test_centralised_scan_equals_the_round_recursion(batch):
     problem = simulation_problem(0.0, 1.0)
     sched = PaperDecay(problem.smoothness, problem.convexity)
     noise = None if batch is None else minibatch_gradient_noise(problem, batch)
-    steps, w = _exact_centralised_curve(problem, sched, 10, 40, noise)
+    steps, w = exact_centralised_curve(problem, sched, 10, 40, noise)
     etas = [sched(i) for i in range(400)]
     m, c = exact_moments(problem, [etas[i * 10 : (i + 1) * 10] for i in range(40)], gradient_noise=noise)
     np.testing.assert_allclose(w, w2_to_target(problem, m, c), rtol=1e-9, atol=1e-13)
@@ -96,7 +100,7 @@ def test_stationary_moments_are_the_limit_of_the_round_recursion(scheme, s):
     etas = [0.05, 0.03, 0.04]
     from fedlangevin.experiments.exact import stationary_moments
 
-    m, c = stationary_moments(problem, etas, 0.7, 0.4, scheme, s)
-    means, covs = exact_moments(problem, [etas] * 400, 0.7, 0.4, scheme, s, init_mean=[3.0, -2.0])
+    m, c = stationary_moments(problem, etas, 0.7, 0.4, _rule(scheme, s))
+    means, covs = exact_moments(problem, [etas] * 400, 0.7, 0.4, _rule(scheme, s), init_mean=[3.0, -2.0])
     np.testing.assert_allclose(m, means[-1], rtol=0, atol=1e-10)
     np.testing.assert_allclose(c, covs[-1], rtol=0, atol=1e-10)

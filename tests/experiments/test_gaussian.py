@@ -12,7 +12,7 @@ import torch
 
 from fedlangevin.cli import main
 from fedlangevin.experiments import STUDIES, CurvatureSimulation, run_study, simulation_problem
-from fedlangevin.experiments.gaussian import _exact_first_below
+from fedlangevin.experiments.curves import exact_first_below
 from fedlangevin.problems import GaussianSimulation
 
 
@@ -57,8 +57,8 @@ def test_k_study_monte_carlo_crossings_agree_with_the_exact_law(k_result):
     for k, t in zip(rows["K"], rows["rounds_mc"]):
         if t is None:
             continue
-        early = _exact_first_below(problem, s["step_size"], k, s["eps"] * 1.25)
-        late = _exact_first_below(problem, s["step_size"], k, s["eps"] * 0.75, max_rounds=10 * t)
+        early = exact_first_below(problem, s["step_size"], k, s["eps"] * 1.25)
+        late = exact_first_below(problem, s["step_size"], k, s["eps"] * 0.75, max_rounds=10 * t)
         assert early <= t and (late is None or t <= late), (k, early, t, late)
         checked += 1
     assert checked >= 3

@@ -104,3 +104,13 @@ def test_scheme_two_rejects_too_many_clients_and_unbalanced_weights():
         fl.FALD(problem, step_size=0.1, participation=fl.SchemeII(2))
     with pytest.warns(UserWarning, match="balanced"):
         fl.FALD(problem, step_size=0.1, participation=fl.SchemeII(2, allow_unbalanced=True))
+
+
+def test_every_rule_exposes_its_scheme_and_s_as_read_only_settings():
+    rules = [(fl.Full(), "full", None), (fl.SchemeI(3), "I", 3), (fl.SchemeII(2), "II", 2)]
+    for rule, scheme, s in rules:
+        assert rule.scheme == scheme and rule.num_sampled == s
+        for name in ("scheme", "num_sampled"):
+            with pytest.raises(AttributeError):
+                setattr(rule, name, "changed")
+    assert {r.scheme for r, _, _ in rules} == {"full", "I", "II"}

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedlangevin.problems import GaussianSimulation, QuadraticProblem
+from fedlangevin.problems import PAPER_COV, CurvatureSimulation, GaussianSimulation, QuadraticProblem
 
 
 def test_posterior_is_data_mean_and_sigma_over_n():
@@ -93,3 +93,31 @@ def test_invalid_quadratic_shapes():
         QuadraticProblem(np.eye(2), np.zeros(2), [0.5, 0.5])
     with pytest.raises(ValueError, match="positive definite"):
         QuadraticProblem(np.zeros((2, 2)), np.zeros((2, 2)), [0.5, 0.5])
+
+
+def _reference_draw(num_clients, n_c, alpha, seed, spread=None):
+    """The simulation's data as both generators drew it before they shared one draw
+    (centres, then standard normals, from one generator): the bit-for-bit reference."""
+    sigma = torch.tensor(PAPER_COV, dtype=torch.float64)
+    g = torch.Generator().manual_seed(seed)
+    centres = alpha**0.5 * torch.randn(num_clients, 2, generator=g, dtype=torch.float64)
+    z = torch.randn(num_clients, n_c, 2, generator=g, dtype=torch.float64)
+    chol = torch.linalg.cholesky(sigma)
+    if spread is None:
+        return centres, centres[:, None, :] + z @ chol.T
+    scales = spread ** torch.linspace(-1.0, 1.0, num_clients, dtype=torch.float64)
+    return centres, centres[:, None, :] + (z @ chol.T) * scales.sqrt()[:, None, None]
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_gaussian_and_curvature_simulations_share_one_data_draw_bit_for_bit(seed):
+    centres, data = _reference_draw(6, 5, 3.0, seed)
+    g = GaussianSimulation(num_clients=6, alpha=3.0, samples_per_client=5, seed=seed)
+    assert torch.equal(g.centres, centres) and torch.equal(g.data, data)
+    for spread in (1.0, 2.5):
+        centres, data = _reference_draw(6, 5, 3.0, seed, spread)
+        c = CurvatureSimulation(num_clients=6, alpha=3.0, samples_per_client=5, curvature_spread=spread, seed=seed)
+        assert torch.equal(c.centres, centres) and torch.equal(c.client_means, data.mean(1))
+    # the same seed gives both problems the same centres and the same point noise
+    c = CurvatureSimulation(num_clients=6, alpha=3.0, samples_per_client=5, curvature_spread=1.0, seed=seed)
+    torch.testing.assert_close(c.client_means, g.client_means, rtol=0, atol=1e-14)
