@@ -28,15 +28,15 @@ def no_work(monkeypatch):
         raise AssertionError("the command started its work before rejecting the input")
 
     import diagnostics
-    from fedlangevin.commands import demo, privacy
-    from fedlangevin.experiments import classification, comparison, gaussian
+    from fedlangevin.commands import demo, privacy, simulate
+    from fedlangevin.experiments import comparison
 
     monkeypatch.setattr(comparison, "run_comparison", forbidden)
     monkeypatch.setattr(demo, "run_demo", forbidden)
     for name in ("figure", "table", "_report", "_solve"):
         monkeypatch.setattr(privacy, name, forbidden)
-    monkeypatch.setattr(gaussian, "cli_run", forbidden)
-    monkeypatch.setattr(classification, "cli_run", forbidden)
+    monkeypatch.setattr(simulate, "_run_simulation", forbidden)
+    monkeypatch.setattr(simulate, "_run_classification", forbidden)
     monkeypatch.setattr(diagnostics, "summary", forbidden)
 
 
