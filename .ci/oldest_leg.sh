@@ -29,6 +29,6 @@ wrong = {n: (got[n], v) for n, v in pins.items() if re.sub(r"\+.*", "", got[n]) 
 assert not wrong, f"installed versions differ from the constraints: {wrong}"
 print("oldest versions:", ", ".join(f"{n} {v}" for n, v in got.items()))
 PY
-echo "+ $VENV/bin/python -m pytest -q -n auto"
-"$VENV/bin/python" -m pytest -q -n auto -p no:cacheprovider
+echo "+ $VENV/bin/python -m pytest -q -n auto --dist loadfile"
+"$VENV/bin/python" -m pytest -q -n auto --dist loadfile -p no:cacheprovider
 echo "oldest leg: $(( $(date +%s) - start )) s"
