@@ -1,6 +1,17 @@
 """Shared fixtures. torch is imported lazily: the diagnostics tests also run without it."""
 
+import os
+
 import pytest
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (`-n N`), each worker gets an equal share of the cores for torch's
+    intra-op threads (set before torch is imported; the CLI subprocesses inherit it), so that
+    N workers do not oversubscribe the machine. An explicit OMP_NUM_THREADS wins."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers is not None and "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // int(workers)))
 
 
 @pytest.fixture
