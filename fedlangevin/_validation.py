@@ -162,6 +162,9 @@ def check_names(name: str, value: Any, count: int) -> list[str] | None:
         raise ValueError(f"{name} must be a sequence of {count} strings; got {value!r}")
     if len(value) != count:
         raise ValueError(f"{name} must have {count} names; got {len(value)}")
+    if len(set(value)) != len(value):
+        repeated = sorted({v for v in value if list(value).count(v) > 1})
+        raise ValueError(f"{name} must be unique (they label the columns of the samples); repeated: {repeated}")
     return list(value)
 
 
@@ -309,6 +312,21 @@ def memory_bytes(device: Any = "cpu") -> int | None:
     return None
 
 
+#: host memory per local step of a round: its step size as a Python float in a list (32 bytes)
+#: and as a float64 entry of the stepper's tensor (8 bytes)
+BYTES_PER_LOCAL_STEP = 40
+
+
+def check_local_steps(value: Any) -> int:
+    """K >= 1 local steps per round. A round holds its K step sizes in memory, so K must fit in
+    this machine's memory (a ValueError naming ``local_steps`` otherwise); a K that fits but
+    takes long is the user's compute (a run stops cleanly on Ctrl-C, see ``FALD.run``)."""
+    k = check_int("local_steps", value, 1)
+    check_fits("local_steps", BYTES_PER_LOCAL_STEP * k, "cpu", f"one round of {k} local steps (its step sizes)",
+               "use fewer local steps per round (and more rounds)")
+    return k
+
+
 def check_memory_draws(draws: int, chains: int, dim: int, dtype, device) -> None:
     """Draws kept in memory must fit in the device's memory (a ValueError naming ``rounds``)."""
     import torch
@@ -320,13 +338,42 @@ def check_memory_draws(draws: int, chains: int, dim: int, dtype, device) -> None
     )
 
 
-def check_tensor(name: str, value: Any, dtype=None):
-    """``torch.as_tensor(value)`` as a float64 CPU tensor (or ``dtype``), with a ValueError naming
-    the argument when the value is not an array of numbers."""
+def check_index_parts(name: str, parts: Any, size: int) -> list:
+    """A sequence of 1-d integer index tensors (or arrays/lists), each entry in [0, size): the
+    per-client parts of a data set of ``size`` points, as int64 CPU tensors."""
+    import torch
+
+    if isinstance(parts, (str, bytes)) or not hasattr(parts, "__len__") or hasattr(parts, "shape"):
+        raise ValueError(f"{name} must be a sequence of 1-d index tensors, one per client; got {type(parts).__name__}")
+    out = []
+    for c, part in enumerate(parts):
+        refuse_complex(f"{name}[{c}]", part)
+        try:
+            idx = torch.as_tensor(part).detach().cpu()
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(f"{name}[{c}] must be a 1-d tensor of integer indices; got {type(part).__name__}") from None
+        if idx.dim() != 1 or idx.is_floating_point() or idx.dtype == torch.bool:
+            raise ValueError(f"{name}[{c}] must be a 1-d tensor of integer indices; got dtype {idx.dtype}, "
+                             f"shape {tuple(idx.shape)}")
+        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= size):
+            raise ValueError(f"{name}[{c}] must hold indices in [0, {size - 1}] (the data have {size} rows); "
+                             f"got values in [{int(idx.min())}, {int(idx.max())}]")
+        out.append(idx.long())
+    return out
+
+
+def check_tensor(name: str, value: Any, dtype=None, *, keep_dtype: bool = False):
+    """``torch.as_tensor(value)`` as a float64 CPU tensor (or ``dtype``; with ``keep_dtype`` the
+    value's own dtype), with a ValueError naming the argument when the value is not an array of
+    real numbers (None, strings, ragged lists, complex values)."""
     import torch
 
     refuse_complex(name, value)
+    if value is None or isinstance(value, (str, bytes)):
+        raise ValueError(f"{name} must be an array of numbers; got {type(value).__name__}")
     try:
+        if keep_dtype:
+            return torch.as_tensor(value).detach().cpu()
         return torch.as_tensor(value, dtype=torch.float64 if dtype is None else dtype).detach().cpu()
     except (TypeError, ValueError, RuntimeError) as exc:
         raise ValueError(f"{name} must be an array of numbers; got {type(value).__name__} ({exc})") from None

@@ -245,9 +245,30 @@ def _formulas(eta, tau, rho, gamma, sensitivity, p_min, num_clients, num_sampled
                 delta_tilde_K=delta_tK, epsilon=eps, delta=delta, rounds=rounds)
 
 
+_FULL_SUM = 10**7  # scheme-I terms summed exactly (80 MB per float64 work array)
+
+
 def _scheme_one_delta(eps_K, k, gamma, delta0, delta1, n, s_max) -> float:
-    """delta~_K under scheme I (eq. 65), summed in log space; inf if it exceeds the float range."""
-    s = np.arange(1, s_max + 1, dtype=np.float64)
+    """delta~_K under scheme I (eq. 65), summed in log space; inf if it exceeds the float range.
+
+    The sum runs over s = 1..S weighted by Binomial(S, 1/N) probabilities. For S above
+    _FULL_SUM terms only the window mean +- (40 sd + 2000) is summed: outside it every binomial
+    weight is below e^-800 (Bernstein), and every other factor is at most
+    S e^eps_K (1.25 K gamma + delta1), so the dropped part is below float64 resolution of the
+    sum whenever eps_K < 700; memory and time are O(sqrt(S / N)) instead of O(S).
+    """
+    lo, hi = 1, s_max
+    if s_max > _FULL_SUM and eps_K < 700.0:
+        mean = s_max / n
+        sd = math.sqrt(s_max * (1.0 / n) * (1.0 - 1.0 / n))
+        lo = max(1, math.floor(mean - 40.0 * sd - 2000.0))
+        hi = min(s_max, math.ceil(mean + 40.0 * sd + 2000.0))
+    if hi - lo + 1 > _FULL_SUM:
+        raise ValueError(
+            f"num_sampled={s_max}: the scheme-I delta (eq. 65) sums {hi - lo + 1} terms; use num_sampled <= "
+            f"{_FULL_SUM} or fewer clients per round"
+        )
+    s = np.arange(lo, hi + 1, dtype=np.float64)
     log_w = (gammaln(s_max + 1) - gammaln(s + 1) - gammaln(s_max - s + 1)
              + s * math.log(1.0 / n) + ((s_max - s) * math.log1p(-1.0 / n) if n > 1 else np.where(s == s_max, 0.0, -np.inf)))
     # delta_{K,s,0} = 1.25 K gamma (delta0 / 1.25)^(1/s^2) + delta1, in log space
