@@ -103,6 +103,7 @@ RDP_ORDERS = tuple([1.0 + x / 10.0 for x in range(1, 40)] + [5.0 + x / 2.0 for x
                    + list(range(16, 65, 2)) + [80, 96, 128, 160, 192, 256])
 
 _MAX_DISCRETIZATION = 1e-3
+_MAX_AUTO_STEP = 1.0  # coarsest automatic PLD grid step (nats); beyond it RDP answers alone
 _MIN_DISCRETIZATION = 1e-7
 _TAIL_TRUNCATION = 1e-15
 _MAX_LEVELS_CHECKS = 12  # step-size levels kept by the RDP cross-check and the lower bound
@@ -453,12 +454,14 @@ def _epsilon_for_delta(pmf, delta: float) -> float:
     return max(eps, 0.0)
 
 
-def _bounded_grid(levels: _Levels, discretization=None, max_points: int = MAX_GRID_POINTS) -> float:
+def _bounded_grid(levels: _Levels, discretization=None, max_points: int | None = None) -> float | None:
     """The grid step: the automatic one coarsened until the PLD has at most MAX_GRID_POINTS
     points (a coarser pessimistic grid is still an upper bound, only less tight), or the user's
-    ``discretization`` if it fits (a ValueError naming it otherwise)."""
+    ``discretization`` if it fits (a ValueError naming it otherwise). None when the automatic
+    grid would need a step above 1 nat (then the PLD is skipped and RDP answers)."""
+    max_points = MAX_GRID_POINTS if max_points is None else max_points
     d = _discretization(levels, discretization)
-    for _ in range(12):
+    for _ in range(60):
         points = _grid_points(levels, d)
         if points <= max_points:
             return d
@@ -467,19 +470,23 @@ def _bounded_grid(levels: _Levels, discretization=None, max_points: int = MAX_GR
                 f"discretization={d:g} needs about {points:.3g} grid points (more than {max_points}); use "
                 f"discretization >= {d * points / max_points:.3g} or None (automatic)"
             )
-        d *= 1.25 * points / max_points
-    return d
+        d *= max(1.25 * points / max_points, 1.25)
+        if d > _MAX_AUTO_STEP:
+            return None
+    return None  # pragma: no cover - each pass divides the estimate by >= 1.25
 
 
 def _pld_from_levels(levels: _Levels, delta: float, discretization=None,
-                     max_points: int = MAX_GRID_POINTS) -> tuple[float, float]:
-    """(epsilon of the privacy-loss distribution, grid step used)."""
+                     max_points: int | None = None) -> tuple[float, float]:
+    """(epsilon of the privacy-loss distribution, grid step used); (inf, nan) without a grid."""
     d = _bounded_grid(levels, discretization, max_points)
+    if d is None:
+        return math.inf, math.nan
     return _epsilon_for_delta(_tight_pmf(levels, d, _truncation(levels, delta)), delta), d
 
 
 def _tight_with_method(levels: _Levels, delta: float, discretization=None, rdp: float | None = None,
-                       max_points: int = MAX_GRID_POINTS):
+                       max_points: int | None = None):
     """(epsilon, "pld" or "rdp", grid step): the PLD epsilon, or the RDP one where it is smaller
     (both are upper bounds of the same model; PLD is the tighter one except where its grid or
     tails cost it, e.g. an epsilon beyond the grid, which it reports as inf)."""
@@ -509,6 +516,8 @@ def _lower_from_levels(levels: _Levels, delta: float, discretization=None, epsil
     """Lower bound; ``epsilon_hint`` (the tight epsilon, computed if not given) sets its grid."""
     levels = _coarsen(levels, _MAX_LEVELS_CHECKS, conservative=False)
     d = _bounded_grid(levels, discretization)
+    if d is None:
+        return math.nan  # no grid within the work bound (see MAX_GRID_POINTS)
     if epsilon_hint is None:
         epsilon_hint = _tight_from_levels(levels, delta, d)
     finest = d * _grid_points(levels, d) / MAX_GRID_POINTS  # the grid-size bound, as for the tight PLD
@@ -600,8 +609,9 @@ class Accounting:
     ``epsilon`` (tight: the PLD epsilon, or the RDP one where smaller), ``rdp_epsilon`` (RDP
     cross-check, upper), ``lower_epsilon`` (lower bound); ``noise_multiplier`` z (the smallest
     over step-size levels), ``q`` (client inclusion), ``gamma``, ``rounds`` (T/K, summed over
-    levels), ``discretization`` (the PLD grid step used), ``method``: ``"pld"`` or ``"rdp"``,
-    which of the two gave ``epsilon``.
+    levels), ``discretization`` (the PLD grid step used; NaN when no grid within
+    MAX_GRID_POINTS has a step below 1 nat, and then ``lower_epsilon`` is NaN too), ``method``:
+    ``"pld"`` or ``"rdp"``, which of the two gave ``epsilon``.
     """
 
     delta: float
@@ -625,7 +635,7 @@ def _account_levels(levels: _Levels, lower_levels: _Levels, delta: float, discre
         delta=delta,
         epsilon=tight,
         rdp_epsilon=rdp_eps if rdp else math.nan,
-        lower_epsilon=_lower_from_levels(lower_levels, delta, d, tight),
+        lower_epsilon=_lower_from_levels(lower_levels, delta, d, tight) if math.isfinite(d) else math.nan,
         noise_multiplier=min(levels.z),
         q=levels.q,
         gamma=levels.gamma,

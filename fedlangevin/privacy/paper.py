@@ -219,7 +219,8 @@ class PaperBound:
 def paper_step_size_limit(*, tau, rho, gamma, sensitivity, p_min, delta0) -> float:
     """Right end of the step-size condition (59): tau (1-rho^2) gamma^2 p_min / (Delta^2 log(1.25/delta_0))."""
     delta0 = check_real("delta0", delta0, low=0.0, high=1.0, low_open=True, high_open=True)
-    return tau * (1.0 - rho * rho) * gamma * gamma * p_min / (sensitivity * sensitivity * math.log(1.25 / delta0))
+    ratio = gamma / sensitivity  # (gamma / Delta)^2 may exceed the float range: inf, not ZeroDivisionError
+    return tau * (1.0 - rho * rho) * p_min * (ratio * ratio) / math.log(1.25 / delta0)
 
 
 def _formulas(eta, tau, rho, gamma, sensitivity, p_min, num_clients, num_sampled, local_steps, iterations, scheme,
