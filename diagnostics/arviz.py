@@ -526,7 +526,7 @@ def summary(
     ci_kind : ``"eti"`` (equal-tailed: quantiles (1 -/+ ci_prob)/2, numpy "linear") or
         ``"hdi"`` (ArviZ's highest-density interval).
     tail_prob : quantiles of the tail ESS, default (0.05, 0.95).
-    round_to : decimals to round to (default: no rounding).
+    round_to : decimals to round to, in [0, 100] (default: no rounding).
 
     Returns a ``pandas.DataFrame``; ``df.attrs`` records the conventions and ArviZ version.
     R-hat is NaN with one chain; ESS, MCSE and R-hat are NaN with fewer than 4 draws.
@@ -538,7 +538,7 @@ def summary(
         raise ValueError(f"ci_kind must be 'eti' or 'hdi'; got {ci_kind!r}")
     prob = _check_prob_pair("tail_prob", tail_prob)
     if round_to is not None:
-        round_to = check_int("round_to", round_to, 0)
+        round_to = check_int("round_to", round_to, 0, 100)
     x, labels = flatten_posterior(data, var_names)
     x, scale = _unit_scale(x)  # statistics of x / scale, multiplied back (no overflow near the float range)
     flat = x.reshape(-1, x.shape[2])

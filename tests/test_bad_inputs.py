@@ -56,6 +56,8 @@ class Arg:
     low_open: bool = False
     high_open: bool = False
     compare: Callable[[Any], Any] | None = None  # what of the result must not change with the value's type
+    optional: bool = False  # None is accepted (the default)
+    sequence_ok: bool = False  # a sequence is accepted (e.g. one step size per step)
 
 
 def _run(**kw):
@@ -66,14 +68,14 @@ ARGS = [
     # the sampler and its schedules
     Arg("temperature", lambda v: fl.FALD(PROBLEM, 1e-4, temperature=v).temperature, "real", 1.0, 0.0, None, True),
     Arg("correlation", lambda v: fl.FALD(PROBLEM, 1e-4, correlation=v).correlation, "real", 0.5, 0.0, 1.0),
-    Arg("step_size", lambda v: fl.FALD(PROBLEM, v).schedule, "real", 1e-4, 0.0, None, True),
+    Arg("step_size", lambda v: fl.FALD(PROBLEM, v).schedule, "real", 1e-4, 0.0, None, True, sequence_ok=True),
     Arg("chains", lambda v: fl.FALD(PROBLEM, 1e-4, chains=v).chains, "int", 2, 1),
     Arg("local_steps", lambda v: fl.FALD(PROBLEM, 1e-4, local_steps=v).local_steps, "int", 2, 1),
-    Arg("seed", lambda v: fl.FALD(PROBLEM, 1e-4, seed=v).seed, "int", 3, 0, 2**64 - 1),
+    Arg("seed", lambda v: fl.FALD(PROBLEM, 1e-4, seed=v).seed, "int", 3, 0, 2**64 - 1, optional=True),
     Arg("rounds", lambda v: _run(rounds=v), "int", 2, 1),
-    Arg("thin", lambda v: _run(thin=v), "int", 2, 1),
-    Arg("warmup", lambda v: _run(warmup=v), "int", 1, 0, 2),
-    Arg("keep_samples", lambda v: _run(keep_samples=v), "bool", True),
+    Arg("thin", lambda v: _run(thin=v), "int", 2, 1, optional=True),
+    Arg("warmup", lambda v: _run(warmup=v), "int", 1, 0, 2, optional=True),
+    Arg("keep_samples", lambda v: _run(keep_samples=v), "bool", True, optional=True),
     Arg("num_sampled", lambda v: fl.SchemeI(v).num_sampled, "int", 2, 1),
     Arg("a", lambda v: fl.Polynomial(v).a, "real", 1e-3, 0.0, None, True),
     Arg("gamma", lambda v: fl.Polynomial(1e-3, gamma=v).gamma, "real", 0.5, 0.0, 1.0),
@@ -106,10 +108,11 @@ ARGS = [
     # diagnostics
     Arg("n_bins", lambda v: dg.ece(PROBS, LABELS, n_bins=v), "int", 3, 1),
     Arg("classwise", lambda v: dg.ece(PROBS, LABELS, classwise=v), "bool", True),
-    Arg("eps", lambda v: dg.nll(PROBS, LABELS, eps=v), "real", 1e-3, 0.0, 1.0, False, True),
+    Arg("eps", lambda v: dg.nll(PROBS, LABELS, eps=v), "real", 1e-3, 0.0, 1.0, False, True, optional=True),
     Arg("ci_prob", lambda v: dg.summary(DRAWS, ci_prob=v), "real", 0.5, 0.0, 1.0, True, True,
         compare=lambda df: df.to_numpy().tolist()),
-    Arg("round_to", lambda v: dg.summary(DRAWS, round_to=v), "int", 2, 0, compare=lambda df: df.to_numpy().tolist()),
+    Arg("round_to", lambda v: dg.summary(DRAWS, round_to=v), "int", 2, 0, compare=lambda df: df.to_numpy().tolist(),
+        optional=True),
     Arg("n", lambda v: dg.w2_floor(np.zeros(2), np.eye(2), n=v, repeats=20), "int", 5, 2),
     Arg("repeats", lambda v: dg.w2_floor(np.zeros(2), np.eye(2), n=5, repeats=v), "int", 20, 2),
     Arg("seed", lambda v: dg.w2_floor(np.zeros(2), np.eye(2), n=5, repeats=20, seed=v), "int", 3, 0),
@@ -133,8 +136,12 @@ def _outside(arg: Arg):
 
 
 def bad_values(arg: Arg):
-    common = [st.none(), st.text(max_size=3), st.just([1]), st.just(np.array([1.0, 2.0])), st.just(object()),
+    common = [st.text(max_size=3), st.just(object()),
               st.just(complex(arg.valid) + 1j) if arg.kind != "bool" else st.just(1j)]
+    if not arg.optional:
+        common.append(st.none())
+    if not arg.sequence_ok:
+        common += [st.just([1]), st.just(np.array([1.0, 2.0]))]
     if arg.kind == "bool":
         return st.one_of(*common, st.integers(), st.floats(), st.just("no"), st.just(np.array([True])))
     numbers = [st.just(float("nan")), st.just(np.complex128(1 + 2j)), st.just(np.array(1 + 0j)), st.booleans(),
@@ -161,6 +168,8 @@ def same_value(arg: Arg):
 
 
 def _same(a, b) -> bool:
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     if isinstance(a, torch.Tensor):
         return torch.equal(a, b)
     if isinstance(a, np.ndarray):
@@ -239,6 +248,8 @@ def bad_arrays(draw, name):
         return np.array([[1.0, 0.5], [0.0, 1.0]])
     if kind == "negative":
         return -np.eye(2) * draw(st.floats(0.1, 10.0))
+    if kind == "none" and name in ("init", "cov"):  # None is the default there
+        return "ab"
     return None if kind == "none" else "ab"
 
 

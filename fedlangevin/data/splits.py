@@ -30,7 +30,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from fedlangevin._validation import check_index_parts, check_int, check_real, check_tensor
+from fedlangevin._validation import check_fits, check_index_parts, check_int, check_real, check_tensor
 
 __all__ = [
     "iid_partition",
@@ -77,6 +77,7 @@ def iid_partition(num_points: int, num_clients: int, generator: torch.Generator 
     sizes differ by at most one."""
     num_points = check_int("num_points", num_points, 1)
     num_clients = check_int("num_clients", num_clients, 1, num_points)
+    check_fits("num_points", 16 * num_points, "cpu", f"a permutation of {num_points} indices", "use fewer points")
     idx = torch.randperm(num_points, generator=_generator(generator))
     return list(torch.tensor_split(idx, num_clients))
 

@@ -60,6 +60,8 @@ __all__ = [
 ]
 
 _LOG_MAX = math.log(np.finfo(float).max)
+#: largest T accepted: counts stay exact in float64 arithmetic (2**53)
+MAX_ITERATIONS = 2**53
 
 
 # -- argument checks --------------------------------------------------------------------------
@@ -96,7 +98,7 @@ def _check_common(tau, rho, gamma, sensitivity, p_min, num_clients, num_sampled,
     else:
         num_sampled = check_int("num_sampled", num_sampled, 1)
     local_steps = check_int("local_steps", local_steps, 1)
-    iterations = check_int("iterations", iterations, 1)
+    iterations = check_int("iterations", iterations, 1, MAX_ITERATIONS)
     if iterations % local_steps:
         raise ValueError(
             f"iterations must be a multiple of local_steps (T = E K, whole communication rounds); "
