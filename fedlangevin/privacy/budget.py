@@ -80,8 +80,9 @@ class _Budget:
 
         ``search``: a step of the solver's search. The tight accountant then answers from the
         RDP epsilon when that already meets the budget (tight <= RDP), and otherwise uses a
-        PLD grid of at most MAX_GRID_POINTS / 16 points (a coarser grid is still an upper
-        bound, so the solution stays certified; it may be slightly below the finest one).
+        PLD grid of at most MAX_GRID_POINTS / 16 points unless ``discretization`` was given (a
+        coarser grid is still an upper bound, so the solution stays certified; it may be
+        slightly below the one of the finest grid).
         Settings whose noise multiplier is too small for the accountant do not meet the budget.
         """
         if self.accountant == "tight":
@@ -94,8 +95,9 @@ class _Budget:
             rdp = _rdp_from_levels(levels, self.delta)
             if search and rdp <= self.eps:
                 return True, rdp, self.delta, None
+            coarse = search and self.discretization is None  # an explicit grid is the user's choice
             eps, _, _ = _tight_with_method(levels, self.delta, self.discretization, rdp,
-                                           MAX_GRID_POINTS // 16 if search else MAX_GRID_POINTS)
+                                           MAX_GRID_POINTS // 16 if coarse else None)
             return eps <= self.eps, eps, self.delta, None
         if self.deltas is None:
             deltas = paper_delta_split(self.delta, gamma=kw["gamma"], num_clients=kw["num_clients"],
