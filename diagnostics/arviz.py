@@ -42,6 +42,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from diagnostics._arrays import as_numpy
+from diagnostics._validation import check_int, check_real
 
 __all__ = [
     "TAIL_PROB",
@@ -397,12 +398,26 @@ def _select_columns(x, labels, var_names, variables):
 
 def _check_prob_pair(name: str, prob: Any) -> tuple[float, float]:
     try:
-        lo, hi = (float(p) for p in prob)
+        lo, hi = (check_real(name, p) for p in prob)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{name} must be a pair of probabilities (low, high) with 0 < low < high < 1; got {prob!r}") from exc
     if not (0.0 < lo < hi < 1.0):
         raise ValueError(f"{name} must be a pair of probabilities (low, high) with 0 < low < high < 1; got {prob!r}")
     return lo, hi
+
+
+def _unit_scale(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """x (chains, draws, k) divided per entry by a power of two s_j near max |x_j|, and s (k,).
+
+    Every summary statistic is location-scale equivariant (mean, sd, quantiles, HDI, MCSE scale
+    by s; ESS and R-hat are invariant), so computing on x / s and multiplying back gives the
+    same numbers without overflow for draws near the float range (the squares of 1e200 are
+    inf). Dividing by a power of two is exact: ordinary inputs give the same bits as before.
+    """
+    top = np.max(np.abs(x), axis=(0, 1)) if x.size else np.ones(x.shape[2])
+    _, exponent = np.frexp(np.where(top > 0, top, 1.0))
+    scale = np.ldexp(1.0, exponent - 1)
+    return x / scale, scale
 
 
 def _as_dataset(x: np.ndarray):
@@ -459,7 +474,7 @@ def rhat(data: Any, *, var_names: Sequence[str] | str | None = None) -> np.ndarr
     disagree (Vehtari et al. recommend 1.01 as the threshold).
     """
     x, _ = flatten_posterior(data, var_names)
-    return _diagnostic(x, "rhat")
+    return _diagnostic(_unit_scale(x)[0], "rhat")
 
 
 def ess(
@@ -480,7 +495,7 @@ def ess(
         raise ValueError(f"method must be 'bulk' or 'tail'; got {method!r}")
     prob = _check_prob_pair("tail_prob", tail_prob)
     x, _ = flatten_posterior(data, var_names)
-    out = _diagnostic(x, "ess_bulk" if method == "bulk" else "ess_tail", prob)
+    out = _diagnostic(_unit_scale(x)[0], "ess_bulk" if method == "bulk" else "ess_tail", prob)
     if relative:
         out = out / (x.shape[0] * x.shape[1])
     return out
@@ -511,21 +526,21 @@ def summary(
     ci_kind : ``"eti"`` (equal-tailed: quantiles (1 -/+ ci_prob)/2, numpy "linear") or
         ``"hdi"`` (ArviZ's highest-density interval).
     tail_prob : quantiles of the tail ESS, default (0.05, 0.95).
-    round_to : decimals to round to (default: no rounding).
+    round_to : decimals to round to, in [0, 100] (default: no rounding).
 
     Returns a ``pandas.DataFrame``; ``df.attrs`` records the conventions and ArviZ version.
     R-hat is NaN with one chain; ESS, MCSE and R-hat are NaN with fewer than 4 draws.
     """
     import pandas as pd
 
-    if isinstance(ci_prob, bool) or not isinstance(ci_prob, (int, float)) or not (0.0 < float(ci_prob) < 1.0):
-        raise ValueError(f"ci_prob must be a number in (0, 1); got {ci_prob!r}")
+    ci_prob = check_real("ci_prob", ci_prob, low=0.0, high=1.0, low_open=True, high_open=True)
     if ci_kind not in ("eti", "hdi"):
         raise ValueError(f"ci_kind must be 'eti' or 'hdi'; got {ci_kind!r}")
     prob = _check_prob_pair("tail_prob", tail_prob)
-    if round_to is not None and (isinstance(round_to, bool) or not isinstance(round_to, int) or round_to < 0):
-        raise ValueError(f"round_to must be None or an integer >= 0; got {round_to!r}")
+    if round_to is not None:
+        round_to = check_int("round_to", round_to, 0, 100)
     x, labels = flatten_posterior(data, var_names)
+    x, scale = _unit_scale(x)  # statistics of x / scale, multiplied back (no overflow near the float range)
     flat = x.reshape(-1, x.shape[2])
     lo_q = (1.0 - float(ci_prob)) / 2.0
     if ci_kind == "eti":
@@ -537,12 +552,12 @@ def summary(
     with np.errstate(invalid="ignore", divide="ignore"):
         sd = flat.std(axis=0, ddof=1) if flat.shape[0] > 1 else np.full(flat.shape[1], np.nan)
     table = {
-        "mean": flat.mean(axis=0),
-        "sd": sd,
-        f"{level}_lb": lo,
-        f"{level}_ub": hi,
-        "mcse_mean": _diagnostic(x, "mcse_mean"),
-        "mcse_sd": _diagnostic(x, "mcse_sd"),
+        "mean": flat.mean(axis=0) * scale,
+        "sd": sd * scale,
+        f"{level}_lb": lo * scale,
+        f"{level}_ub": hi * scale,
+        "mcse_mean": _diagnostic(x, "mcse_mean") * scale,
+        "mcse_sd": _diagnostic(x, "mcse_sd") * scale,
         "ess_bulk": _diagnostic(x, "ess_bulk"),
         "ess_tail": _diagnostic(x, "ess_tail", prob),
         "r_hat": _diagnostic(x, "rhat"),

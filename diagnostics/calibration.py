@@ -49,13 +49,13 @@ the mean of the per-draw *probabilities* (not of per-draw metrics, and not of lo
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from diagnostics._arrays import as_numpy
+from diagnostics._validation import check_bool, check_fits, check_int, check_real
 
 __all__ = [
     "CalibrationBins",
@@ -143,10 +143,14 @@ def _check_pair(probs: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
     return p, y
 
 
+#: bytes per bin of the binning's work arrays (edges, indices, counts, sums, means: float64)
+_BYTES_PER_BIN = 8 * 8
+
+
 def _check_n_bins(n_bins: Any) -> int:
-    if isinstance(n_bins, bool) or not isinstance(n_bins, numbers.Integral) or int(n_bins) < 1:
-        raise ValueError(f"n_bins must be an integer >= 1; got {n_bins!r}")
-    return int(n_bins)
+    n_bins = check_int("n_bins", n_bins, 1)
+    check_fits("n_bins", n_bins * _BYTES_PER_BIN, f"binning into {n_bins} bins", "use fewer bins")
+    return n_bins
 
 
 def _check_binning(binning: Any) -> str:
@@ -247,6 +251,7 @@ def calibration_bins(
     p, y = _check_pair(probs, labels)
     n_bins = _check_n_bins(n_bins)
     binning = _check_binning(binning)
+    classwise = check_bool("classwise", classwise)
     if classwise:
         return [_bin_stats(p[:, c], y == c, n_bins, binning) for c in range(p.shape[1])]
     pred = np.argmax(p, axis=1)
@@ -315,11 +320,10 @@ def nll(probs: Any, labels: Any, *, eps: float | None = None) -> float:
     p, y = _check_pair(probs, labels)
     if eps is None:
         eps = float(np.finfo(np.float64).eps)
-    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not (0.0 <= float(eps) < 1.0):
-        raise ValueError(f"eps must be a real number in [0, 1); got {eps!r}")
+    eps = check_real("eps", eps, low=0.0, high=1.0, high_open=True)
     pt = p[np.arange(p.shape[0]), y]
     with np.errstate(divide="ignore"):
-        return float(-np.mean(np.log(np.maximum(pt, float(eps)))))
+        return float(-np.mean(np.log(np.maximum(pt, eps))))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -24,13 +24,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from diagnostics._validation import check_int
+
 __all__ = ["rank_plot", "trace_plot"]
 
 
 def _check_positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < 1:
-        raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
-    return int(value)
+    return check_int(name, value, 1)
 
 
 def _prepare(data: Any, var_names, max_vars: int, max_chains: int):

@@ -19,6 +19,11 @@ from typing import Any
 import numpy as np
 
 from diagnostics._arrays import as_numpy
+from diagnostics._validation import check_fits, check_int
+
+#: relative tolerance of the covariance checks: |C - C^T| <= TOL max|C| entrywise and every
+#: eigenvalue >= -TOL max|C| (round-off of float32 covariances is about 1e-7 max|C|).
+COV_TOL = 1e-6
 
 __all__ = ["gaussian_w2", "empirical_gaussian_w2", "fitted_gaussian", "w2_floor", "W2Floor"]
 
@@ -42,6 +47,22 @@ def _check_gaussian(mean: np.ndarray, cov: np.ndarray, which: str) -> None:
         )
     if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(cov))):
         raise ValueError(f"mean{which} and cov{which} must be finite (no NaN or inf)")
+    size = np.max(np.abs(cov), axis=(-2, -1), keepdims=True) if cov.size else np.zeros(cov.shape[:-2] + (1, 1))
+    if np.any(np.abs(cov - np.swapaxes(cov, -1, -2)) > COV_TOL * size):
+        raise ValueError(f"cov{which} must be symmetric (within {COV_TOL:g} of its largest entry)")
+    scaled = cov / np.where(size > 0, _pow2(size), 1.0)
+    if cov.size and float(np.min(np.linalg.eigvalsh(0.5 * (scaled + np.swapaxes(scaled, -1, -2))))) < -COV_TOL:
+        raise ValueError(
+            f"cov{which} must be positive semi-definite (eigenvalues >= -{COV_TOL:g} times its largest entry)"
+        )
+
+
+def _pow2(x: np.ndarray) -> np.ndarray:
+    """A power of two in (|x| / 2, |x|] (1 where x is 0): dividing by it is exact, so scaled
+    arithmetic gives the same bits as unscaled arithmetic wherever the latter does not overflow."""
+    x = np.abs(np.asarray(x, dtype=np.float64))
+    _, exponent = np.frexp(np.where(x > 0, x, 1.0))
+    return np.ldexp(1.0, exponent - 1)
 
 
 def gaussian_w2(mean1: Any, cov1: Any, mean2: Any, cov2: Any) -> np.ndarray | float:
@@ -52,7 +73,14 @@ def gaussian_w2(mean1: Any, cov1: Any, mean2: Any, cov2: Any) -> np.ndarray | fl
     mean1, mean2 : array-like, shape (..., d)
     cov1, cov2 : array-like, shape (..., d, d), symmetric positive semi-definite. Singular
         and near-singular matrices are fine: tiny negative eigenvalues produced by
-        round-off are set to zero before square roots, so the result is never NaN.
+        round-off are set to zero before square roots, so the result is never NaN. A matrix
+        that is not symmetric, or has an eigenvalue below -1e-6 times its largest entry
+        (:data:`COV_TOL`), is a ``ValueError``.
+
+    The computation runs on means and covariances divided by a common power of two (s and
+    s^2, s about the largest |mean| or sqrt|cov| entry) and multiplies the distance by s, so
+    huge or tiny inputs neither overflow nor underflow; the bits are those of the unscaled
+    formula wherever it does not overflow.
 
     Leading dimensions broadcast (e.g. one W2 per communication round). Numpy arrays and
     torch tensors are accepted. Returns a float for unbatched input, else an array.
@@ -66,6 +94,18 @@ def gaussian_w2(mean1: Any, cov1: Any, mean2: Any, cov2: Any) -> np.ndarray | fl
     _check_gaussian(m2, c2, "2")
     if m1.shape[-1] != m2.shape[-1]:
         raise ValueError(f"mean1 and mean2 must have the same dimension d; got {m1.shape[-1]} and {m2.shape[-1]}")
+    scale = _pow2(np.maximum(
+        np.maximum(np.max(np.abs(m1), axis=-1), np.max(np.abs(m2), axis=-1)),
+        np.sqrt(np.maximum(np.max(np.abs(c1), axis=(-2, -1)), np.max(np.abs(c2), axis=(-2, -1)))),
+    ))
+    return _scaled_w2(m1, c1, m2, c2, scale)
+
+
+def _scaled_w2(m1, c1, m2, c2, scale):
+    same = np.all(m1 == m2, axis=-1) & np.all(c1 == c2, axis=(-2, -1))
+    m1, m2 = m1 / scale[..., None], m2 / scale[..., None]
+    sc = scale[..., None, None]
+    c1, c2 = c1 / sc / sc, c2 / sc / sc
     s1 = _psd_sqrt(c1)
     inner = s1 @ c2 @ s1
     inner = 0.5 * (inner + np.swapaxes(inner, -1, -2))
@@ -75,8 +115,7 @@ def gaussian_w2(mean1: Any, cov1: Any, mean2: Any, cov2: Any) -> np.ndarray | fl
     tr2 = np.trace(c2, axis1=-2, axis2=-1)
     diff = m1 - m2
     w2sq = np.sum(diff * diff, axis=-1) + tr1 + tr2 - 2.0 * cross
-    w2 = np.sqrt(np.clip(w2sq, 0.0, None))
-    same = np.all(m1 == m2, axis=-1) & np.all(c1 == c2, axis=(-2, -1))
+    w2 = np.sqrt(np.clip(w2sq, 0.0, None)) * scale
     w2 = np.where(same, 0.0, w2)
     return float(w2) if np.ndim(w2) == 0 else w2
 
@@ -129,16 +168,18 @@ def w2_floor(mean: Any, cov: Any, n: int, repeats: int = 400, seed: int = 0) -> 
     Draws ``repeats`` independent sets of ``n`` exact samples from N(mean, cov), fits a
     Gaussian to each and returns the mean, standard deviation and 5%/95% quantiles of the
     resulting W2. A sampler whose measured W2 sits inside this band is indistinguishable
-    from exact sampling with ``n`` replicates. Seeded, so the band is reproducible.
+    from exact sampling with ``n`` replicates. Seeded (``seed``: an integer >= 0), so the band
+    is reproducible.
     """
     m, c = as_numpy(mean, "mean"), as_numpy(cov, "cov")
     _check_gaussian(m, c, "")
     if m.ndim != 1:
         raise ValueError(f"mean must have shape (d,); got {m.shape}")
-    if int(n) != n or n < 2:
-        raise ValueError(f"n must be an integer >= 2; got {n}")
-    if int(repeats) != repeats or repeats < 2:
-        raise ValueError(f"repeats must be an integer >= 2; got {repeats}")
+    n = check_int("n", n, 2)
+    repeats = check_int("repeats", repeats, 2)
+    seed = check_int("seed", seed, 0)
+    check_fits("n", 3 * repeats * n * m.shape[0] * 8, f"{repeats} repeats of {n} draws of d = {m.shape[0]}",
+               "use a smaller n or fewer repeats")
     rng = np.random.default_rng(seed)
     root = _psd_sqrt(c)
     z = rng.standard_normal((int(repeats), int(n), m.shape[0]))

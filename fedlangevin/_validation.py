@@ -1,95 +1,32 @@
 """Argument checks shared by every public constructor and ``run``.
 
 Each check raises ``ValueError`` naming the argument and the allowed range, so that bad
-input fails before any work starts.
+input fails before any work starts. The scalar checks (:func:`check_int`, :func:`check_real`,
+:func:`check_bool`, :func:`refuse_complex`) live in ``diagnostics._validation`` (numpy only) so
+that both packages accept and refuse the same values.
 """
 
 from __future__ import annotations
 
-import math
-import numbers
+import os
 from pathlib import Path
 from typing import Any
 
-
-def check_int(name: str, value: Any, minimum: int | None = None, maximum: int | None = None) -> int:
-    """An integer (bool excluded) within [minimum, maximum]; 0-d arrays/tensors count as numbers."""
-    value = _scalar(value)
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        else:
-            raise ValueError(f"{name} must be an integer{_range(minimum, maximum)}; got {value!r}")
-    value = int(value)
-    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-        raise ValueError(f"{name} must be an integer{_range(minimum, maximum)}; got {value}")
-    return value
-
-
-def check_real(
-    name: str,
-    value: Any,
-    *,
-    low: float | None = None,
-    high: float | None = None,
-    low_open: bool = False,
-    high_open: bool = False,
-) -> float:
-    """A finite real number in the interval given by low/high (closed unless *_open)."""
-    value = _scalar(value)
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a real number{_interval(low, high, low_open, high_open)}; got {value!r}")
-    value = float(value)
-    ok = math.isfinite(value)
-    if ok and low is not None:
-        ok = value > low if low_open else value >= low
-    if ok and high is not None:
-        ok = value < high if high_open else value <= high
-    if not ok:
-        raise ValueError(f"{name} must be a finite real number{_interval(low, high, low_open, high_open)}; got {value!r}")
-    return value
-
-
-def _scalar(value: Any) -> Any:
-    """The Python number inside a 0-d numpy array or torch tensor (other values unchanged)."""
-    if getattr(value, "ndim", None) == 0 and hasattr(value, "item") and not isinstance(value, numbers.Number):
-        dtype = str(getattr(value, "dtype", ""))
-        if "bool" not in dtype:
-            return value.item()
-    return value
-
-
-def _range(minimum: int | None, maximum: int | None) -> str:
-    if minimum is not None and maximum is not None:
-        return f" in [{minimum}, {maximum}]"
-    if minimum is not None:
-        return f" >= {minimum}"
-    if maximum is not None:
-        return f" <= {maximum}"
-    return ""
-
-
-def _interval(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
-    if low is None and high is None:
-        return ""
-    if high is None:
-        return f" {'>' if low_open else '>='} {low:g}"
-    if low is None:
-        return f" {'<' if high_open else '<='} {high:g}"
-    return f" in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+from diagnostics._validation import (  # noqa: F401  (one scalar check for both packages)
+    check_bool,
+    check_int,
+    check_real,
+    gib,
+    refuse_complex,
+    scalar as _scalar,
+)
+from diagnostics._validation import memory_bytes as cpu_memory_bytes
 
 
 # -- the sweep: every public argument of the FA-LD runner, checked in one place ---------------
 # Type checks shared by the runner's constructor, run() and resume(); each returns the
 # normalised value. Lazy imports keep this module importable from everywhere (it has no
 # fedlangevin imports at module level).
-
-
-def check_bool(name: str, value: Any) -> bool:
-    """True or False (numpy bools too); anything else is a ValueError."""
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
-        return bool(value)
-    raise ValueError(f"{name} must be True or False; got {value!r}")
 
 
 def check_optional_bool(name: str, value: Any) -> bool | None:
@@ -104,8 +41,6 @@ def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
 
 def check_path(name: str, value: Any) -> "os.PathLike":
     """A file-system path given as str or os.PathLike (not empty)."""
-    import os
-
     if not isinstance(value, (str, os.PathLike)) or (isinstance(value, str) and not value.strip()):
         raise ValueError(f"{name} must be a file-system path (str or os.PathLike); got {value!r}")
     path = Path(value)
@@ -141,7 +76,11 @@ def check_device(name: str, value: Any):
             raise ValueError(f"{name}='cuda' was requested but CUDA is not available on this machine")
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             raise ValueError(f"{name}: CUDA device {dev.index} does not exist (this machine has {torch.cuda.device_count()})")
-    elif dev.type not in ("cpu", "mps"):
+    elif dev.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ValueError(f"{name}='mps' was requested but MPS (Apple GPU) is not available on this machine")
+    elif dev.type != "cpu":
         raise ValueError(f"{name} must be 'cpu' or 'cuda' (or 'mps'); got {value!r}")
     return dev
 
@@ -157,6 +96,9 @@ def check_init(init: Any, chains: int, dim: int, dtype, device):
 
     if init is None:
         return torch.zeros(chains, dim, device=device, dtype=dtype)
+    refuse_complex("init", init)
+    if getattr(init, "requires_grad", False):
+        init = init.detach()  # the sampler's state is plain data: no autograd graph reaches it
     try:
         x = torch.as_tensor(init, dtype=dtype).to(device)
     except (TypeError, ValueError, RuntimeError) as exc:
@@ -195,6 +137,9 @@ def check_names(name: str, value: Any, count: int) -> list[str] | None:
         raise ValueError(f"{name} must be a sequence of {count} strings; got {value!r}")
     if len(value) != count:
         raise ValueError(f"{name} must have {count} names; got {len(value)}")
+    if len(set(value)) != len(value):
+        repeated = sorted({v for v in value if list(value).count(v) > 1})
+        raise ValueError(f"{name} must be unique (they label the columns of the samples); repeated: {repeated}")
     return list(value)
 
 
@@ -253,23 +198,40 @@ def check_checkpoint_path(checkpoint: Any, store: Any = None):
 def check_fits(name: str, nbytes: int, device, what: str, advice: str) -> None:
     """``nbytes`` of ``what`` must fit in the total memory of ``device`` (a ValueError naming
     ``name``, with ``advice``); devices whose size is unknown are not checked."""
-    import os
-
     import torch
 
     dev = torch.device(device)
-    total = None
-    if dev.type == "cpu":
-        try:
-            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        except (AttributeError, OSError, ValueError):
-            total = None
-    elif dev.type == "cuda":
-        total = torch.cuda.get_device_properties(dev).total_memory
+    total = memory_bytes(dev)
     if total is not None and nbytes > total:
-        raise ValueError(
-            f"{name}: {what} needs {nbytes / 2**30:.3g} GiB, more than the {total / 2**30:.3g} GiB of {dev}; {advice}"
-        )
+        raise ValueError(f"{name}: {what} needs {gib(nbytes)}, more than the {gib(total)} of {dev}; {advice}")
+
+
+
+def memory_bytes(device: Any = "cpu") -> int | None:
+    """Total memory of ``device`` in bytes (CPU: physical memory), or None when unknown."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cpu":
+        return cpu_memory_bytes()
+    if dev.type == "cuda":
+        return torch.cuda.get_device_properties(dev).total_memory
+    return None
+
+
+#: host memory per local step of a round: its step size as a Python float in a list (32 bytes)
+#: and as a float64 entry of the stepper's tensor (8 bytes)
+BYTES_PER_LOCAL_STEP = 40
+
+
+def check_local_steps(value: Any) -> int:
+    """K >= 1 local steps per round. A round holds its K step sizes in memory, so K must fit in
+    this machine's memory (a ValueError naming ``local_steps`` otherwise); a K that fits but
+    takes long is the user's compute (a run stops cleanly on Ctrl-C, see ``FALD.run``)."""
+    k = check_int("local_steps", value, 1)
+    check_fits("local_steps", BYTES_PER_LOCAL_STEP * k, "cpu", f"one round of {k} local steps (its step sizes)",
+               "use fewer local steps per round (and more rounds)")
+    return k
 
 
 def check_memory_draws(draws: int, chains: int, dim: int, dtype, device) -> None:
@@ -283,12 +245,42 @@ def check_memory_draws(draws: int, chains: int, dim: int, dtype, device) -> None
     )
 
 
-def check_tensor(name: str, value: Any, dtype=None):
-    """``torch.as_tensor(value)`` as a float64 CPU tensor (or ``dtype``), with a ValueError naming
-    the argument when the value is not an array of numbers."""
+def check_index_parts(name: str, parts: Any, size: int) -> list:
+    """A sequence of 1-d integer index tensors (or arrays/lists), each entry in [0, size): the
+    per-client parts of a data set of ``size`` points, as int64 CPU tensors."""
     import torch
 
+    if isinstance(parts, (str, bytes)) or not hasattr(parts, "__len__") or hasattr(parts, "shape"):
+        raise ValueError(f"{name} must be a sequence of 1-d index tensors, one per client; got {type(parts).__name__}")
+    out = []
+    for c, part in enumerate(parts):
+        refuse_complex(f"{name}[{c}]", part)
+        try:
+            idx = torch.as_tensor(part).detach().cpu()
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(f"{name}[{c}] must be a 1-d tensor of integer indices; got {type(part).__name__}") from None
+        if idx.dim() != 1 or idx.is_floating_point() or idx.dtype == torch.bool:
+            raise ValueError(f"{name}[{c}] must be a 1-d tensor of integer indices; got dtype {idx.dtype}, "
+                             f"shape {tuple(idx.shape)}")
+        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= size):
+            raise ValueError(f"{name}[{c}] must hold indices in [0, {size - 1}] (the data have {size} rows); "
+                             f"got values in [{int(idx.min())}, {int(idx.max())}]")
+        out.append(idx.long())
+    return out
+
+
+def check_tensor(name: str, value: Any, dtype=None, *, keep_dtype: bool = False):
+    """``torch.as_tensor(value)`` as a float64 CPU tensor (or ``dtype``; with ``keep_dtype`` the
+    value's own dtype), with a ValueError naming the argument when the value is not an array of
+    real numbers (None, strings, ragged lists, complex values)."""
+    import torch
+
+    refuse_complex(name, value)
+    if value is None or isinstance(value, (str, bytes)):
+        raise ValueError(f"{name} must be an array of numbers; got {type(value).__name__}")
     try:
+        if keep_dtype:
+            return torch.as_tensor(value).detach().cpu()
         return torch.as_tensor(value, dtype=torch.float64 if dtype is None else dtype).detach().cpu()
     except (TypeError, ValueError, RuntimeError) as exc:
         raise ValueError(f"{name} must be an array of numbers; got {type(value).__name__} ({exc})") from None

@@ -4,6 +4,15 @@ import os
 
 import pytest
 
+try:  # hypothesis is in the test extra; the seeded profile makes every property test reproducible
+    from hypothesis import settings as _hypothesis_settings
+
+    _hypothesis_settings.register_profile("ci", derandomize=True, print_blob=True)
+    _hypothesis_settings.register_profile("explore", derandomize=False)
+    _hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+except ImportError:  # pragma: no cover
+    pass
+
 
 def pytest_configure(config):
     """Under pytest-xdist (`-n N`), each worker gets an equal share of the cores for torch's

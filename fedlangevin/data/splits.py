@@ -30,7 +30,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from fedlangevin._validation import check_int, check_real
+from fedlangevin._validation import check_fits, check_index_parts, check_int, check_real, check_tensor
 
 __all__ = [
     "iid_partition",
@@ -59,7 +59,7 @@ def _generator(generator: torch.Generator | int | None) -> torch.Generator | Non
 
 
 def _labels(y) -> torch.Tensor:
-    y = torch.as_tensor(y).detach().cpu()
+    y = check_tensor("y", y, keep_dtype=True)
     if y.dim() != 1 or y.numel() == 0:
         raise ValueError(f"y must be a non-empty 1-d tensor of integer class labels; got shape {tuple(y.shape)}")
     if y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
@@ -77,6 +77,7 @@ def iid_partition(num_points: int, num_clients: int, generator: torch.Generator 
     sizes differ by at most one."""
     num_points = check_int("num_points", num_points, 1)
     num_clients = check_int("num_clients", num_clients, 1, num_points)
+    check_fits("num_points", 16 * num_points, "cpu", f"a permutation of {num_points} indices", "use fewer points")
     idx = torch.randperm(num_points, generator=_generator(generator))
     return list(torch.tensor_split(idx, num_clients))
 
@@ -211,14 +212,16 @@ def class_counts(y, parts: Sequence[torch.Tensor], num_classes: int | None = Non
     """(N, C) int64 table: how many points of each class every client holds."""
     y = _labels(y)
     c = int(y.max()) + 1 if num_classes is None else check_int("num_classes", num_classes, int(y.max()) + 1)
+    parts = check_index_parts("parts", parts, len(y))
     return torch.stack([torch.bincount(y[p], minlength=c) for p in parts])
 
 
 def apply_partition(X, y, parts: Sequence[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per-client ``(X[idx], y[idx])`` pairs."""
-    X, y = torch.as_tensor(X), torch.as_tensor(y)
-    if X.shape[0] != y.shape[0]:
-        raise ValueError(f"X and y must have the same number of rows; got {X.shape[0]} and {y.shape[0]}")
+    X, y = check_tensor("X", X, keep_dtype=True), check_tensor("y", y, keep_dtype=True)
+    if X.dim() < 1 or y.dim() != 1 or X.shape[0] != y.shape[0]:
+        raise ValueError(f"X and y must have the same number of rows; got shapes {tuple(X.shape)} and {tuple(y.shape)}")
+    parts = check_index_parts("parts", parts, y.shape[0])
     return [(X[p], y[p]) for p in parts]
 
 

@@ -82,6 +82,9 @@ class Full(Participation):
         return "Full()"
 
 
+_BLOCK = 1 << 20  # Scheme I draws per block
+
+
 @dataclass(frozen=True)
 class SchemeI(Participation):
     """Scheme I: S devices drawn with replacement with probabilities p_c; plain mean."""
@@ -97,9 +100,13 @@ class SchemeI(Participation):
         object.__setattr__(self, "num_sampled", check_int("num_sampled", self.num_sampled, 1))
 
     def weights(self, p, chains, generator):
-        idx = torch.multinomial(p.expand(chains, -1), self.num_sampled, replacement=True, generator=generator)
+        # draws in blocks of at most _BLOCK per chain: memory O(chains x _BLOCK) whatever S
+        # (one block, i.e. the same random stream as a single draw, for S <= _BLOCK)
+        s = self.num_sampled
         w = torch.zeros(chains, p.numel(), device=p.device, dtype=p.dtype)
-        w.scatter_add_(1, idx, torch.full(idx.shape, 1.0 / self.num_sampled, device=p.device, dtype=p.dtype))
+        for start in range(0, s, _BLOCK):
+            idx = torch.multinomial(p.expand(chains, -1), min(_BLOCK, s - start), replacement=True, generator=generator)
+            w.scatter_add_(1, idx, torch.full(idx.shape, 1.0 / s, device=p.device, dtype=p.dtype))
         return w
 
 

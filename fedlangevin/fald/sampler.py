@@ -28,6 +28,7 @@ from fedlangevin._validation import (
     check_dtype,
     check_fits,
     check_init,
+    check_local_steps,
     check_int,
     check_memory_draws,
     check_optional_bool,
@@ -117,7 +118,7 @@ class FALD:
     ) -> None:
         if not isinstance(problem, FederatedProblem):
             raise ValueError(f"problem must be a fedlangevin FederatedProblem; got {type(problem).__name__}")
-        self.local_steps = check_int("local_steps", local_steps, 1)
+        self.local_steps = check_local_steps(local_steps)
         self.temperature = check_real("temperature", temperature, low=0.0, low_open=True)
         self.correlation = check_real("correlation", correlation, low=0.0, high=1.0)
         self.chains = check_int("chains", chains, 1)

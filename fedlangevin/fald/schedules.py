@@ -104,7 +104,7 @@ def as_schedule(step_size, problem=None) -> Callable[[int], float]:
     if isinstance(step_size, (Constant, PaperDecay, Polynomial, Sequence)) or callable(step_size):
         return step_size
     if isinstance(step_size, (int, float, np.floating, np.integer)) and not isinstance(step_size, bool):
-        return Constant(float(step_size))
+        return Constant(step_size)  # Constant checks the value (finite, > 0, also beyond float range)
     if getattr(step_size, "ndim", None) == 0:  # a 0-d numpy array or torch tensor is a number
         return Constant(step_size)
     if isinstance(step_size, (SequenceT, np.ndarray)) or hasattr(step_size, "tolist"):

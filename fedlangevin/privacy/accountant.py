@@ -93,6 +93,9 @@ __all__ = [
     "noise_multiplier",
     "rdp_epsilon",
     "tight_epsilon",
+    "MAX_GRID_POINTS",
+    "NoiseOutOfRange",
+    "Z_RANGE",
 ]
 
 #: RDP orders of the cross-check (fractional orders use the WBK interpolation, Cor. 10).
@@ -100,9 +103,24 @@ RDP_ORDERS = tuple([1.0 + x / 10.0 for x in range(1, 40)] + [5.0 + x / 2.0 for x
                    + list(range(16, 65, 2)) + [80, 96, 128, 160, 192, 256])
 
 _MAX_DISCRETIZATION = 1e-3
+_MAX_AUTO_STEP = 1.0  # coarsest automatic PLD grid step (nats); beyond it RDP answers alone
 _MIN_DISCRETIZATION = 1e-7
 _TAIL_TRUNCATION = 1e-15
 _MAX_LEVELS_CHECKS = 12  # step-size levels kept by the RDP cross-check and the lower bound
+#: largest privacy-loss grid of the tight accountant (points of the composed PMF): about 64 MiB
+#: per FFT array and a few seconds; an automatic grid is coarsened to stay below it
+MAX_GRID_POINTS = 2**22
+#: noise multipliers z the accountants accept: below, epsilon exceeds ~1e7 (no privacy worth
+#: counting, and the loss grid cannot be built); above, epsilon is below ~1e-7
+Z_RANGE = (1e-4, 1e4)
+
+
+class NoiseOutOfRange(ValueError):
+    """The settings give a noise multiplier z outside :data:`Z_RANGE` (``side``: "low" or "high")."""
+
+    def __init__(self, message: str, side: str) -> None:
+        super().__init__(message)
+        self.side = side
 
 
 def _dp():
@@ -160,7 +178,10 @@ def _levels(eta, tau, rho, gamma, sensitivity, p_min, num_clients, num_sampled, 
         q = check_real("inclusion_probability", inclusion, low=0.0, high=1.0, low_open=True)
     etas = _step_sizes(eta, t)
     rounds = t // k
-    scale = gamma / sensitivity * math.sqrt(2.0 * p_min * tau * (1.0 - rho * rho))
+    log_scale = (math.log(gamma) - math.log(sensitivity)
+                 + 0.5 * (math.log(2.0 * p_min) + math.log(tau) + math.log1p(-rho * rho)))
+    _check_noise(log_scale - 0.5 * math.log(float(etas.max())), log_scale - 0.5 * math.log(float(etas.min())))
+    scale = math.exp(log_scale)
     if etas.size == 1:
         return _Levels((scale / math.sqrt(etas[0]),), (rounds,), gamma, k, q)
     ratio = check_real("step_size_ratio", step_size_ratio, low=1.0, low_open=True)
@@ -172,6 +193,24 @@ def _levels(eta, tau, rho, gamma, sensitivity, p_min, num_clients, num_sampled, 
     uniq, counts = np.unique(j.astype(np.int64), return_counts=True)
     z = tuple(scale / math.sqrt(top * ratio ** (-float(u))) for u in uniq)
     return _Levels(z, tuple(int(c) for c in counts), gamma, k, q)
+
+
+def _check_noise(log_z_min: float, log_z_max: float) -> None:
+    """z = (gamma / Delta_l) sqrt(2 p_min tau (1 - rho^2) / eta) within :data:`Z_RANGE` (logs: no overflow)."""
+    lo, hi = Z_RANGE
+    formula = "the noise multiplier z = (gamma / sensitivity) sqrt(2 p_min tau (1 - rho^2) / eta)"
+    if log_z_min < math.log(lo):
+        raise NoiseOutOfRange(
+            f"eta, gamma, sensitivity: {formula} is {_exp_text(log_z_min)}, below {lo:g}: epsilon would exceed ~1e7 "
+            "(no privacy); use a smaller eta, a larger gamma or tau, or a smaller sensitivity", "low")
+    if log_z_max > math.log(hi):
+        raise NoiseOutOfRange(
+            f"eta, gamma, sensitivity: {formula} is {_exp_text(log_z_max)}, above {hi:g}: epsilon would be below "
+            "~1e-7; use a larger eta, a smaller gamma, or a larger sensitivity", "high")
+
+
+def _exp_text(log_x: float) -> str:
+    return f"{math.exp(log_x):.3g}" if abs(log_x) < 700 else f"about 1e{log_x / math.log(10):.0f}"
 
 
 def _coarsen(levels: _Levels, max_levels: int, conservative: bool) -> _Levels:
@@ -255,24 +294,59 @@ def _mix_with_zero(pmf, q: float, pessimistic: bool):
     return pld_pmf.create_pmf(loss_probs, dense._discretization, q * dense._infinity_mass, pessimistic)  # noqa: SLF001
 
 
-def _compose(levels: _Levels, round_pmf_for) -> Any:
+def _compose(levels: _Levels, round_pmf_for, tail: float = _TAIL_TRUNCATION) -> Any:
     pld_pmf, *_ = _dp()
     total = None
     for z, rounds in zip(levels.z, levels.rounds):
         part = round_pmf_for(z)
         if rounds > 1:
-            part = part.self_compose(rounds, _TAIL_TRUNCATION)
-        total = part if total is None else pld_pmf.compose_pmfs(total, part, _TAIL_TRUNCATION)
+            part = part.self_compose(rounds, tail)
+        total = part if total is None else pld_pmf.compose_pmfs(total, part, tail)
     return total
 
 
-def _tight_pmf(levels: _Levels, d: float):
+def _truncation(levels: _Levels, delta: float) -> float:
+    """Tail mass truncated per composition: 1e-15, or less so that the truncated mass (moved to
+    infinite loss, pessimistically) stays below delta / 1000 even for tiny delta (otherwise the
+    accountant would return inf at delta below ~ rounds x 1e-15)."""
+    return min(_TAIL_TRUNCATION, 1e-3 * delta / (sum(levels.rounds) + levels.local_steps + len(levels.z) + 2))
+
+
+def _tight_pmf(levels: _Levels, d: float, tail: float = _TAIL_TRUNCATION):
     def round_pmf(z):
         step = _step_pmf(z, levels.gamma, d)
-        inner = step.self_compose(levels.local_steps, _TAIL_TRUNCATION) if levels.local_steps > 1 else step
+        inner = step.self_compose(levels.local_steps, tail) if levels.local_steps > 1 else step
         return _mix_with_zero(inner, levels.q, True)
 
-    return _compose(levels, round_pmf)
+    return _compose(levels, round_pmf, tail)
+
+
+def _grid_points(levels: _Levels, d: float) -> float:
+    """Estimated points of the largest PMF the tight accountant builds on a grid of step d.
+
+    From the exact mean and variance of one step's (pessimistic) privacy loss: a K-step round
+    spans about 2 (K |mu| + 20 sqrt(K v)) + one step's width, the composition of all rounds
+    2 (|mean| + 20 sd) + a round's width (20 sd: far beyond the 1e-15 tails that are kept).
+    """
+    k, q = levels.local_steps, levels.q
+    total_mean = total_var = widest = 0.0
+    for z, rounds in zip(levels.z, levels.rounds):
+        remove, add = _pair_losses(z, levels.gamma)
+        step_width = 2.0 * _step_upper(remove, add)
+        if step_width / d > MAX_GRID_POINTS:
+            return step_width / d
+        dense = _step_pmf(z, levels.gamma, d).to_dense_pmf()
+        probs = np.asarray(dense._probs, dtype=np.float64)  # noqa: SLF001
+        loss = (int(dense._lower_loss) + np.arange(probs.size)) * d  # noqa: SLF001
+        mass = max(float(probs.sum()), 1e-300)
+        mu = float(probs @ loss) / mass
+        var = max(float(probs @ (loss * loss)) / mass - mu * mu, 0.0)
+        round_width = min(k * step_width, 2.0 * (k * abs(mu) + 20.0 * math.sqrt(k * var)) + step_width)
+        widest = max(widest, round_width)
+        total_mean += rounds * q * k * mu
+        total_var += rounds * (q * k * var + q * (1.0 - q) * (k * mu) ** 2)
+    total_width = 2.0 * (abs(total_mean) + 20.0 * math.sqrt(total_var)) + widest
+    return max(widest, total_width) / d
 
 
 def _optimistic_step_pmf(z: float, gamma: float, d: float, direction: str):
@@ -344,9 +418,88 @@ def _discretization(levels: _Levels, discretization) -> float:
     return check_real("discretization", discretization, low=0.0, high=1.0, low_open=True)
 
 
-def _tight_from_levels(levels: _Levels, delta: float, discretization=None) -> float:
+def _epsilon_for_delta(pmf, delta: float) -> float:
+    """Smallest epsilon >= 0 with delta(epsilon) = m_inf + sum_{l > eps} p_l (1 - e^(eps - l)) <= delta
+    for a PMF on the loss grid l = j d (the hockey-stick divergence of the PLD).
+
+    The same quantity as ``get_epsilon_for_delta`` of dp-accounting, computed in log space
+    (log-cumulative-sum-exp of log p_l - l): dp-accounting's running sum of p_l e^-l
+    underflows to 0 when the losses reach ~700 and then reports inf for a finite epsilon.
+    """
+    dense = pmf.to_dense_pmf()
+    probs = np.asarray(dense._probs, dtype=np.float64)  # noqa: SLF001
+    m_inf = float(dense._infinity_mass)  # noqa: SLF001
+    if m_inf > delta:
+        return math.inf
+    loss = (int(dense._lower_loss) + np.arange(probs.size)) * float(dense._discretization)  # noqa: SLF001
+    keep = probs > 0
+    probs, loss = probs[keep], loss[keep]
+    if probs.size == 0:
+        return 0.0
+    # suffix sums over l_i for i >= j: U_j = sum p_i, log L_j = log sum p_i e^-l_i
+    upper = np.cumsum(probs[::-1])[::-1]
+    log_lower = np.logaddexp.accumulate((np.log(probs) - loss)[::-1])[::-1]
+    # delta at eps = l_k: U_{k+1} + m - e^(l_k) L_{k+1}  (k = -1: eps below every loss)
+    u_next = np.append(upper[1:], 0.0)
+    with np.errstate(over="ignore"):
+        d_at = u_next + m_inf - np.exp(np.minimum(loss + np.append(log_lower[1:], -np.inf), 700.0))
+    over = np.flatnonzero(d_at > delta)
+    if over.size == 0:  # delta(l_0) <= delta: epsilon at or below the smallest loss
+        j = 0
+    else:
+        j = int(over[-1]) + 1  # delta(l_{j-1}) > delta >= delta(l_j): epsilon in (l_{j-1}, l_j]
+        if j >= probs.size:
+            return math.inf  # pragma: no cover - m_inf <= delta makes delta(l_last) <= delta
+    eps = math.log(max(upper[j] + m_inf - delta, 1e-300)) - float(log_lower[j])
+    return max(eps, 0.0)
+
+
+def _bounded_grid(levels: _Levels, discretization=None, max_points: int | None = None) -> float | None:
+    """The grid step: the automatic one coarsened until the PLD has at most MAX_GRID_POINTS
+    points (a coarser pessimistic grid is still an upper bound, only less tight), or the user's
+    ``discretization`` if it fits (a ValueError naming it otherwise). None when the automatic
+    grid would need a step above 1 nat (then the PLD is skipped and RDP answers)."""
+    max_points = MAX_GRID_POINTS if max_points is None else max_points
     d = _discretization(levels, discretization)
-    return float(_tight_pmf(levels, d).get_epsilon_for_delta(delta))
+    for _ in range(60):
+        points = _grid_points(levels, d)
+        if points <= max_points:
+            return d
+        if discretization is not None:
+            raise ValueError(
+                f"discretization={d:g} needs about {points:.3g} grid points (more than {max_points}); use "
+                f"discretization >= {d * points / max_points:.3g} or None (automatic)"
+            )
+        d *= max(1.25 * points / max_points, 1.25)
+        if d > _MAX_AUTO_STEP:
+            return None
+    return None  # pragma: no cover - each pass divides the estimate by >= 1.25
+
+
+def _pld_from_levels(levels: _Levels, delta: float, discretization=None,
+                     max_points: int | None = None) -> tuple[float, float]:
+    """(epsilon of the privacy-loss distribution, grid step used); (inf, nan) without a grid."""
+    d = _bounded_grid(levels, discretization, max_points)
+    if d is None:
+        return math.inf, math.nan
+    return _epsilon_for_delta(_tight_pmf(levels, d, _truncation(levels, delta)), delta), d
+
+
+def _tight_with_method(levels: _Levels, delta: float, discretization=None, rdp: float | None = None,
+                       max_points: int | None = None):
+    """(epsilon, "pld" or "rdp", grid step): the PLD epsilon, or the RDP one where it is smaller
+    (both are upper bounds of the same model; PLD is the tighter one except where its grid or
+    tails cost it, e.g. an epsilon beyond the grid, which it reports as inf)."""
+    pld, d = _pld_from_levels(levels, delta, discretization, max_points)
+    if rdp is None:
+        rdp = _rdp_from_levels(levels, delta)
+    if rdp < pld:
+        return rdp, "rdp", d
+    return pld, "pld", d
+
+
+def _tight_from_levels(levels: _Levels, delta: float, discretization=None) -> float:
+    return _tight_with_method(levels, delta, discretization)[0]
 
 
 def _lower_discretization(levels: _Levels, d: float, epsilon_hint: float) -> float:
@@ -362,11 +515,14 @@ def _lower_discretization(levels: _Levels, d: float, epsilon_hint: float) -> flo
 def _lower_from_levels(levels: _Levels, delta: float, discretization=None, epsilon_hint: float | None = None) -> float:
     """Lower bound; ``epsilon_hint`` (the tight epsilon, computed if not given) sets its grid."""
     levels = _coarsen(levels, _MAX_LEVELS_CHECKS, conservative=False)
-    d = _discretization(levels, discretization)
+    d = _bounded_grid(levels, discretization)
+    if d is None:
+        return math.nan  # no grid within the work bound (see MAX_GRID_POINTS)
     if epsilon_hint is None:
         epsilon_hint = _tight_from_levels(levels, delta, d)
-    d = _lower_discretization(levels, d, epsilon_hint)
-    return float(max(p.get_epsilon_for_delta(delta) for p in _lower_pmfs(levels, d)))
+    finest = d * _grid_points(levels, d) / MAX_GRID_POINTS  # the grid-size bound, as for the tight PLD
+    d = max(_lower_discretization(levels, d, epsilon_hint), min(d, finest))
+    return float(max(_epsilon_for_delta(p, delta) for p in _lower_pmfs(levels, d)))
 
 
 @functools.lru_cache(maxsize=256)
@@ -414,7 +570,13 @@ def tight_epsilon(*, eta, tau=1.0, rho=0.0, gamma, sensitivity, p_min, num_clien
                   iterations, scheme="II", delta, discretization=None, inclusion_probability=None,
                   step_size_ratio=1.05) -> float:
     """Smallest epsilon (certified up to discretisation, pessimistically) such that FA-LD is
-    (epsilon, delta)-DP under the model of the module docstring. ``inf`` if none exists.
+    (epsilon, delta)-DP under the model of the module docstring.
+
+    The privacy-loss-distribution epsilon, or the RDP cross-check's where that is smaller
+    (both are upper bounds; :func:`account` says which one was used), so it never exceeds
+    :func:`rdp_epsilon` and is finite wherever RDP is. The loss grid has at most
+    :data:`MAX_GRID_POINTS` points: the automatic grid is coarsened to stay below (still a
+    pessimistic upper bound), an explicit ``discretization`` that needs more is a ValueError.
     """
     levels = _levels_from(locals())
     return _tight_from_levels(levels, _check_delta(delta), discretization)
@@ -444,9 +606,12 @@ for _f in (tight_epsilon, rdp_epsilon, lower_bound_epsilon):
 class Accounting:
     """The three numbers for one setting at one delta, with the model's parameters.
 
-    ``epsilon`` (tight, PLD), ``rdp_epsilon`` (RDP cross-check, upper), ``lower_epsilon``
-    (lower bound); ``noise_multiplier`` z (the smallest over step-size levels), ``q`` (client
-    inclusion), ``gamma``, ``rounds`` (T/K, summed over levels), ``discretization``.
+    ``epsilon`` (tight: the PLD epsilon, or the RDP one where smaller), ``rdp_epsilon`` (RDP
+    cross-check, upper), ``lower_epsilon`` (lower bound); ``noise_multiplier`` z (the smallest
+    over step-size levels), ``q`` (client inclusion), ``gamma``, ``rounds`` (T/K, summed over
+    levels), ``discretization`` (the PLD grid step used; NaN when no grid within
+    MAX_GRID_POINTS has a step below 1 nat, and then ``lower_epsilon`` is NaN too), ``method``:
+    ``"pld"`` or ``"rdp"``, which of the two gave ``epsilon``.
     """
 
     delta: float
@@ -459,23 +624,25 @@ class Accounting:
     local_steps: int
     rounds: int
     discretization: float
+    method: str = "pld"
 
 
 def _account_levels(levels: _Levels, lower_levels: _Levels, delta: float, discretization=None,
                     rdp: bool = True) -> Accounting:
-    d = _discretization(levels, discretization)
-    tight = _tight_from_levels(levels, delta, d)
+    rdp_eps = _rdp_from_levels(levels, delta)
+    tight, method, d = _tight_with_method(levels, delta, discretization, rdp_eps)
     return Accounting(
         delta=delta,
         epsilon=tight,
-        rdp_epsilon=_rdp_from_levels(levels, delta) if rdp else math.nan,
-        lower_epsilon=_lower_from_levels(lower_levels, delta, d, tight),
+        rdp_epsilon=rdp_eps if rdp else math.nan,
+        lower_epsilon=_lower_from_levels(lower_levels, delta, d, tight) if math.isfinite(d) else math.nan,
         noise_multiplier=min(levels.z),
         q=levels.q,
         gamma=levels.gamma,
         local_steps=levels.local_steps,
         rounds=sum(levels.rounds),
         discretization=d,
+        method=method,
     )
 
 

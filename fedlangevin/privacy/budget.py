@@ -25,7 +25,13 @@ from dataclasses import dataclass
 from typing import Callable
 
 from fedlangevin._validation import check_int, check_real
-from fedlangevin.privacy.accountant import tight_epsilon
+from fedlangevin.privacy.accountant import (
+    MAX_GRID_POINTS,
+    NoiseOutOfRange,
+    _levels_from,
+    _rdp_from_levels,
+    _tight_with_method,
+)
 from fedlangevin.privacy.paper import _check_common, paper_bound, paper_delta_split
 
 __all__ = [
@@ -69,10 +75,29 @@ class _Budget:
         self.deltas = (delta0, delta1, delta2) if all(given) else None
         self.discretization = discretization
 
-    def evaluate(self, kw: dict) -> tuple[bool, float, float, tuple | None]:
-        """(meets the budget, epsilon, delta, paper deltas) for mechanism arguments ``kw``."""
+    def evaluate(self, kw: dict, search: bool = False) -> tuple[bool, float, float, tuple | None]:
+        """(meets the budget, epsilon, delta, paper deltas) for mechanism arguments ``kw``.
+
+        ``search``: a step of the solver's search. The tight accountant then answers from the
+        RDP epsilon when that already meets the budget (tight <= RDP), and otherwise uses a
+        PLD grid of at most MAX_GRID_POINTS / 16 points unless ``discretization`` was given (a
+        coarser grid is still an upper bound, so the solution stays certified; it may be
+        slightly below the one of the finest grid).
+        Settings whose noise multiplier is too small for the accountant do not meet the budget.
+        """
         if self.accountant == "tight":
-            eps = tight_epsilon(**kw, delta=self.delta, discretization=self.discretization)
+            try:
+                levels = _levels_from(dict(kw))
+            except NoiseOutOfRange as exc:
+                if search and exc.side == "low":
+                    return False, math.inf, self.delta, None
+                raise
+            rdp = _rdp_from_levels(levels, self.delta)
+            if search and rdp <= self.eps:
+                return True, rdp, self.delta, None
+            coarse = search and self.discretization is None  # an explicit grid is the user's choice
+            eps, _, _ = _tight_with_method(levels, self.delta, self.discretization, rdp,
+                                           MAX_GRID_POINTS // 16 if coarse else None)
             return eps <= self.eps, eps, self.delta, None
         if self.deltas is None:
             deltas = paper_delta_split(self.delta, gamma=kw["gamma"], num_clients=kw["num_clients"],
@@ -179,7 +204,7 @@ def largest_step_size(*, target_epsilon, target_delta, accountant="tight", tau=1
                                                     num_sampled=kw["num_sampled"], local_steps=kw["local_steps"],
                                                     iterations=kw["iterations"], scheme=kw["scheme"])
         upper = paper_bound(eta=1.0, **kw, delta0=deltas[0], delta1=deltas[1], delta2=deltas[2]).eta_max
-    eta = _largest_real(lambda e: budget.evaluate(dict(kw, eta=e))[0], 1e-6, upper, rtol)
+    eta = _largest_real(lambda e: budget.evaluate(dict(kw, eta=e), search=True)[0], 1e-6, upper, rtol)
     if eta is None:
         raise ValueError(_infeasible(budget, kw, "no step size eta > 0"))
     return budget.solution("eta", eta, dict(kw, eta=eta))
@@ -208,7 +233,7 @@ def largest_correlation(*, target_epsilon, target_delta, accountant="tight", eta
     for shave in (0.0, 1e-12, 1e-9, 1e-6):
         rho = math.sqrt(max(0.0, 1.0 - eta / (sol.value * (1.0 - shave))))
         kw = _mechanism(tau, rho, gamma, sensitivity, p_min, num_clients, num_sampled, local_steps, iterations, scheme)
-        if budget.evaluate(dict(kw, eta=eta))[0]:
+        if budget.evaluate(dict(kw, eta=eta), search=True)[0]:
             break
     else:  # pragma: no cover - eta* certifies, so a shaved rho does
         raise RuntimeError(f"rho = {rho} derived from eta* = {sol.value} does not meet the budget")
@@ -223,7 +248,7 @@ def largest_iterations(*, target_epsilon, target_delta, accountant="tight", eta,
     budget = _Budget(accountant, target_epsilon, target_delta, delta0, delta1, delta2, discretization)
     k = check_int("local_steps", local_steps, 1)
     kw = _mechanism(tau, rho, gamma, sensitivity, p_min, num_clients, num_sampled, k, k, scheme)
-    rounds = _largest_int(lambda r: budget.evaluate(dict(kw, eta=eta, iterations=r * k))[0], None)
+    rounds = _largest_int(lambda r: budget.evaluate(dict(kw, eta=eta, iterations=r * k), search=True)[0], None)
     if rounds is None:
         raise ValueError(_infeasible(budget, dict(kw, eta=eta), "not even one round (T = K)"))
     return budget.solution("iterations", rounds * k, dict(kw, eta=eta, iterations=rounds * k))
@@ -237,7 +262,7 @@ def largest_num_sampled(*, target_epsilon, target_delta, accountant="tight", eta
     budget = _Budget(accountant, target_epsilon, target_delta, delta0, delta1, delta2, discretization)
     kw = _mechanism(tau, rho, gamma, sensitivity, p_min, num_clients, 1, local_steps, iterations, scheme)
     n = kw["num_clients"]
-    s = _largest_int(lambda m: budget.evaluate(dict(kw, eta=eta, num_sampled=m))[0], n)
+    s = _largest_int(lambda m: budget.evaluate(dict(kw, eta=eta, num_sampled=m), search=True)[0], n)
     if s is None:
         raise ValueError(_infeasible(budget, dict(kw, eta=eta), "not even S = 1 client per round"))
     return budget.solution("num_sampled", s, dict(kw, eta=eta, num_sampled=s))

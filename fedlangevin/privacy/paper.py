@@ -60,6 +60,8 @@ __all__ = [
 ]
 
 _LOG_MAX = math.log(np.finfo(float).max)
+#: largest T accepted: counts stay exact in float64 arithmetic (2**53)
+MAX_ITERATIONS = 2**53
 
 
 # -- argument checks --------------------------------------------------------------------------
@@ -96,7 +98,7 @@ def _check_common(tau, rho, gamma, sensitivity, p_min, num_clients, num_sampled,
     else:
         num_sampled = check_int("num_sampled", num_sampled, 1)
     local_steps = check_int("local_steps", local_steps, 1)
-    iterations = check_int("iterations", iterations, 1)
+    iterations = check_int("iterations", iterations, 1, MAX_ITERATIONS)
     if iterations % local_steps:
         raise ValueError(
             f"iterations must be a multiple of local_steps (T = E K, whole communication rounds); "
@@ -219,7 +221,8 @@ class PaperBound:
 def paper_step_size_limit(*, tau, rho, gamma, sensitivity, p_min, delta0) -> float:
     """Right end of the step-size condition (59): tau (1-rho^2) gamma^2 p_min / (Delta^2 log(1.25/delta_0))."""
     delta0 = check_real("delta0", delta0, low=0.0, high=1.0, low_open=True, high_open=True)
-    return tau * (1.0 - rho * rho) * gamma * gamma * p_min / (sensitivity * sensitivity * math.log(1.25 / delta0))
+    ratio = gamma / sensitivity  # (gamma / Delta)^2 may exceed the float range: inf, not ZeroDivisionError
+    return tau * (1.0 - rho * rho) * p_min * (ratio * ratio) / math.log(1.25 / delta0)
 
 
 def _formulas(eta, tau, rho, gamma, sensitivity, p_min, num_clients, num_sampled, local_steps, iterations, scheme,
@@ -245,9 +248,30 @@ def _formulas(eta, tau, rho, gamma, sensitivity, p_min, num_clients, num_sampled
                 delta_tilde_K=delta_tK, epsilon=eps, delta=delta, rounds=rounds)
 
 
+_FULL_SUM = 10**7  # scheme-I terms summed exactly (80 MB per float64 work array)
+
+
 def _scheme_one_delta(eps_K, k, gamma, delta0, delta1, n, s_max) -> float:
-    """delta~_K under scheme I (eq. 65), summed in log space; inf if it exceeds the float range."""
-    s = np.arange(1, s_max + 1, dtype=np.float64)
+    """delta~_K under scheme I (eq. 65), summed in log space; inf if it exceeds the float range.
+
+    The sum runs over s = 1..S weighted by Binomial(S, 1/N) probabilities. For S above
+    _FULL_SUM terms only the window mean +- (40 sd + 2000) is summed: outside it every binomial
+    weight is below e^-800 (Bernstein), and every other factor is at most
+    S e^eps_K (1.25 K gamma + delta1), so the dropped part is below float64 resolution of the
+    sum whenever eps_K < 700; memory and time are O(sqrt(S / N)) instead of O(S).
+    """
+    lo, hi = 1, s_max
+    if s_max > _FULL_SUM and eps_K < 700.0:
+        mean = s_max / n
+        sd = math.sqrt(s_max * (1.0 / n) * (1.0 - 1.0 / n))
+        lo = max(1, math.floor(mean - 40.0 * sd - 2000.0))
+        hi = min(s_max, math.ceil(mean + 40.0 * sd + 2000.0))
+    if hi - lo + 1 > _FULL_SUM:
+        raise ValueError(
+            f"num_sampled={s_max}: the scheme-I delta (eq. 65) sums {hi - lo + 1} terms; use num_sampled <= "
+            f"{_FULL_SUM} or fewer clients per round"
+        )
+    s = np.arange(lo, hi + 1, dtype=np.float64)
     log_w = (gammaln(s_max + 1) - gammaln(s + 1) - gammaln(s_max - s + 1)
              + s * math.log(1.0 / n) + ((s_max - s) * math.log1p(-1.0 / n) if n > 1 else np.where(s == s_max, 0.0, -np.inf)))
     # delta_{K,s,0} = 1.25 K gamma (delta0 / 1.25)^(1/s^2) + delta1, in log space

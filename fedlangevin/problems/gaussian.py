@@ -20,7 +20,7 @@ from typing import Sequence
 
 import torch
 
-from fedlangevin._validation import check_int, check_names, check_real, check_seed, check_tensor
+from fedlangevin._validation import check_fits, check_int, check_names, check_real, check_seed, check_tensor
 from fedlangevin.problems.base import FederatedProblem, QuadraticForm, check_client_indices, check_weights
 
 __all__ = ["QuadraticProblem", "GaussianSimulation", "CurvatureSimulation", "PAPER_COV", "draw_client_data"]
@@ -53,6 +53,11 @@ def draw_client_data(
     centres = alpha**0.5 * torch.randn(num_clients, d, generator=g, dtype=torch.float64)
     z = torch.randn(num_clients, samples, d, generator=g, dtype=torch.float64)
     return centres, z @ torch.linalg.cholesky(sigma).T
+
+
+#: largest condition number of the weighted hessian A for which :meth:`QuadraticProblem.posterior`
+#: inverts it (float64 keeps about 16 - 12 = 4 correct digits of A^-1 at this bound)
+MAX_CONDITION = 1e12
 
 
 class QuadraticProblem(FederatedProblem):
@@ -127,12 +132,28 @@ class QuadraticProblem(FederatedProblem):
         return 0.5 * ((theta @ a) * theta).sum(-1) - theta @ b
 
     def posterior(self, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-        """Exact target N(A^{-1} b, tau A^{-1}) at temperature tau; float64 CPU tensors."""
+        """Exact target N(A^{-1} b, tau A^{-1}) at temperature tau; float64 CPU tensors.
+
+        A ValueError (naming ``hessians``) when A is too ill-conditioned for its inverse to be
+        computed in float64 (condition number above :data:`MAX_CONDITION` = 1e12: the
+        covariance would lose more than 12 of its 16 digits, or be inf/NaN), and (naming
+        ``temperature``) when tau A^{-1} overflows.
+        """
         tau = check_real("temperature", temperature, low=0.0, low_open=True)
         a = self.global_hessian.double().cpu()
         b = self.global_shift.double().cpu()
+        eig = torch.linalg.eigvalsh(a)
+        low, high = float(eig.min()), float(eig.max())
+        if not low > high / MAX_CONDITION:
+            raise ValueError(
+                f"hessians: the weighted average A = sum_c p_c A_c has eigenvalues in [{low:.3g}, {high:.3g}], a "
+                f"condition number above {MAX_CONDITION:g}; its inverse (the posterior covariance) cannot be computed "
+                "accurately in float64: rescale the coordinates or drop the flat directions"
+            )
         mean = torch.linalg.solve(a, b)
         cov = tau * torch.linalg.inv(a)
+        if not (torch.isfinite(mean).all() and torch.isfinite(cov).all()):
+            raise ValueError(f"temperature={tau:g}: the posterior covariance tau A^-1 (or its mean) overflows float64")
         return mean, 0.5 * (cov + cov.T)
 
     @property
@@ -220,13 +241,20 @@ class GaussianSimulation(QuadraticProblem):
             raise ValueError("cov must be positive definite")
         d = sigma.shape[0]
         if not isinstance(samples_per_client, (list, tuple)) and getattr(samples_per_client, "ndim", 0) == 0:
-            sizes = [check_int("samples_per_client", samples_per_client, 1)] * n_clients
+            size = check_int("samples_per_client", samples_per_client, 1)
+            # the data (N, n_c, d) and its two temporaries (noise, mask product), float64
+            check_fits("num_clients", 3 * 8 * n_clients * size * d, "cpu",
+                       f"the data of {n_clients} clients x {size} points x d = {d}",
+                       "use fewer clients or fewer samples_per_client")
+            sizes = [size] * n_clients
         else:
             sizes = [check_int("samples_per_client", s, 1) for s in samples_per_client]
             if len(sizes) != n_clients:
                 raise ValueError(f"samples_per_client must be an int or have num_clients={n_clients} entries; got {len(sizes)}")
         counts = torch.tensor(sizes, dtype=torch.int64)
         n_total = int(counts.sum())
+        check_fits("samples_per_client", 3 * 8 * n_clients * max(sizes) * d, "cpu",
+                   f"the data of {n_clients} clients x {max(sizes)} points x d = {d}", "use fewer samples_per_client")
 
         n_max = int(counts.max())
         centres, noise = draw_client_data(n_clients, n_max, alpha, sigma, seed)

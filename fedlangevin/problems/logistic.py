@@ -32,10 +32,13 @@ from typing import Sequence
 
 import torch
 
-from fedlangevin._validation import check_int, check_real
+from fedlangevin._validation import check_index_parts, check_int, check_real, check_tensor
 from fedlangevin.problems.base import FederatedProblem
 
 __all__ = ["LogisticRegression"]
+
+#: prior_scale sigma accepted: sigma^2 and 1 / sigma^2 are then finite, non-zero float64 numbers
+PRIOR_SCALE_RANGE = (1e-150, 1e150)
 
 
 def _as_features(X, name: str) -> torch.Tensor:
@@ -86,6 +89,11 @@ class LogisticRegression(FederatedProblem):
         if isinstance(clients, (torch.Tensor, str, bytes)) or not isinstance(clients, Sequence) or len(clients) == 0:
             raise ValueError("clients must be a non-empty sequence of (X_c, y_c) pairs, one per client")
         self.prior_scale = check_real("prior_scale", prior_scale, low=0.0, low_open=True)
+        if not PRIOR_SCALE_RANGE[0] <= self.prior_scale <= PRIOR_SCALE_RANGE[1]:
+            raise ValueError(
+                f"prior_scale must be in [{PRIOR_SCALE_RANGE[0]:g}, {PRIOR_SCALE_RANGE[1]:g}] (sigma^2 and the prior "
+                f"precision 1 / sigma^2 must be finite, non-zero floats); got {self.prior_scale:g}"
+            )
         if not isinstance(bias, bool):
             raise ValueError(f"bias must be True or False; got {bias!r}")
         xs, ys = [], []
@@ -143,9 +151,10 @@ class LogisticRegression(FederatedProblem):
     ) -> "LogisticRegression":
         """Build from one data set (X (n, p), y (n,)) and a list of per-client index tensors
         (:func:`fedlangevin.data.splits.iid_partition` and friends)."""
-        X, y = torch.as_tensor(X), torch.as_tensor(y)
-        if X.shape[0] != y.shape[0]:
-            raise ValueError(f"X and y must have the same number of rows; got {X.shape[0]} and {y.shape[0]}")
+        X, y = check_tensor("X", X, keep_dtype=True), check_tensor("y", y, keep_dtype=True)
+        if X.dim() < 1 or y.dim() != 1 or X.shape[0] != y.shape[0]:
+            raise ValueError(f"X and y must have the same number of rows; got shapes {tuple(X.shape)} and {tuple(y.shape)}")
+        parts = check_index_parts("parts", parts, y.shape[0])
         if num_classes is None and not y.is_floating_point():
             num_classes = int(y.max()) + 1 if y.numel() else None
         return cls([(X[idx], y[idx]) for idx in parts], num_classes=num_classes, prior_scale=prior_scale, bias=bias)

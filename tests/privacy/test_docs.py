@@ -61,3 +61,11 @@ def test_trace_example_prints_the_shown_summary():
 def test_package_docstring_example():
     result = doctest.testmod(fedlangevin.privacy, verbose=False)
     assert result.attempted >= 3 and result.failed == 0
+
+
+def test_bounded_work_example_prints_what_the_page_says():
+    blocks = [body for lang, body in _blocks(PAGE.read_text()) if lang == "python" and "discretization=1e-9" in body]
+    assert len(blocks) == 1
+    printed = _run(blocks[0])
+    assert printed[0] == "True pld"
+    assert printed[1].startswith("discretization=1e-09 needs about 7.81e+07 grid points")

@@ -1,0 +1,273 @@
+"""Property tests of the public API against bad and edge scalar arguments.
+
+For every scalar argument of the public functions below, hypothesis draws
+
+- a bad value (NaN, infinities, integers beyond the float range, complex numbers, bools where
+  numbers are expected and numbers where bools are, None, strings, sequences, numbers outside
+  the allowed range): the call must raise ``ValueError`` whose message names the argument,
+  before any work (each call is bounded in time by the hypothesis deadline);
+- the same valid value written as a numpy scalar or a 0-d array: the call must succeed and
+  give the same result as with the Python value.
+
+Examples are derandomised (the "ci" profile of tests/conftest.py) and few, so that the suite
+stays a few seconds long. The accountants' bad values are all refused before any privacy-loss
+distribution is built, so they are as cheap as the rest.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import diagnostics as dg
+import fedlangevin as fl
+from fedlangevin import data as fd
+from fedlangevin import privacy as fp
+
+# a generous per-call bound: every bad value must fail fast, long before this
+FAST = settings(max_examples=40, deadline=10_000, suppress_health_check=[HealthCheck.too_slow])
+
+PROBLEM = fl.problems.GaussianSimulation(num_clients=3, samples_per_client=4, seed=0)
+PROBS = np.array([[0.3, 0.7], [0.6, 0.4], [0.1, 0.9], [0.8, 0.2]])
+LABELS = np.array([0, 1, 1, 0])
+DRAWS = np.random.default_rng(0).standard_normal((2, 12, 2))
+PRIVACY = dict(eta=1e-6, tau=1.0, rho=0.0, gamma=0.02, sensitivity=1.0, p_min=0.1, num_clients=10, num_sampled=10,
+               local_steps=10, iterations=1000, scheme="II")
+PAPER_DELTAS = dict(delta0=1e-6, delta1=1e-6, delta2=1e-6)
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One scalar argument: its call (value -> result), kind and allowed interval."""
+
+    name: str
+    call: Callable[[Any], Any]
+    kind: str  # "real", "int" or "bool"
+    valid: Any
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    compare: Callable[[Any], Any] | None = None  # what of the result must not change with the value's type
+    optional: bool = False  # None is accepted (the default)
+    sequence_ok: bool = False  # a sequence is accepted (e.g. one step size per step)
+
+
+def _run(**kw):
+    return fl.FALD(PROBLEM, 1e-4, seed=0).run(**{"rounds": 3, **kw}).samples
+
+
+ARGS = [
+    # the sampler and its schedules
+    Arg("temperature", lambda v: fl.FALD(PROBLEM, 1e-4, temperature=v).temperature, "real", 1.0, 0.0, None, True),
+    Arg("correlation", lambda v: fl.FALD(PROBLEM, 1e-4, correlation=v).correlation, "real", 0.5, 0.0, 1.0),
+    Arg("step_size", lambda v: fl.FALD(PROBLEM, v).schedule, "real", 1e-4, 0.0, None, True, sequence_ok=True),
+    Arg("chains", lambda v: fl.FALD(PROBLEM, 1e-4, chains=v).chains, "int", 2, 1),
+    Arg("local_steps", lambda v: fl.FALD(PROBLEM, 1e-4, local_steps=v).local_steps, "int", 2, 1),
+    Arg("seed", lambda v: fl.FALD(PROBLEM, 1e-4, seed=v).seed, "int", 3, 0, 2**64 - 1, optional=True),
+    Arg("rounds", lambda v: _run(rounds=v), "int", 2, 1),
+    Arg("thin", lambda v: _run(thin=v), "int", 2, 1, optional=True),
+    Arg("warmup", lambda v: _run(warmup=v), "int", 1, 0, 2, optional=True),
+    Arg("keep_samples", lambda v: _run(keep_samples=v), "bool", True, optional=True),
+    Arg("num_sampled", lambda v: fl.SchemeI(v).num_sampled, "int", 2, 1),
+    Arg("a", lambda v: fl.Polynomial(v).a, "real", 1e-3, 0.0, None, True),
+    Arg("gamma", lambda v: fl.Polynomial(1e-3, gamma=v).gamma, "real", 0.5, 0.0, 1.0),
+    # problems and data
+    Arg("num_clients", lambda v: fl.problems.GaussianSimulation(num_clients=v).num_clients, "int", 2, 1),
+    Arg("alpha", lambda v: fl.problems.GaussianSimulation(num_clients=2, alpha=v).alpha, "real", 2.0, 0.0),
+    Arg("prior_precision", lambda v: fl.problems.GaussianSimulation(num_clients=2, prior_precision=v).prior_precision,
+        "real", 0.5, 0.0),
+    Arg("temperature", lambda v: PROBLEM.posterior(v)[1], "real", 2.0, 0.0, None, True),
+    Arg("num_points", lambda v: fd.iid_partition(v, 2, 0), "int", 6, 2),
+    Arg("fraction", lambda v: fd.stratified_holdout(torch.arange(20) % 2, v, 0), "real", 0.25, 0.0, 1.0, True, True),
+    # privacy (bad values only reach validation; the valid value is cheap for paper_bound)
+    Arg("eta", lambda v: fp.paper_bound(**dict(PRIVACY, eta=v), **PAPER_DELTAS).epsilon, "real", 1e-6, 0.0, None, True),
+    Arg("rho", lambda v: fp.paper_bound(**dict(PRIVACY, rho=v), **PAPER_DELTAS).epsilon, "real", 0.5, 0.0, 1.0,
+        False, True),
+    Arg("gamma", lambda v: fp.paper_bound(**dict(PRIVACY, gamma=v), **PAPER_DELTAS).epsilon, "real", 0.5, 0.0, 1.0,
+        True),
+    Arg("sensitivity", lambda v: fp.paper_bound(**dict(PRIVACY, sensitivity=v), **PAPER_DELTAS).epsilon, "real", 2.0,
+        0.0, None, True),
+    Arg("p_min", lambda v: fp.paper_bound(**dict(PRIVACY, p_min=v), **PAPER_DELTAS).epsilon, "real", 0.05, 0.0, 0.1,
+        True),
+    Arg("iterations", lambda v: fp.paper_bound(**dict(PRIVACY, iterations=v), **PAPER_DELTAS).epsilon, "int", 100, 10),
+    Arg("delta0", lambda v: fp.paper_bound(**dict(PRIVACY, delta0=v, delta1=1e-6, delta2=1e-6)).epsilon, "real", 1e-5,
+        0.0, 1.0, True, True),
+    Arg("delta", lambda v: fp.rdp_epsilon(**PRIVACY, delta=v), "real", 1e-5, 0.0, 1.0, True, True),
+    Arg("tau", lambda v: fp.noise_multiplier(eta=1e-6, tau=v, gamma=0.02, sensitivity=1.0, p_min=0.1), "real", 2.0,
+        0.0, None, True),
+    Arg("eta", lambda v: fp.noise_multiplier(eta=v, gamma=0.02, sensitivity=1.0, p_min=0.1), "real", 1e-6, 0.0, None,
+        True),
+    # diagnostics
+    Arg("n_bins", lambda v: dg.ece(PROBS, LABELS, n_bins=v), "int", 3, 1),
+    Arg("classwise", lambda v: dg.ece(PROBS, LABELS, classwise=v), "bool", True),
+    Arg("eps", lambda v: dg.nll(PROBS, LABELS, eps=v), "real", 1e-3, 0.0, 1.0, False, True, optional=True),
+    Arg("ci_prob", lambda v: dg.summary(DRAWS, ci_prob=v), "real", 0.5, 0.0, 1.0, True, True,
+        compare=lambda df: df.to_numpy().tolist()),
+    Arg("round_to", lambda v: dg.summary(DRAWS, round_to=v), "int", 2, 0, compare=lambda df: df.to_numpy().tolist(),
+        optional=True),
+    Arg("n", lambda v: dg.w2_floor(np.zeros(2), np.eye(2), n=v, repeats=20), "int", 5, 2),
+    Arg("repeats", lambda v: dg.w2_floor(np.zeros(2), np.eye(2), n=5, repeats=v), "int", 20, 2),
+    Arg("seed", lambda v: dg.w2_floor(np.zeros(2), np.eye(2), n=5, repeats=20, seed=v), "int", 3, 0),
+]
+
+
+def _outside(arg: Arg):
+    """Numbers of the right type outside the allowed interval."""
+    parts = []
+    if arg.low is not None:
+        if arg.kind == "int":
+            parts.append(st.integers(max_value=int(arg.low) - 1))
+        else:
+            parts.append(st.floats(max_value=arg.low, exclude_max=not arg.low_open, allow_nan=False))
+    if arg.high is not None:
+        if arg.kind == "int":
+            parts.append(st.integers(min_value=int(arg.high) + 1))
+        else:
+            parts.append(st.floats(min_value=arg.high, exclude_min=not arg.high_open, allow_nan=False))
+    return parts
+
+
+def bad_values(arg: Arg):
+    common = [st.text(max_size=3), st.just(object()),
+              st.just(complex(arg.valid) + 1j) if arg.kind != "bool" else st.just(1j)]
+    if not arg.optional:
+        common.append(st.none())
+    if not arg.sequence_ok:
+        common += [st.just([1]), st.just(np.array([1.0, 2.0]))]
+    if arg.kind == "bool":
+        return st.one_of(*common, st.integers(), st.floats(), st.just("no"), st.just(np.array([True])))
+    numbers = [st.just(float("nan")), st.just(np.complex128(1 + 2j)), st.just(np.array(1 + 0j)), st.booleans(),
+               st.just(np.bool_(True))]
+    if arg.kind == "real" or arg.low is not None:
+        numbers.append(st.just(-10**400))
+    if arg.kind == "real" or arg.high is not None:
+        numbers.append(st.just(10**400))
+    if arg.kind == "int":
+        numbers += [st.floats(allow_nan=True, allow_infinity=True).filter(lambda x: not (math.isfinite(x) and x.is_integer()))]
+    else:
+        numbers += [st.just(float("inf")), st.just(float("-inf"))]
+    return st.one_of(*common, *numbers, *_outside(arg))
+
+
+def same_value(arg: Arg):
+    """The valid value as numpy scalars and 0-d arrays (and tensors for numbers)."""
+    v = arg.valid
+    if arg.kind == "bool":
+        return st.sampled_from([np.bool_(v), np.array(v)])
+    if arg.kind == "int":
+        return st.sampled_from([np.int64(v), np.int32(v), np.array(v), torch.tensor(v), float(v)])
+    return st.sampled_from([np.float64(v), np.array(v), torch.tensor(v, dtype=torch.float64)])
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, torch.Tensor):
+        return torch.equal(a, b)
+    if isinstance(a, np.ndarray):
+        return np.array_equal(a, b)
+    return a == b
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _warm_imports():
+    dg.summary(DRAWS)  # ArviZ and pandas imported once, outside the timed examples
+
+
+@pytest.mark.parametrize("arg", ARGS, ids=lambda a: f"{a.name}-{ARGS.index(a)}")
+@FAST
+@given(data=st.data())
+def test_bad_values_raise_value_error_naming_the_argument(arg, data):
+    value = data.draw(bad_values(arg), label=arg.name)
+    with pytest.raises(ValueError) as info:
+        arg.call(value)
+    assert arg.name in str(info.value), (arg.name, value, str(info.value))
+
+
+@pytest.mark.parametrize("arg", ARGS, ids=lambda a: f"{a.name}-{ARGS.index(a)}")
+@settings(FAST, max_examples=6)
+@given(data=st.data())
+def test_numpy_forms_of_a_valid_value_give_the_same_result(arg, data):
+    value = data.draw(same_value(arg), label=arg.name)
+    compare = arg.compare or (lambda r: r)
+    assert _same(compare(arg.call(value)), compare(arg.call(arg.valid)))
+
+
+INT_ARGS = [a for a in ARGS if a.kind == "int" and a.high is None]
+
+
+@pytest.mark.parametrize("arg", INT_ARGS, ids=lambda a: f"{a.name}-{ARGS.index(a)}")
+@settings(FAST, max_examples=3)
+@given(value=st.sampled_from([2**64, 2**200, 10**400]))
+def test_huge_integers_are_refused_naming_the_argument_or_work(arg, value):
+    """An integer beyond every memory or the float range: a ValueError naming the argument (a
+    size that cannot fit, a count whose arithmetic leaves the float range) or a valid result."""
+    try:
+        result = arg.call(value)
+    except ValueError as exc:
+        assert arg.name in str(exc), (arg.name, str(exc))
+    else:
+        compare = arg.compare or (lambda r: r)
+        value = compare(result)
+        if isinstance(value, float):
+            assert not math.isnan(value)
+
+
+ARRAY_CASES = [
+    ("mean1", lambda v: dg.gaussian_w2(v, np.eye(2), np.zeros(2), np.eye(2))),
+    ("cov2", lambda v: dg.gaussian_w2(np.zeros(2), np.eye(2), np.zeros(2), v)),
+    ("probs", lambda v: dg.ece(v, LABELS[: len(v)] if hasattr(v, "__len__") else LABELS)),
+    ("init", lambda v: fl.FALD(PROBLEM, 1e-4, init=v)),
+    ("cov", lambda v: fl.problems.GaussianSimulation(num_clients=2, cov=v)),
+]
+
+
+@st.composite
+def bad_arrays(draw, name):
+    shape = {"mean1": (2,), "cov2": (2, 2), "probs": (4, 2), "init": (2,), "cov": (2, 2)}[name]
+    base = {"mean1": np.zeros(2), "cov2": np.eye(2), "probs": PROBS, "init": np.zeros(2), "cov": np.eye(2)}[name]
+    kind = draw(st.sampled_from(["complex", "nan", "inf", "shape", "none", "text"]
+                                + (["asymmetric", "negative"] if name in ("cov2", "cov") else [])))
+    if kind == "complex":
+        return base.astype(complex) + 1j * draw(st.floats(0.0, 1.0))
+    if kind in ("nan", "inf"):
+        x = base.astype(float).copy()
+        x.flat[draw(st.integers(0, x.size - 1))] = np.nan if kind == "nan" else np.inf
+        return x
+    if kind == "shape":
+        return np.zeros(tuple(s + 1 for s in shape))
+    if kind == "asymmetric":
+        return np.array([[1.0, 0.5], [0.0, 1.0]])
+    if kind == "negative":
+        return -np.eye(2) * draw(st.floats(0.1, 10.0))
+    if kind == "none" and name in ("init", "cov"):  # None is the default there
+        return "ab"
+    return None if kind == "none" else "ab"
+
+
+@pytest.mark.parametrize("name, call", ARRAY_CASES, ids=[c[0] for c in ARRAY_CASES])
+@settings(FAST, max_examples=15)
+@given(data=st.data())
+def test_bad_arrays_raise_value_error_naming_the_argument(name, call, data):
+    value = data.draw(bad_arrays(name), label=name)
+    with pytest.raises(ValueError) as info:
+        call(value)
+    assert name in str(info.value), (name, str(info.value))
+
+
+@settings(FAST, max_examples=15)
+@given(scale=st.integers(-500, 500))
+def test_gaussian_w2_is_finite_and_scales_linearly_over_the_float_range(scale):
+    s = 2.0**scale
+    base = dg.gaussian_w2(np.array([1.0, -2.0]), np.array([[2.0, 0.3], [0.3, 1.0]]), np.zeros(2), np.eye(2))
+    scaled = dg.gaussian_w2(s * np.array([1.0, -2.0]), s * s * np.array([[2.0, 0.3], [0.3, 1.0]]), np.zeros(2),
+                            s * s * np.eye(2))
+    assert math.isfinite(scaled) and scaled == pytest.approx(s * base, rel=1e-12)
