@@ -2,7 +2,6 @@
 FA-LD is unchanged, the step-by-step (replay) path equals the round path, runs resume bit for
 bit, bad arguments are refused."""
 
-import numpy as np
 import pytest
 import torch
 
@@ -10,6 +9,7 @@ import fedlangevin as fl
 from fedlangevin.experiments.exact import exact_moments
 from fedlangevin.fald import SchemeI, SchemeII
 from fedlangevin.fald.streams import build_per_client, private_stream, shared_stream, stream_seed
+from tests.targets import assert_moments_within_mc_error
 
 
 @pytest.mark.parametrize("scheme,rule", [("full", None), ("I", SchemeI(2)), ("II", SchemeII(2))])
@@ -24,12 +24,7 @@ def test_per_client_streams_keep_the_exact_law(scheme, rule):
     means, covs = exact_moments(problem, [[eta] * k] * rounds, 1.0, rho, scheme, num_sampled)
     trace = fl.FALD(problem, step_size=eta, local_steps=k, chains=r, seed=4, correlation=rho, participation=rule,
                     streams="per_client").run(rounds)
-    x = trace.numpy()
-    for i in range(rounds):
-        v = np.diag(covs[i])
-        assert np.all(np.abs(x[:, i].mean(0) - means[i]) < 5 * np.sqrt(v / r))
-        se = np.sqrt((np.outer(v, v) + covs[i] ** 2) / r)
-        assert np.all(np.abs(np.cov(x[:, i], rowvar=False) - covs[i]) < 5 * se)
+    assert_moments_within_mc_error(trace.numpy(), means, covs)
 
 
 def test_step_by_step_path_equals_the_round_path():

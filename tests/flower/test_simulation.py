@@ -19,7 +19,7 @@ from flwr.simulation import run_simulation  # noqa: E402
 from fedlangevin.fald import FALD, SchemeI, SchemeII  # noqa: E402
 from fedlangevin.fald.engine import client_round  # noqa: E402
 from fedlangevin.fald.kernel import aggregate  # noqa: E402
-from fedlangevin.fald.streams import SHARED, build_per_client, private_stream, shared_stream, stream_seed  # noqa: E402
+from fedlangevin.fald.streams import SHARED, build_per_client, participation_stream, private_stream, shared_stream, stream_seed  # noqa: E402
 from fedlangevin.flower import FlowerRun, handle_query, handle_train, partitioned, run_server  # noqa: E402
 from fedlangevin.flower.protocol import CONFIG  # noqa: E402
 from fedlangevin.problems import GaussianSimulation  # noqa: E402
@@ -27,12 +27,13 @@ from fedlangevin.problems import GaussianSimulation  # noqa: E402
 N, CHAINS, K, ETA, ROUNDS = 10, 4, 3, 1e-3, 6
 PROBLEM = GaussianSimulation(num_clients=N, samples_per_client=[20 + 2 * c for c in range(N)], seed=1)
 SEED, DROP_SEED, DROP_CLIENT, DROP_ROUND = 7, 8, 3, 2  # DROP_ROUND counts rounds from 1
+DROP_SEED_I = 11  # with SchemeI(1), chain 2 (only) samples client DROP_CLIENT in round DROP_ROUND
 SCHEMES = {"full": None, "I": SchemeI(4), "II": SchemeII(3, allow_unbalanced=True)}
 
 
 def _client_app():
-    """The FA-LD ClientApp, except that client DROP_CLIENT fails in round DROP_ROUND of the run
-    seeded with DROP_SEED (its message carries that round's seed)."""
+    """The FA-LD ClientApp, except that client DROP_CLIENT fails in round DROP_ROUND of the runs
+    seeded with DROP_SEED and DROP_SEED_I (its message carries that round's seed)."""
     load = partitioned(PROBLEM, private_seed=None)
     app, nodes = ClientApp(), {}
 
@@ -50,7 +51,7 @@ def _client_app():
     def train(message, context):
         node = node_of(context)
         seed = message.content.config_records[CONFIG]["round_seed"]
-        if node.client == DROP_CLIENT and seed == stream_seed(DROP_SEED, SHARED, DROP_ROUND - 1):
+        if node.client == DROP_CLIENT and seed in [stream_seed(s, SHARED, DROP_ROUND - 1) for s in (DROP_SEED, DROP_SEED_I)]:
             raise RuntimeError("simulated dropout")
         return handle_train(node, message)
 
@@ -69,6 +70,7 @@ def traces(tmp_path_factory):
     ckpt = str(tmp_path_factory.mktemp("flower") / "server.ckpt")
     runs = {name: _run(participation=rule) for name, rule in SCHEMES.items()}
     runs["drop"] = _run(seed=DROP_SEED)
+    runs["drop I"] = _run(seed=DROP_SEED_I, participation=SchemeI(1))
     runs["first half"] = _run(rounds=ROUNDS // 2, checkpoint=ckpt, checkpoint_every=1)
     runs["resumed"] = _run(checkpoint=ckpt, checkpoint_every=1)
     out = {}
@@ -141,3 +143,14 @@ def test_server_resumes_from_its_checkpoint(traces):
     assert traces["first half"].samples.shape[1] == ROUNDS // 2
     assert torch.equal(traces["resumed"].samples, traces["full"].samples)
     assert traces["resumed"].communication.uploads == traces["full"].communication.uploads
+
+
+def test_chain_whose_only_sampled_client_dropped_keeps_its_iterate(traces):
+    trace, t = traces["drop I"], DROP_ROUND - 1
+    w = SchemeI(1).weights(PROBLEM.weights.clone(), CHAINS, participation_stream(DROP_SEED_I, t))
+    stuck = (w[:, DROP_CLIENT] > 0).nonzero().flatten().tolist()
+    assert stuck == [2] and trace.dropouts == {DROP_ROUND: [DROP_CLIENT]}
+    before, after = trace.samples[:, DROP_ROUND - 2], trace.samples[:, DROP_ROUND - 1]
+    assert torch.equal(after[stuck], before[stuck])
+    moved = [c for c in range(CHAINS) if c not in stuck]
+    assert (after[moved] != before[moved]).all()
