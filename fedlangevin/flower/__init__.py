@@ -12,7 +12,8 @@ This package imports without Flower; building an app needs it.
 
 from fedlangevin.flower.checkpoint import load_trace, save_trace
 from fedlangevin.flower.client import NodeProblem, client_app, handle_query, handle_train, partitioned
-from fedlangevin.flower.server import Federation, FlowerCommunication, FlowerRun, FlowerTrace, run_server, server_app
+from fedlangevin.flower.server import FlowerRun, run_server, server_app
+from fedlangevin.flower.trace import Federation, FlowerCommunication, FlowerTrace
 
 __all__ = [
     "Federation", "FlowerCommunication", "FlowerRun", "FlowerTrace", "NodeProblem", "client_app", "handle_query",

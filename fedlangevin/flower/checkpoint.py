@@ -17,6 +17,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedlangevin.fald.schedules import as_schedule
+from fedlangevin.fald.settings import Settings
+from fedlangevin.fald.trace import StepSizes
+from fedlangevin.flower.trace import Federation, FlowerCommunication, FlowerTrace
+
 __all__ = ["save_checkpoint", "load_checkpoint", "save_trace", "load_trace"]
 
 KIND = "fedlangevin-flower-checkpoint"
@@ -73,10 +78,6 @@ def save_trace(trace, path) -> None:
 def load_trace(path, step_size) -> Any:
     """A :class:`~fedlangevin.flower.server.FlowerTrace` from :func:`save_trace`'s file
     (``step_size``: the run's, to rebuild ``trace.step_sizes``)."""
-    from fedlangevin.fald.schedules import as_schedule
-    from fedlangevin.fald.settings import Settings
-    from fedlangevin.fald.trace import StepSizes
-    from fedlangevin.flower.server import Federation, FlowerCommunication, FlowerTrace
 
     saved = torch.load(path, weights_only=False)
     settings = Settings.from_record(saved["settings"])

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -35,11 +35,12 @@ from fedlangevin.fald.participation import Participation, as_participation
 from fedlangevin.fald.schedules import as_schedule, check_schedule, round_step_sizes
 from fedlangevin.fald.settings import Settings
 from fedlangevin.fald.streams import SHARED, participation_stream, stream_seed
-from fedlangevin.fald.trace import Communication, StepSizes, Trace
+from fedlangevin.fald.trace import StepSizes
 from fedlangevin.flower.checkpoint import load_checkpoint, save_checkpoint
+from fedlangevin.flower.trace import Federation, FlowerCommunication, FlowerTrace
 from fedlangevin.flower.protocol import BETA, CONFIG, INFO, NOISE_DTYPES, THETA, flwr_app, from_array_record, message_bytes, to_array_record
 
-__all__ = ["FlowerRun", "Federation", "FlowerCommunication", "FlowerTrace", "run_server", "server_app"]
+__all__ = ["FlowerRun", "run_server", "server_app", "wait_for_nodes", "discover"]
 
 
 @dataclass(frozen=True)
@@ -98,50 +99,6 @@ class FlowerRun:
         object.__setattr__(self, "participation", as_participation(self.participation))
         schedule = as_schedule(self.step_size)
         check_schedule(schedule, 0, self.rounds * self.local_steps)
-
-
-@dataclass(frozen=True)
-class Federation:
-    """What the server knows of the federation: the nodes (ordered by client index), n_c, p_c, d.
-
-    Stands in for the problem on the trace (``trace.problem``): ``weights`` and
-    ``client_sizes`` are what privacy accounting reads; there is no exact posterior.
-    """
-
-    node_ids: tuple[int, ...]
-    client_sizes: torch.Tensor
-    weights: torch.Tensor
-    dim: int
-    var_names: Any = None
-
-    @property
-    def num_clients(self) -> int:
-        return len(self.node_ids)
-
-    def posterior(self, temperature: float = 1.0):
-        return None
-
-    def constrain(self, samples):
-        return None
-
-
-@dataclass(frozen=True)
-class FlowerCommunication(Communication):
-    """:class:`~fedlangevin.fald.trace.Communication` plus the bytes Flower carried (message
-    contents, serialised): ``bytes_down`` server to clients, ``bytes_up`` clients to server,
-    for all R chains together (one message carries every chain)."""
-
-    bytes_up: int = 0
-    bytes_down: int = 0
-
-
-@dataclass
-class FlowerTrace(Trace):
-    """A :class:`~fedlangevin.fald.trace.Trace` of a Flower run; ``dropouts``: {round: [client
-    indices dropped or refused in that round]}; ``seconds_per_round``: wall time per round."""
-
-    dropouts: dict[int, list[int]] = field(default_factory=dict)
-    seconds_per_round: float = float("nan")
 
 
 def wait_for_nodes(grid, count: int, timeout: float) -> list[int]:
