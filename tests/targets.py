@@ -103,3 +103,15 @@ class OpaqueProblem(FederatedProblem):
     def to(self, device=None, dtype=None):
         return OpaqueProblem(self.inner.to(device, dtype))
 
+
+
+def assert_moments_within_mc_error(x: np.ndarray, means: np.ndarray, covs: np.ndarray, z: float = 5.0) -> None:
+    """Chains x (R, T, d) against exact moments per round (T, d) and (T, d, d): every mean within
+    z Monte Carlo standard errors sqrt(var / R), every covariance entry within z of
+    sqrt((S_ii S_jj + S_ij^2) / R) (the Gaussian formula)."""
+    r = x.shape[0]
+    for i in range(len(means)):
+        v = np.diag(covs[i])
+        assert np.all(np.abs(x[:, i].mean(0) - means[i]) < z * np.sqrt(v / r))
+        se = np.sqrt((np.outer(v, v) + covs[i] ** 2) / r)
+        assert np.all(np.abs(np.cov(x[:, i], rowvar=False) - covs[i]) < z * se)

@@ -39,6 +39,7 @@ from fedlangevin._validation import (
 from fedlangevin.fald import checkpoint as ckpt
 from fedlangevin.fald import resume as rs
 from fedlangevin.fald.engine import build
+from fedlangevin.fald.streams import build_per_client
 from fedlangevin.fald.kernel import FALDState, init_state
 from fedlangevin.fald.participation import Participation, as_participation
 from fedlangevin.fald.replay import diagnose, where
@@ -91,6 +92,12 @@ class FALD:
         :class:`fedlangevin.compression.QuantizedUpdateUpload` for quantized uploads
         (``docs/comparison.md``). ``None`` (default) averages the exact states at no cost.
         Runs with a codec cannot be checkpointed.
+    streams : the randomness layout. ``"single"`` (default): one generator seeded with
+        ``seed`` drives every draw. ``"per_client"``: the layout of a federated deployment
+        (:mod:`fedlangevin.fald.streams`): shared noise from a (seed, round) stream, each
+        client's private noise and minibatches from a (seed, client, round) stream,
+        participation from a (seed, round) stream; a Python loop over clients (slower), the
+        same samples as :mod:`fedlangevin.flower` with the same seed. Not with ``upload``.
 
     Long runs (``docs/long-runs.md``): :meth:`run` takes ``checkpoint=``/``checkpoint_every=``
     (atomic checkpoints), ``store=`` (draws appended to disk, flat memory), ``stats=``/
@@ -115,6 +122,7 @@ class FALD:
         seed: int | None = None,
         noise_dtype: Any = torch.float32,
         upload: Callable[[torch.Tensor, torch.Tensor, torch.Generator | None], torch.Tensor] | None = None,
+        streams: str = "single",
     ) -> None:
         if not isinstance(problem, FederatedProblem):
             raise ValueError(f"problem must be a fedlangevin FederatedProblem; got {type(problem).__name__}")
@@ -146,6 +154,11 @@ class FALD:
             raise ValueError(f"upload: the codec's generator is on {codec_gen.device}, the sampler runs on "
                              f"{self.device}; give the codec a generator on {self.device.type}")
         self.upload = upload
+        if streams not in ("single", "per_client"):
+            raise ValueError(f"streams must be 'single' or 'per_client'; got {streams!r}")
+        if streams == "per_client" and upload is not None:
+            raise ValueError("upload: an upload codec is not supported with streams='per_client'; use streams='single'")
+        self.streams = streams
 
         self.problem = problem
         self._work_problem = problem.to(device=self.device, dtype=self.dtype)
@@ -163,6 +176,10 @@ class FALD:
         self._writer = rs.CheckpointWriter(problem)
 
     def _build(self, upload):
+        if self.streams == "per_client":
+            return build_per_client(self.problem, self.temperature, self.correlation, self.participation,
+                                    self.batch_size, seed=self.seed, dtype=self.dtype, device=self.device,
+                                    noise_dtype=self.noise_dtype)
         return build(self.problem, self.temperature, self.correlation, self.participation, self.batch_size,
                      dtype=self.dtype, device=self.device, noise_dtype=self.noise_dtype, upload=upload, validated=True)
 
@@ -176,7 +193,7 @@ class FALD:
             dim=self.problem.dim, batch_size=self.batch_size, step_size=repr(self.schedule), seed=self.seed,
             device=str(self.device), dtype=str(self.dtype).replace("torch.", ""),
             noise_dtype=str(self.noise_dtype).replace("torch.", ""),
-            upload="exact" if self.upload is None else repr(self.upload),
+            upload="exact" if self.upload is None else repr(self.upload), streams=self.streams,
         )
 
     @property
@@ -447,7 +464,7 @@ class FALD:
             problem, step_size=schedule, local_steps=settings["local_steps"], temperature=settings["temperature"],
             correlation=settings["correlation"], participation=rule, chains=settings["chains"],
             batch_size=settings["batch_size"], device=new_device, dtype=settings["dtype"], seed=settings["seed"],
-            noise_dtype=settings["noise_dtype"],
+            noise_dtype=settings["noise_dtype"], streams=settings.get("streams", "single"),
         )
         active = record["active"].numpy().astype(np.int64)
         theta = record["theta"].to(device=sampler.device, dtype=sampler.dtype)

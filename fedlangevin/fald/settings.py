@@ -31,7 +31,8 @@ class Settings(Mapping):
     (for display); scheme : "full", "I" or "II"; num_sampled : S (``None`` for "full");
     chains : R; num_clients : N; dim : d; batch_size : minibatch size (``None``: full
     gradients); step_size : the schedule's repr; seed; device, dtype, noise_dtype : as
-    strings ("cpu", "float64"); upload : "exact" or the codec's repr.
+    strings ("cpu", "float64"); upload : "exact" or the codec's repr; streams : the randomness
+    layout, "single" or "per_client" (:mod:`fedlangevin.fald.streams`).
     """
 
     local_steps: int
@@ -50,6 +51,7 @@ class Settings(Mapping):
     dtype: str
     noise_dtype: str
     upload: str = "exact"
+    streams: str = "single"
 
     def __getitem__(self, key: str) -> Any:
         if key not in MAPPING_KEYS:

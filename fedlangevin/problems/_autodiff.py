@@ -437,5 +437,22 @@ class AutodiffProblem(FederatedProblem):
                 setattr(new, name, t.to(device=device, dtype=dtype if t.is_floating_point() else None))
         return new
 
+    def share(self, weight: float) -> "AutodiffProblem":
+        """This one-client problem as client c of a larger federation in which its weight is
+        p_c = ``weight``: f^c = (1/p_c) ell^c + U_0 (eq. 2's split). A node of a federated
+        deployment builds its problem from its own data alone (weight 1) and learns
+        p_c = n_c / n from the server (:mod:`fedlangevin.flower`). The result's weights are
+        (p_c,), which do not sum to 1: it is one client of the federation, for
+        :func:`fedlangevin.fald.engine.client_round`, not a problem to sample alone."""
+        if self.num_clients != 1:
+            raise ValueError(f"share: the problem must hold one client; it holds {self.num_clients}")
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0.0 < weight <= 1.0:
+            raise ValueError(f"weight must be the client's p_c in (0, 1]; got {weight!r}")
+        new = copy.copy(self)
+        new.weights = torch.tensor([float(weight)], dtype=torch.float64)
+        new._fns = {}
+        new._groups = None
+        return new
+
     def _tensor_attrs(self) -> tuple[str, ...]:
         return ()

@@ -1,0 +1,166 @@
+"""The client side of FA-LD on Flower: a ``ClientApp`` whose train handler runs one client's round.
+
+Each Flower node holds one client c of the federation: its own data (which never leaves
+it), as a :class:`~fedlangevin.problems.FederatedProblem` with one client. Per round the
+handler receives the global iterate theta (R, d) and runs K local steps of eq. 10 (Deng et
+al.) from it with :func:`fedlangevin.fald.engine.client_round`: the shared noise from the
+round seed of the message (every client draws the same normals), its private noise and
+minibatches from its own stream (seeded by the node's private seed, see
+:mod:`fedlangevin.fald.streams`), and replies with its local state beta (R, d).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from fedlangevin.fald.engine import client_round
+from fedlangevin.fald.streams import private_stream
+from fedlangevin.flower.protocol import BETA, CONFIG, INFO, NOISE_DTYPES, THETA, flwr_app, from_array_record, to_array_record
+from fedlangevin.problems.base import FederatedProblem
+
+__all__ = ["NodeProblem", "client_app", "partitioned", "handle_query", "handle_train"]
+
+
+@dataclass(frozen=True)
+class NodeProblem:
+    """What a Flower node holds: ``problem``, client ``client`` of the federation.
+
+    problem : a FederatedProblem with ONE client, whose energy is that client's f^c in the
+        federation, f^c = (1/p_c) NLL_c + U_0 (for a Pyro or custom model built on the
+        node's data alone, pass ``weight=`` to the builder or use :meth:`AutodiffProblem
+        .share` once p_c is known; see docs/flower.md).
+    client : the client's index c in 0..N-1 (the server orders the nodes by it; it keys the
+        private stream).
+    num_examples : n_c, reported to the server, which sets p_c = n_c / sum n.
+    private_seed : seed of the node's private-noise stream. Keep it secret in a deployment
+        (the server must not know the private noise); ``None`` draws one from os.urandom.
+    """
+
+    problem: FederatedProblem
+    client: int
+    num_examples: int
+    private_seed: int | None = None
+    _shared: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.problem, FederatedProblem) or self.problem.num_clients != 1:
+            raise ValueError("problem must be a FederatedProblem holding one client (e.g. problem.clients([c]))")
+        if isinstance(self.client, bool) or not isinstance(self.client, int) or self.client < 0:
+            raise ValueError(f"client must be an int >= 0; got {self.client!r}")
+        if isinstance(self.num_examples, bool) or not isinstance(self.num_examples, int) or self.num_examples < 1:
+            raise ValueError(f"num_examples must be an int >= 1; got {self.num_examples!r}")
+        if self.private_seed is None:
+            object.__setattr__(self, "private_seed", int.from_bytes(os.urandom(8), "little") >> 1)
+
+    def problem_for(self, weight: float) -> FederatedProblem:
+        """The node's problem as client c of a federation in which its weight is p_c = ``weight``:
+        the problem itself if its weight is p_c already, else ``problem.share(weight)`` (a model
+        built on the node's data alone, :meth:`fedlangevin.problems.AutodiffProblem.share`)."""
+        own = float(self.problem.weights[0])
+        if math.isclose(weight, own, rel_tol=1e-12, abs_tol=0.0):
+            return self.problem
+        share = getattr(self.problem, "share", None)
+        if share is None:
+            raise ValueError(f"client {self.client}: the federation's weight p_c = {weight!r} differs from the "
+                             f"problem's {own!r}, and {type(self.problem).__name__} cannot be re-weighted; build the "
+                             "node's problem as client c of the federation (e.g. full_problem.clients([c]))")
+        cached = self._shared.get(weight)
+        if cached is None:
+            cached = self._shared[weight] = share(weight)
+        return cached
+
+
+def partitioned(problem: FederatedProblem, private_seed: int | None = None) -> Callable[[Any], NodeProblem]:
+    """A node loader for Flower's simulation engine: node with ``partition-id`` c holds client c
+    of ``problem`` (``problem.clients([c])``, with n_c from ``problem.client_sizes``).
+
+    ``private_seed``: the private streams' seed of every node (``None``: each node its own
+    random one). With the seed of the in-process run, the samples equal
+    ``FALD(..., streams="per_client")``'s (a test set-up: the private noise is then known).
+    """
+    sizes = getattr(problem, "client_sizes", None)
+    if sizes is None:
+        raise ValueError("problem must have client_sizes (n_c, which set the weights p_c on the server)")
+
+    def load(context) -> NodeProblem:
+        c = int(context.node_config["partition-id"])
+        n_c = int(sizes[c])
+        return NodeProblem(problem.clients([c]), c, n_c, private_seed)
+
+    return load
+
+
+def handle_query(node: NodeProblem, message):
+    """Reply to the server's query: client index, n_c and d."""
+    app = flwr_app()
+    info = app.ConfigRecord({"client": node.client, "num_examples": node.num_examples, "dim": node.problem.dim})
+    return app.Message(app.RecordDict({INFO: info}), reply_to=message)
+
+
+def handle_train(node: NodeProblem, message):
+    """Run the client's K local steps from the message's theta; reply with beta (R, d).
+
+    Raises ValueError on a malformed message and on a non-finite local state (the client
+    refuses to send it; the server then treats the client as dropped for the round).
+    """
+    app = flwr_app()
+    content = message.content
+    theta = from_array_record(content.array_records.get(THETA), THETA, "train message")
+    cfg = content.config_records.get(CONFIG)
+    if cfg is None:
+        raise ValueError("train message: no config record")
+    if theta.dim() != 2 or theta.shape[1] != node.problem.dim:
+        raise ValueError(f"train message: theta must have shape (R, d = {node.problem.dim}); got {tuple(theta.shape)}")
+    problem = node.problem_for(float(cfg["weight"]))
+    noise = cfg["noise_dtype"]
+    if noise not in NOISE_DTYPES:
+        raise ValueError(f"train message: noise_dtype must be one of {sorted(NOISE_DTYPES)}; got {noise!r}")
+    batch = int(cfg["batch_size"])
+    t = int(cfg["round"])
+    beta = client_round(
+        problem, theta, [float(e) for e in cfg["step_sizes"]], weight=float(problem.weights[0]),
+        temperature=float(cfg["temperature"]), correlation=float(cfg["correlation"]),
+        shared_generator=torch.Generator().manual_seed(int(cfg["round_seed"])),
+        private_generator=private_stream(node.private_seed, node.client, t),
+        batch_size=None if batch == 0 else batch, noise_dtype=NOISE_DTYPES[noise],
+    )
+    if not bool(torch.isfinite(beta).all()):
+        raise ValueError(f"client {node.client}, round {t}: the local state is not finite (step size too large for "
+                         "this client's curvature?); not sent")
+    return app.Message(app.RecordDict({BETA: to_array_record(BETA, beta)}), reply_to=message)
+
+
+def client_app(load: Callable[[Any], NodeProblem]):
+    """A Flower ``ClientApp`` for FA-LD. ``load(context) -> NodeProblem`` builds the node's
+    problem from its Flower ``Context`` (e.g. its ``node_config``); it is called once per node."""
+    from flwr.clientapp import ClientApp
+
+    if not callable(load):
+        raise ValueError(f"load must be a callable load(context) -> NodeProblem; got {load!r}")
+    app = ClientApp()
+    nodes: dict[int, NodeProblem] = {}
+
+    def node_of(context) -> NodeProblem:
+        key = int(context.node_id)
+        if key not in nodes:
+            node = load(context)
+            if not isinstance(node, NodeProblem):
+                raise ValueError(f"load(context) must return a NodeProblem; got {type(node).__name__}")
+            nodes[key] = node
+        return nodes[key]
+
+    @app.query()
+    def query(message, context):
+        return handle_query(node_of(context), message)
+
+    @app.train()
+    def train(message, context):
+        return handle_train(node_of(context), message)
+
+    return app
+
