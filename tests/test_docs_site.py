@@ -31,8 +31,16 @@ PACKAGES = {
     "fedlangevin.privacy": "privacy",
     "fedlangevin.compression": "compression",
     "fedlangevin.experiments": "experiments",
+    "fedlangevin.flower": "flower",
     "diagnostics": "diagnostics",
 }
+#: subpackages that are not a public API (the command-line implementation)
+NOT_API = {"fedlangevin.commands"}
+
+
+def test_every_subpackage_is_in_the_api_reference():
+    found = {f"fedlangevin.{p.parent.name}" for p in (ROOT / "fedlangevin").glob("*/__init__.py")}
+    assert found - NOT_API - set(PACKAGES) == set(), "add a docs/api page and a PACKAGES entry"
 
 
 def _nav_pages() -> set[str]:
