@@ -107,7 +107,8 @@ class Workers:
     leaving the block (or :meth:`close`) kills any process still alive and removes the
     rendezvous directory. ``fn`` must be importable (a module-level function): the processes
     are started fresh (``spawn``), never forked. Environment: each process uses
-    ``FEDLANGEVIN_THREADS`` torch threads (default 1).
+    ``FEDLANGEVIN_THREADS`` torch threads (default 1). The processes are daemons: they are
+    stopped when this process exits, and cannot start processes of their own.
     """
 
     def __init__(self, fn: Callable, world_size: int, args: Sequence[Any] = (), *, backend: str = "gloo",
@@ -128,7 +129,7 @@ class Workers:
         self.directory = tempfile.mkdtemp(prefix="fedlangevin-dist-")
         ctx = mp.get_context("spawn")
         self.processes = [ctx.Process(target=_worker, args=(r, world_size, self.directory, backend, timeout, fn,
-                                                             tuple(args)), daemon=False)
+                                                             tuple(args)), daemon=True)
                           for r in range(world_size)]
         self._start = time.monotonic()
         for p in self.processes:
