@@ -208,7 +208,9 @@ def test_fald_rejects_an_upload_codec_with_a_transport():
             return partial
 
     problem = C.gaussian_problem()
-    with pytest.raises(ValueError, match="upload: an upload codec is not supported together with a transport"):
+    with pytest.raises(ValueError, match="transport: not supported with an upload codec or streams='per_client'"):
         fl.FALD(problem, step_size=0.01, transport=Held(), upload=lambda beta, theta, g: beta)
+    with pytest.raises(ValueError, match="transport: not supported with an upload codec or streams='per_client'"):
+        fl.FALD(problem, step_size=0.01, transport=Held(), streams="per_client")
     with pytest.raises(ValueError, match="transport must be None or have a reduce"):
         fl.FALD(problem, step_size=0.01, transport=object())
