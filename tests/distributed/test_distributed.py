@@ -147,7 +147,7 @@ def test_inexact_mode_has_the_exact_law(w2, name):
     probability < 1e-5 per entry if the law is right.
     """
     x = w2[0]["inexact"][name].numpy()
-    kwargs = {"full_rho07": dict(correlation=0.7), "schemeI_rho0": dict(scheme="I", num_sampled=2)}[name]
+    kwargs = {"full_rho07": dict(correlation=0.7), "schemeI_rho0": dict(participation=fl.SchemeI(2))}[name]
     means, covs = exact_moments(C.quadratic_problem(), [[0.1] * 3] * C.INEXACT_ROUNDS, **kwargs)
     mean, cov = means[-1], covs[-1]
     r = x.shape[0]
@@ -159,9 +159,7 @@ def test_inexact_mode_has_the_exact_law(w2, name):
     se_cov = np.sqrt(prods.reshape(r, -1).var(axis=0) / r).reshape(2, 2)
     assert np.all(np.abs(prods.mean(axis=0) - cov) < 5 * se_cov), (prods.mean(axis=0), cov, se_cov)
     # and it is another stream than the exact mode's (per-rank private noise)
-    exact = fl.FALD(C.quadratic_problem(), step_size=0.1, local_steps=3, chains=C.INEXACT_CHAINS, seed=5,
-                    correlation=kwargs.get("correlation", 0.0),
-                    participation=fl.SchemeI(2) if name == "schemeI_rho0" else None)
+    exact = fl.FALD(C.quadratic_problem(), step_size=0.1, local_steps=3, chains=C.INEXACT_CHAINS, seed=5, **kwargs)
     exact.run(C.INEXACT_ROUNDS, keep_samples=False)
     assert not np.allclose(exact.state.theta.numpy(), x)
 
