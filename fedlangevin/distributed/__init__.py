@@ -17,7 +17,7 @@ benchmarks, one-machine runs from Python); ``torchrun ... -m fedlangevin.distrib
 a sampler from the command line. See ``docs/distributed.md``.
 """
 
-from fedlangevin.distributed.launch import Workers, WorkerError, init, launch
+from fedlangevin.distributed.launcher import Workers, WorkerError, init, launch
 from fedlangevin.distributed.transport import ProcessGroup, RankFailure, split_clients
 
 __all__ = ["ProcessGroup", "RankFailure", "WorkerError", "Workers", "init", "launch", "split_clients"]
