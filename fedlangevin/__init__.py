@@ -22,17 +22,18 @@ _LAZY = {
     **{name: "fedlangevin.fald" for name in (
         "FALD", "CheckpointError", "Communication", "Constant", "DivergenceError", "Full", "PaperDecay",
         "Polynomial", "SchemeI", "SchemeII", "Trace", "open_store")},
+    "distributed": None,
     "privacy": None,
     "problems": None,
 }
 
 __all__ = [
     "FALD", "Communication", "Constant", "DivergenceError", "Full", "PaperDecay", "Polynomial",
-    "SchemeI", "SchemeII", "Trace", "privacy", "problems", "__version__", "CheckpointError", "open_store",
+    "SchemeI", "SchemeII", "Trace", "distributed", "privacy", "problems", "__version__", "CheckpointError", "open_store",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
-    from fedlangevin import privacy, problems
+    from fedlangevin import distributed, privacy, problems
     from fedlangevin.fald import (FALD, CheckpointError, Communication, Constant, DivergenceError, Full,
                                   PaperDecay, Polynomial, SchemeI, SchemeII, Trace, open_store)
 

@@ -32,6 +32,7 @@ PACKAGES = {
     "fedlangevin.compression": "compression",
     "fedlangevin.experiments": "experiments",
     "fedlangevin.flower": "flower",
+    "fedlangevin.distributed": "distributed",
     "diagnostics": "diagnostics",
 }
 #: subpackages that are not a public API (the command-line implementation)

@@ -15,7 +15,10 @@ default leaves the round bit-identical to the plain kernel:
 - ``correction``: a drift correction added to every client's gradient, with its own state
   (``state.correction``);
 - ``transport``: the synchronisation; a process holds the clients ``transport.clients`` and
-  the partial weighted sums are all-reduced;
+  the partial weighted sums are all-reduced. A transport with ``bind(N)`` is first given the
+  problem's N (it splits the clients itself, e.g. :class:`fedlangevin.distributed.ProcessGroup`);
+  one with ``exact = False`` gives, through ``private_stream(generator)``, each round's
+  generator of its clients' private noise and minibatches, drawn for its clients only;
 - ``upload``: the upload codec applied to the local states before the average.
 
 :func:`client_round` is the client side of a round for one client (what a federated-learning
@@ -109,9 +112,16 @@ def build(
         preconditioner = None
     if preconditioner is not None and hasattr(preconditioner, "to"):
         preconditioner = preconditioner.to(device=device, dtype=dtype)
+    if callable(getattr(transport, "bind", None)):  # a transport that splits the clients itself (distributed)
+        transport.bind(problem.num_clients)
     held = None if transport.clients is None else check_client_indices(transport.clients, problem.num_clients)
     p = weights.to(device=device, dtype=dtype)
-    scales = noise_scales(weights, temperature, correlation, device=device, dtype=dtype, noise_dtype=noise_dtype)
+    # exact=False transports: the held clients' private noise and minibatches come from the
+    # transport's per-process stream (drawn for the held clients only); participation and the
+    # shared noise stay on the common generator
+    own_stream = None if held is None or getattr(transport, "exact", True) else transport.private_stream
+    scale_weights = weights if own_stream is None else weights.index_select(0, held)
+    scales = noise_scales(scale_weights, temperature, correlation, device=device, dtype=dtype, noise_dtype=noise_dtype)
     work = problem.to(device=device, dtype=dtype)
     plain = held is None and preconditioner is None and correction is None
     stepper = make_stepper(work, dtype, device, batch_size, kernel) if plain else None
@@ -133,10 +143,15 @@ def build(
             beta = stepper.local_steps(theta, step_sizes, scales, generator, on_step)
         else:
             beta = theta.unsqueeze(1).expand(r, work.num_clients, d).clone()  # broadcast
+            own = None if own_stream is None else own_stream(generator)
             for i, eta in enumerate(step_sizes):
                 term = None if correction is None else correction.term(state.correction, beta)
-                local_step(beta, work, float(eta), scales, generator, batch_size, clients=held,
-                           preconditioner=preconditioner, correction=term)
+                if own is None:
+                    local_step(beta, work, float(eta), scales, generator, batch_size, clients=held,
+                               preconditioner=preconditioner, correction=term)
+                else:
+                    local_step(beta, work, float(eta), scales, own, batch_size, preconditioner=preconditioner,
+                               correction=term, shared_generator=generator)
                 if on_step is not None:
                     on_step(i, beta)
         w = rule.weights(p, r, generator)

@@ -98,6 +98,9 @@ class FALD:
         client's private noise and minibatches from a (seed, client, round) stream,
         participation from a (seed, round) stream; a Python loop over clients (slower), the
         same samples as :mod:`fedlangevin.flower` with the same seed. Not with ``upload``.
+    transport : a distributed run's synchronisation, e.g. :class:`fedlangevin.distributed.ProcessGroup`
+        (``docs/distributed.md``): this process holds the transport's clients; only its writing
+        process (rank 0) keeps draws, checkpoints and stores. ``None``: one process, every client.
 
     Long runs (``docs/long-runs.md``): :meth:`run` takes ``checkpoint=``/``checkpoint_every=``
     (atomic checkpoints), ``store=`` (draws appended to disk, flat memory), ``stats=``/
@@ -123,6 +126,7 @@ class FALD:
         noise_dtype: Any = torch.float32,
         upload: Callable[[torch.Tensor, torch.Tensor, torch.Generator | None], torch.Tensor] | None = None,
         streams: str = "single",
+        transport: Any = None,
     ) -> None:
         if not isinstance(problem, FederatedProblem):
             raise ValueError(f"problem must be a fedlangevin FederatedProblem; got {type(problem).__name__}")
@@ -159,6 +163,12 @@ class FALD:
         if streams == "per_client" and upload is not None:
             raise ValueError("upload: an upload codec is not supported with streams='per_client'; use streams='single'")
         self.streams = streams
+        if transport is not None and not callable(getattr(transport, "reduce", None)):
+            raise ValueError(f"transport must be None or have a reduce(partial) method; got {transport!r}")
+        if transport is not None and (upload is not None or streams == "per_client"):
+            raise ValueError("transport: not supported with an upload codec or streams='per_client' (both assume "
+                             "one process holding every client); use upload=None, streams='single'")
+        self.transport = transport
 
         self.problem = problem
         self._work_problem = problem.to(device=self.device, dtype=self.dtype)
@@ -181,7 +191,8 @@ class FALD:
                                     self.batch_size, seed=self.seed, dtype=self.dtype, device=self.device,
                                     noise_dtype=self.noise_dtype)
         return build(self.problem, self.temperature, self.correlation, self.participation, self.batch_size,
-                     dtype=self.dtype, device=self.device, noise_dtype=self.noise_dtype, upload=upload, validated=True)
+                     dtype=self.dtype, device=self.device, noise_dtype=self.noise_dtype, upload=upload,
+                     transport=self.transport, validated=True)
 
     @property
     def settings(self) -> Settings:
@@ -255,6 +266,8 @@ class FALD:
         if checkpoint is not None and self.upload is not None:
             raise ValueError("checkpoint: a run with an upload codec cannot be checkpointed (the codec and its "
                              "random stream are not part of the checkpoint); run without checkpoint=")
+        if not getattr(self.transport, "writes", True):  # a distributed run: rank 0 keeps the draws and writes
+            store, checkpoint, checkpoint_every, keep_samples = None, None, None, False
         if self._pending is not None:
             progress_flag = check_optional_bool("progress", progress)
             run = continue_arguments(self._pending, rounds, warmup, thin, store, keep_samples, stats, target,
@@ -432,6 +445,7 @@ class FALD:
         participation: Participation | None = None,
         device: Any = None,
         fallback: bool = False,
+        transport: Any = None,
     ) -> "FALD":
         """A sampler positioned where the checkpoint at ``path`` left off.
 
@@ -452,6 +466,9 @@ class FALD:
             (cpu <-> cuda) continues with a new random stream, with a warning.
         fallback : if the checkpoint is damaged, resume from ``<path>.prev`` (with a warning)
             instead of raising :class:`~fedlangevin.fald.checkpoint.CheckpointError`.
+        transport : of a distributed run (every process resumes from rank 0's checkpoint with
+            the same number of processes); a process that does not write (``transport.writes``
+            false) continues an unfinished run without its draws or checkpoint.
         """
         path = check_path("path", path)
         fallback = check_bool("fallback", fallback)
@@ -464,7 +481,7 @@ class FALD:
             problem, step_size=schedule, local_steps=settings["local_steps"], temperature=settings["temperature"],
             correlation=settings["correlation"], participation=rule, chains=settings["chains"],
             batch_size=settings["batch_size"], device=new_device, dtype=settings["dtype"], seed=settings["seed"],
-            noise_dtype=settings["noise_dtype"], streams=settings.get("streams", "single"),
+            noise_dtype=settings["noise_dtype"], streams=settings.get("streams", "single"), transport=transport,
         )
         active = record["active"].numpy().astype(np.int64)
         theta = record["theta"].to(device=sampler.device, dtype=sampler.dtype)
@@ -489,7 +506,9 @@ class FALD:
                                           record["problem"]["digest"]))
         rec_run = record["run"]
         if rec_run is not None and not rec_run["finished"]:
-            sampler._pending = Run.from_record(sampler, rec_run, main)
+            writes = getattr(transport, "writes", True)  # rank 0 alone continues the draws and the checkpoint
+            rec_run = rec_run if writes else dict(rec_run, draws={"kind": "none"}, keep_samples=False)
+            sampler._pending = Run.from_record(sampler, rec_run, main if writes else None)
         return sampler
 
 

@@ -33,7 +33,7 @@ from typing import Sequence
 import torch
 
 from fedlangevin._validation import check_index_parts, check_int, check_real, check_tensor
-from fedlangevin.problems.base import FederatedProblem
+from fedlangevin.problems.base import FederatedProblem, check_client_indices
 
 __all__ = ["LogisticRegression"]
 
@@ -138,6 +138,10 @@ class LogisticRegression(FederatedProblem):
         self.mask = (torch.arange(n_max)[None, :] < sizes[:, None]).to(torch.float64)
         self._client_scale = (1.0 / self.weights)[:, None, None]  # 1 / p_c, for full gradients
         self.var_names = None
+        self._num_data = int(sizes.sum())
+        #: minibatch draws are made for all ``_draw_clients`` clients of the federation and the
+        #: columns ``_held`` kept (a restriction to some clients, see :meth:`clients`)
+        self._draw_clients, self._held = n_clients, None
 
     @classmethod
     def from_partition(
@@ -162,7 +166,8 @@ class LogisticRegression(FederatedProblem):
     # -- sizes and layout ---------------------------------------------------------------------
     @property
     def num_data(self) -> int:
-        return int(self.client_sizes.sum())
+        """n, the federation's number of data points (also of a restriction to some clients)."""
+        return self._num_data
 
     @property
     def prior_precision(self) -> float:
@@ -210,7 +215,9 @@ class LogisticRegression(FederatedProblem):
             b = batch_size
             sizes = self.client_sizes
             n_max = self.features.shape[1]
-            u = torch.rand(r, n_clients, b, generator=generator, device=theta.device, dtype=torch.float64)
+            u = torch.rand(r, self._draw_clients, b, generator=generator, device=theta.device, dtype=torch.float64)
+            if self._held is not None:
+                u = u.index_select(1, self._held)
             idx = (u * sizes[None, :, None]).long().minimum(sizes[None, :, None] - 1)
             flat = (idx + (torch.arange(n_clients, device=theta.device) * n_max)[None, :, None]).reshape(-1)
             xb = self.features.view(-1, p1).index_select(0, flat).view(r, n_clients, b, p1)
@@ -310,8 +317,29 @@ class LogisticRegression(FederatedProblem):
         """m = 1/sigma^2 (Assumption 5.2; the likelihood is convex but not strongly convex)."""
         return self.prior_precision
 
+    def clients(self, indices):
+        """The clients ``indices`` only: their data, their p_c and 1/p_c, the federation's n
+        (see :meth:`FederatedProblem.clients`). Minibatch indices are drawn for every client
+        of the federation and the held clients' kept, so samples do not depend on the split;
+        the gradients are computed for the held clients alone."""
+        idx = check_client_indices(indices, self.num_clients)
+        new = copy.copy(self)
+        dev = self.features.device
+        new.num_clients = int(idx.numel())
+        new.features = self.features.index_select(0, idx.to(dev))
+        new.labels = self.labels.index_select(0, idx.to(self.labels.device))
+        new.mask = self.mask.index_select(0, idx.to(self.mask.device))
+        new._client_scale = self._client_scale.index_select(0, idx.to(self._client_scale.device))
+        new.client_sizes = self.client_sizes.index_select(0, idx.to(self.client_sizes.device))
+        new.weights = self.weights.index_select(0, idx)
+        held = idx if self._held is None else self._held.index_select(0, idx.to(self._held.device))
+        new._held = held.to(dev)
+        return new
+
     def to(self, device=None, dtype=None):
         new = copy.copy(self)
+        if self._held is not None:
+            new._held = self._held.to(device=device)
         for name in ("features", "mask", "_client_scale"):
             t = getattr(self, name)
             setattr(new, name, t.to(device=device, dtype=dtype))

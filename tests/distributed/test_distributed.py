@@ -1,0 +1,214 @@
+"""FA-LD on torch.distributed (gloo, CPU): W in {1, 2, 3} spawned ranks against one process.
+
+One launch per W runs every case in the same processes (starting a process costs seconds).
+Equality tolerance: the distributed run adds the ranks' partial sums sum_{c held} w_c beta_c
+(then the all-reduce adds the W partials), the single process sums all clients at once; the
+two differ only by the order of floating-point additions, a relative error of a few ulp per
+round (float64: ~1e-16) carried by a contracting chain, so 1e-12 (relative and absolute)
+over 12 rounds of O(1) parameters leaves a 1000x margin while any wrong draw (O(1)) fails.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import fedlangevin as fl
+from fedlangevin.distributed import ProcessGroup, Workers, launch, split_clients
+from fedlangevin.experiments.exact import exact_moments
+from tests.distributed import _cases as C
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+TOL = dict(rtol=1e-12, atol=1e-12)
+LIMIT = 150.0  # seconds: hard bound on one launch (processes are killed after it)
+
+
+def _gone(pids: list[int]) -> bool:
+    """No process of ``pids`` is left (a zombie not yet reaped by its parent counts as gone)."""
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            continue
+        if state != "Z":
+            return False
+    return True
+
+
+def _launch(fn, world_size: int, *args, strict: bool = True) -> list:
+    with Workers(fn, world_size, args, timeout=60, limit=LIMIT) as workers:
+        pids = workers.pids
+        try:
+            results = workers.join(strict)
+            return results if strict else (results, workers.errors)
+        finally:
+            workers.close()
+            deadline = time.monotonic() + 10
+            while not _gone(pids) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert _gone(pids), f"processes {pids} outlived the launch"
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict:
+    torch.set_num_threads(1)
+    return {name: torch.as_tensor(C.sampler(name).run(C.ROUNDS).samples) for name in C.CASES}
+
+
+@pytest.fixture(scope="module")
+def w1():
+    return _launch(C.equality_cases, 1)
+
+
+@pytest.fixture(scope="module")
+def w2(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("w2") / "run.ckpt")
+    return _launch(C.w2_launch, 2, path)
+
+
+@pytest.fixture(scope="module")
+def w3(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("w3") / "run.ckpt")
+    results, errors = _launch(C.w3_launch, 3, path, strict=False)
+    return path, results, errors
+
+
+def _check_equal(results: list[dict], reference: dict, world_size: int) -> None:
+    blocks = split_clients(6, world_size)
+    for name, want in reference.items():
+        got = results[0][name]["samples"]
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want, **TOL, msg=lambda m: f"{name}, W={world_size}: {m}")
+        assert not torch.equal(want[:, 0], want[:, -1])  # the chains move: equality is not trivial
+        for rank, res in enumerate(results):
+            assert res[name]["clients"] == blocks[rank]
+            assert torch.equal(res[name]["theta"], results[0][name]["theta"])  # every rank holds the same iterate
+            if rank:  # rank 0 keeps the draws; the others' traces hold none
+                assert res[name]["samples"] == (want.shape[0], 0, want.shape[2])
+
+
+def test_one_rank_equals_the_single_process_run(w1, reference):
+    _check_equal(w1, reference, 1)
+
+
+def test_two_ranks_equal_the_single_process_run(w2, reference):
+    _check_equal([r["equal"] for r in w2], reference, 2)
+
+
+def test_three_ranks_equal_the_single_process_run(w3, reference):
+    results = w3[1][:2]
+    _check_equal([r["equal"] for r in results], reference, 3)  # rank 2 is killed later in this launch
+
+
+def test_checkpoint_at_two_ranks_resumes_at_two_ranks(w2):
+    want = torch.as_tensor(C.sampler("full_rho07").run(20).samples)
+    got = w2[0]["resume"]["samples"]
+    torch.testing.assert_close(got, want, **TOL)
+    assert not w2[1]["resume"]["written"]  # rank 1 wrote no checkpoint
+    assert torch.equal(w2[1]["resume"]["theta"], w2[0]["resume"]["theta"])
+
+
+def test_a_killed_rank_stops_the_others_with_an_error_naming_it(w3):
+    path, results, errors = w3
+    # the launcher reports the killed rank (and only it) without raising: strict=False
+    assert list(errors) == [2] and errors[2] == "died with exit code 17 before reporting a result", errors
+    for rank in (0, 1):
+        message = results[rank]["killed"]
+        assert message.startswith("RankFailure ranks=[2]"), message
+        assert re.search(r"rank 2 \(pid \d+ on .*\) stopped", message), message
+    # the last checkpoint (round 10, written before rank 2 died in round 12) finishes the run
+    # in one process: exact mode does not depend on W
+    resumed = fl.FALD.resume(path)
+    assert resumed.unfinished["done"] == 10
+    got = torch.as_tensor(resumed.run().samples)
+    want = torch.as_tensor(C.sampler("full_rho07").run(30).samples)
+    torch.testing.assert_close(got, want, **TOL)
+
+
+def _exits(rank: int, world_size: int) -> int:
+    if rank == 1:
+        os._exit(17)
+    return rank
+
+
+@pytest.mark.parametrize("name", ["full_rho07", "schemeI_rho0"])
+def test_inexact_mode_has_the_exact_law(w2, name):
+    """exact=False at W = 2: mean and covariance after 8 rounds match the exact moments.
+
+    Tolerance: 5 Monte Carlo standard errors of each entry, estimated from the R = 4000
+    draws themselves (mean: sqrt(var / R); second moments: sqrt(var(x_i x_j) / R)); the law is
+    a mixture under scheme I, so no Gaussian formula is assumed. 5 errors fail with
+    probability < 1e-5 per entry if the law is right.
+    """
+    x = w2[0]["inexact"][name].numpy()
+    kwargs = {"full_rho07": dict(correlation=0.7), "schemeI_rho0": dict(participation=fl.SchemeI(2))}[name]
+    means, covs = exact_moments(C.quadratic_problem(), [[0.1] * 3] * C.INEXACT_ROUNDS, **kwargs)
+    mean, cov = means[-1], covs[-1]
+    r = x.shape[0]
+    assert r == C.INEXACT_CHAINS
+    se_mean = np.sqrt(x.var(axis=0) / r)
+    assert np.all(np.abs(x.mean(axis=0) - mean) < 5 * se_mean), (x.mean(axis=0), mean, se_mean)
+    centred = x - mean
+    prods = centred[:, :, None] * centred[:, None, :]
+    se_cov = np.sqrt(prods.reshape(r, -1).var(axis=0) / r).reshape(2, 2)
+    assert np.all(np.abs(prods.mean(axis=0) - cov) < 5 * se_cov), (prods.mean(axis=0), cov, se_cov)
+    # and it is another stream than the exact mode's (per-rank private noise)
+    exact = fl.FALD(C.quadratic_problem(), step_size=0.1, local_steps=3, chains=C.INEXACT_CHAINS, seed=5, **kwargs)
+    exact.run(C.INEXACT_ROUNDS, keep_samples=False)
+    assert not np.allclose(exact.state.theta.numpy(), x)
+
+
+def test_process_group_needs_an_initialised_group():
+    with pytest.raises(ValueError, match="initialised torch.distributed process group"):
+        ProcessGroup()
+
+
+def test_split_clients_is_tensor_split_and_checks_its_arguments():
+    assert split_clients(7, 3) == [[0, 1, 2], [3, 4], [5, 6]]
+    assert split_clients(2, 1) == [[0, 1]]
+    with pytest.raises(ValueError, match=r"world_size must be an integer in \[1, num_clients = 2\]"):
+        split_clients(2, 3)
+    with pytest.raises(ValueError, match="num_clients"):
+        split_clients(0, 1)
+
+
+def test_launch_checks_its_arguments():
+    with pytest.raises(ValueError, match="world_size"):
+        launch(_exits, 0)
+    with pytest.raises(ValueError, match="limit"):
+        launch(_exits, 1, limit=-1)
+    with pytest.raises(ValueError, match="backend"):
+        launch(_exits, 1, backend="mpi")
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(exact=1), "exact must be True or False"),
+    (dict(timeout=0), "timeout must be a number of seconds > 0"),
+    (dict(timeout=float("inf")), "timeout must be a number of seconds > 0"),
+    (dict(timeout=10, heartbeat=10), r"heartbeat must be a number of seconds in \(0, timeout = 10\)"),
+])
+def test_process_group_checks_its_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ProcessGroup(**kwargs)
+
+
+def test_fald_rejects_an_upload_codec_with_a_transport():
+    class Held:  # a transport holding every client (the protocol's minimum)
+        clients = None
+
+        def reduce(self, partial):
+            return partial
+
+    problem = C.gaussian_problem()
+    with pytest.raises(ValueError, match="transport: not supported with an upload codec or streams='per_client'"):
+        fl.FALD(problem, step_size=0.01, transport=Held(), upload=lambda beta, theta, g: beta)
+    with pytest.raises(ValueError, match="transport: not supported with an upload codec or streams='per_client'"):
+        fl.FALD(problem, step_size=0.01, transport=Held(), streams="per_client")
+    with pytest.raises(ValueError, match="transport must be None or have a reduce"):
+        fl.FALD(problem, step_size=0.01, transport=object())
