@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "privacy": ("fedlangevin.commands.privacy", "differential-privacy budget of an FA-LD run (paper bound and tight accountant)"),
     "compare": ("fedlangevin.commands.compare", "FA-LD beside quantized-communication FL optimizers on the same data"),
     "diagnose": ("fedlangevin.commands.diagnose", "convergence diagnostics (R-hat, ESS, summary) of saved samples"),
+    "validate": ("fedlangevin.commands.validate", "FA-LD's defaults on posteriordb posteriors against Stan's reference draws"),
 }
 
 

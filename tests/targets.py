@@ -115,3 +115,20 @@ def assert_moments_within_mc_error(x: np.ndarray, means: np.ndarray, covs: np.nd
         assert np.all(np.abs(x[:, i].mean(0) - means[i]) < z * np.sqrt(v / r))
         se = np.sqrt((np.outer(v, v) + covs[i] ** 2) / r)
         assert np.all(np.abs(np.cov(x[:, i], rowvar=False) - covs[i]) < z * se)
+
+
+def random_quadratic(n: int = 5, d: int = 3, seed: int = 0, random_weights: bool = True):
+    """A QuadraticProblem with random per-client Hessians A_c = Q Q^T / d + I and shifts; client
+    weights random (normalised U(0.5, 1.5)) or equal."""
+    import torch
+
+    from fedlangevin.problems import QuadraticProblem
+
+    f64 = torch.float64
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(n, d, d, generator=g, dtype=f64)
+    a = q @ q.transpose(-1, -2) / d + torch.eye(d, dtype=f64)
+    if random_weights:
+        w = torch.rand(n, generator=g, dtype=f64) + 0.5
+        return QuadraticProblem(a, torch.randn(n, d, generator=g, dtype=f64), w / w.sum())
+    return QuadraticProblem(a, torch.randn(n, d, generator=g, dtype=f64), torch.full((n,), 1.0 / n, dtype=f64))

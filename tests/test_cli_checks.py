@@ -275,7 +275,7 @@ print("torch imported" if "torch" in sys.modules else "torch not imported", file
 
 
 @pytest.mark.parametrize("args", [["--help"], ["--version"], ["demo", "--help"], ["privacy", "--help"],
-                                  ["diagnose", "--help"]])
+                                  ["diagnose", "--help"], ["validate", "--help"]])
 def test_help_does_not_import_torch(args):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=env, timeout=60)

@@ -23,6 +23,7 @@ import torch
 from fedlangevin._validation import check_device
 from fedlangevin.fald import checkpoint as ckpt
 from fedlangevin.fald.participation import Participation, as_participation
+from fedlangevin.fald.preconditioning import preconditioner_record
 from fedlangevin.fald.schedules import as_schedule
 from fedlangevin.problems.base import FederatedProblem
 
@@ -66,9 +67,19 @@ class CheckpointWriter:
             "active": torch.as_tensor(sampler.active, dtype=torch.int64),
             "generator": sampler.generator.get_state(),
             "ledger": ckpt.encode(dict(sampler.ledger)),
+            "preconditioner": None if sampler.preconditioner is None
+            else ckpt.encode(preconditioner_record(sampler.preconditioner)),
+            "adapted": bool(sampler.adapted),
+            "adaptation": None if sampler.adapter is None else ckpt.encode(sampler.adapter.record()),
             "run": run.describe(),
         }
         ckpt.write_file(path, record)
+
+    def resumed(self, record: dict, main: Path) -> None:
+        """Take over a checkpoint's problem sidecar (it need not be written again)."""
+        if record["problem"]["file"] is not None:
+            self.digest = record["problem"]["digest"]
+            self.sidecars.add((str(main.with_name(main.name + ckpt.PROBLEM_SUFFIX)), record["problem"]["digest"]))
 
     def problem_record(self, path: Path) -> dict:
         problem = self.problem
@@ -222,3 +233,28 @@ def resume_participation(record: dict, participation: Any) -> Participation:
             f"participation {rule!r} differs from the checkpointed run's ({record['participation_repr']})", stacklevel=3
         )
     return rule
+
+
+def resume_state(record: dict, used: Path, dim: int, device, dtype):
+    """The checkpoint's state (theta, step and round counters) and active chains, checked."""
+    from fedlangevin.fald.kernel import FALDState
+
+    active = record["active"].numpy().astype(np.int64)
+    theta = record["theta"].to(device=device, dtype=dtype)
+    if theta.shape != (len(active), dim):
+        raise ckpt.CheckpointError(f"checkpoint {str(used)!r}: parameters of shape {tuple(theta.shape)} do "
+                                   f"not match {len(active)} chains x d = {dim}")
+    return FALDState(theta=theta, step=int(record["step"]), round=int(record["round"])), active
+
+
+def resume_generator(generator, record: dict, saved_device, new_device, seed: int) -> None:
+    """The checkpoint's random stream on the same device type; a new one (seeded from seed and
+    round, with a warning) on another."""
+    if new_device.type == saved_device.type:
+        generator.set_state(record["generator"])
+        return
+    warnings.warn(
+        f"resuming a {saved_device.type} run on {new_device.type}: the random stream cannot carry over, the "
+        f"chains continue with a new one (seeded from seed and round)", stacklevel=3,
+    )
+    generator.manual_seed((seed + 1_000_003 * int(record["round"])) % 2**64)

@@ -30,6 +30,8 @@ from fedlangevin._validation import (
 from fedlangevin.fald.schedules import check_schedule
 from fedlangevin.fald.store import SampleStore
 from fedlangevin.fald.streaming import StreamingStats
+from fedlangevin.fald.trace import Communication
+from fedlangevin.problems.base import FederatedProblem
 
 __all__ = ["DiskDraws", "MemoryDraws", "NoDraws", "Run", "RunArguments", "continue_arguments", "progress_bar",
            "run_arguments"]
@@ -249,6 +251,7 @@ class Run:
         run.chain_ids = sampler.active.copy()
         run.alive = np.arange(len(run.chain_ids), dtype=np.int64)
         run.dropped, run.uploads = {}, 0.0
+        run.setup_floats = 0.0  # preconditioners broadcast during this run (floats, all clients)
         r, d = len(run.chain_ids), sampler.problem.dim
         if not args.keep_samples:
             run.draws = NoDraws(r, d, sampler.dtype)
@@ -295,6 +298,7 @@ class Run:
             "alive": torch.as_tensor(self.alive, dtype=torch.int64),
             "dropped": [[int(c), int(r), int(s)] for c, (r, s) in self.dropped.items()],
             "uploads": float(self.uploads),
+            "setup_floats": float(getattr(self, "setup_floats", 0.0)),
             "draws": self.draws.record(self.checkpoint),
             "stats": None if self.stats is None else self.stats.state_dict(),
             "target": None if self.stats is None or self.stats.target is None
@@ -314,6 +318,7 @@ class Run:
         run.alive = rec["alive"].numpy().astype(np.int64)
         run.dropped = {int(c): (int(r), int(s)) for c, r, s in rec["dropped"]}
         run.uploads = float(rec["uploads"])
+        run.setup_floats = float(rec.get("setup_floats", 0.0))
         r, d = len(run.chain_ids), sampler.problem.dim
         draws = rec["draws"]
         if draws["kind"] == "memory":
@@ -395,3 +400,13 @@ def continue_arguments(run: Run, rounds, warmup, thin, store, keep_samples, stat
     if checkpoint_every is not None:
         run.checkpoint_every = checkpoint_every
     return run
+
+
+def communication(problem: FederatedProblem, rounds: int, uploads: float, setup_floats: float = 0.0,
+                  setup_floats_up: float = 0.0) -> Communication:
+    """Per-chain communication of ``rounds`` rounds with ``uploads`` client uploads: d floats per
+    upload, a broadcast of d floats to each of the N clients per round, plus ``setup_floats``
+    sent down once for the run (preconditioners: M is shared by the chains; the mode search of
+    init="map") and ``setup_floats_up`` sent up for it (the mode search's gradients and Hessians)."""
+    n, d = problem.num_clients, problem.dim
+    return Communication(rounds, uploads, uploads * d + float(setup_floats_up), float(rounds * n * d) + float(setup_floats))

@@ -38,13 +38,15 @@ from fedlangevin._validation import (
 )
 from fedlangevin.fald import checkpoint as ckpt
 from fedlangevin.fald import resume as rs
+from fedlangevin.fald import adaptation
 from fedlangevin.fald.engine import build
 from fedlangevin.fald.streams import build_per_client
+from fedlangevin.fald.mode import resolve_init
 from fedlangevin.fald.kernel import FALDState, init_state
 from fedlangevin.fald.participation import Participation, as_participation
 from fedlangevin.fald.replay import diagnose, where
-from fedlangevin.fald.runs import Run, continue_arguments, progress_bar, run_arguments
-from fedlangevin.fald.schedules import as_schedule, check_schedule, round_step_sizes, step_sizes
+from fedlangevin.fald.runs import Run, communication, continue_arguments, progress_bar, run_arguments
+from fedlangevin.fald.schedules import check_schedule, round_step_sizes
 from fedlangevin.fald.settings import Settings
 from fedlangevin.fald.steppers import round_threads
 from fedlangevin.fald.trace import Communication, DivergenceError, StepSizes, Trace
@@ -68,9 +70,9 @@ class FALD:
     Parameters
     ----------
     problem : a :class:`~fedlangevin.problems.FederatedProblem`.
-    step_size : eta > 0; ``"paper"`` for Thm 5.8's eta_k = 1/(2L + m k/12); a sequence with
-        one value per local step; or a callable k -> eta_k (k counts local steps from 0; it
-        must be a pure function of k: the runner evaluates it more than once).
+    step_size : ``"auto"`` (default: adapted in warm-up, ``docs/adaptation.md``); eta > 0 (as before);
+        ``"paper"`` for Thm 5.8's eta_k = 1/(2L + m k/12); a sequence with one value per local
+        step; or a callable k -> eta_k (k counts local steps from 0; a pure function of k).
     local_steps : K >= 1, local steps between synchronisations.
     temperature : tau > 0; the target is pi ∝ exp(-f / tau).
     correlation : rho in [0, 1] between the clients' injected noises (eq. 14). rho = 0 is
@@ -79,7 +81,8 @@ class FALD:
         probabilities p_c) or :class:`SchemeII` (S uniform without replacement, balanced data).
     chains : R >= 1 independent replicate chains, simulated together.
     batch_size : minibatch size per client and step (``None`` = full gradients).
-    init : initial global parameter, shape (d,) or (R, d); default zeros.
+    init : initial global parameter, shape (d,) or (R, d) (e.g. prior draws); default zeros;
+        ``"map"``: the MAP of a federated Newton search (:mod:`fedlangevin.fald.mode`).
     device, dtype : where and in which precision the state lives (float32 or float64).
     seed : seeds the single ``torch.Generator`` that drives all randomness (noise,
         minibatches, participation); the same seed on the same device reproduces a run
@@ -101,6 +104,9 @@ class FALD:
     transport : a distributed run's synchronisation, e.g. :class:`fedlangevin.distributed.ProcessGroup`
         (``docs/distributed.md``): this process holds the transport's clients; only its writing
         process (rank 0) keeps draws, checkpoints and stores. ``None``: one process, every client.
+    preconditioner : a fixed M, (d, d) or (d,) (diagonal) (:mod:`fedlangevin.fald.preconditioning`).
+    adapt : adapt M in the first run's warm-up (default ``rounds // 2``), then freeze it (default:
+        with ``step_size="auto"`` only, and not with ``streams="per_client"``).
 
     Long runs (``docs/long-runs.md``): :meth:`run` takes ``checkpoint=``/``checkpoint_every=``
     (atomic checkpoints), ``store=`` (draws appended to disk, flat memory), ``stats=``/
@@ -112,7 +118,7 @@ class FALD:
     def __init__(
         self,
         problem: FederatedProblem,
-        step_size: float | str | Sequence[float] | Callable[[int], float],
+        step_size: float | str | Sequence[float] | Callable[[int], float] = "auto",
         local_steps: int = 1,
         temperature: float = 1.0,
         correlation: float = 0.0,
@@ -127,6 +133,9 @@ class FALD:
         upload: Callable[[torch.Tensor, torch.Tensor, torch.Generator | None], torch.Tensor] | None = None,
         streams: str = "single",
         transport: Any = None,
+        *,
+        preconditioner: Any = None,
+        adapt: bool | None = None,
     ) -> None:
         if not isinstance(problem, FederatedProblem):
             raise ValueError(f"problem must be a fedlangevin FederatedProblem; got {type(problem).__name__}")
@@ -138,8 +147,7 @@ class FALD:
         weights = check_weights(problem.weights, problem.num_clients)
         self.participation.validate(weights)
         self.batch_size = problem.check_batch_size(batch_size)
-        self.schedule = as_schedule(step_size, problem)
-        step_sizes(self.schedule, 0, 1)  # fail now on an invalid first step size
+        adaptation.configure(self, problem, step_size, check_optional_bool("adapt", adapt), preconditioner, upload, streams)
         self.dtype = check_dtype("dtype", dtype)
         self.noise_dtype = check_dtype("noise_dtype", noise_dtype) if noise_dtype is not None else self.dtype
         self.device = check_device("device", device)
@@ -150,6 +158,7 @@ class FALD:
         check_fits("chains", self.chains * problem.num_clients * problem.dim * itemsize, self.device,
                    f"the client states of {self.chains} chains x {problem.num_clients} clients x d = {problem.dim}",
                    "use fewer chains")
+        init, self.map_result = resolve_init(init, problem)  # map_result: init="map"'s mode search
         initial = check_init(init, self.chains, problem.dim, self.dtype, self.device)
         if upload is not None and not callable(upload):
             raise ValueError(f"upload must be None or a callable codec(beta, theta, generator); got {upload!r}")
@@ -184,6 +193,7 @@ class FALD:
         self.interrupted_trace: Trace | None = None
         self._pending: Run | None = None
         self._writer = rs.CheckpointWriter(problem)
+        adaptation.account_setup(self)  # the broadcast of a given M and the mode search's rounds and floats
 
     def _build(self, upload):
         if self.streams == "per_client":
@@ -192,7 +202,10 @@ class FALD:
                                     noise_dtype=self.noise_dtype)
         return build(self.problem, self.temperature, self.correlation, self.participation, self.batch_size,
                      dtype=self.dtype, device=self.device, noise_dtype=self.noise_dtype, upload=upload,
-                     transport=self.transport, validated=True)
+                     transport=self.transport, validated=True, preconditioner=self.preconditioner)
+
+    def rebuild_kernel(self) -> None:  # after the preconditioner changed (warm-up adaptation)
+        self._kernel = self._build(self.upload)
 
     @property
     def settings(self) -> Settings:
@@ -205,12 +218,15 @@ class FALD:
             device=str(self.device), dtype=str(self.dtype).replace("torch.", ""),
             noise_dtype=str(self.noise_dtype).replace("torch.", ""),
             upload="exact" if self.upload is None else repr(self.upload), streams=self.streams,
+            preconditioner="none" if self.preconditioner is None else repr(self.preconditioner), adapt=self.adapt_matrix,
+            auto_step_size=self.adapt_step, preconditioner_norm=float(self.preconditioner_norm),
         )
 
     @property
     def communication(self) -> Communication:
         """Communication per chain since the sampler was created (from :attr:`ledger`)."""
-        return communication(self.problem, self.ledger["rounds"], self.ledger["uploads"])
+        return communication(self.problem, self.ledger["rounds"], self.ledger["uploads"],
+                             self.ledger.get("setup_floats", 0.0), self.ledger.get("setup_floats_up", 0.0))
 
     # -- running --------------------------------------------------------------------------------
     def run(
@@ -276,6 +292,7 @@ class FALD:
                                      dtype=self.dtype, device=self.device)
             todo = run.rounds - run.done
         else:
+            adapting, warmup = adaptation.default_warmup(self, rounds, warmup)
             args = run_arguments(rounds, warmup, thin, progress, store, keep_samples, stats, target, checkpoint,
                                  checkpoint_every, on_divergence, problem=self.problem, temperature=self.temperature)
             if args.stats and args.target is not None and len(self.active) < 2:
@@ -284,8 +301,10 @@ class FALD:
             if args.keep_samples and args.store is None:
                 check_memory_draws(Run.count_draws(args.rounds, args.warmup, args.thin), len(self.active),
                                    self.problem.dim, self.dtype, self.device)
+            sent = adaptation.begin_adaptation(self, args.warmup) if adapting else 0.0
             check_schedule(self.schedule, self.state.step, args.rounds * self.local_steps)
             run = Run.start(self, args)
+            run.setup_floats += sent
             todo = args.rounds
             progress_flag = args.progress
         self._pending = run
@@ -330,21 +349,21 @@ class FALD:
 
     def _advance(self, run: Run, rounds: int, bar) -> None:
         """``rounds`` rounds of ``run``. The per-round Python is kept to a minimum: step sizes come
-        in precomputed lists, uploads are a constant where the rule fixes them, the finiteness
-        check is one reduction (the exact check runs only when the sum is not finite), and the
-        thread setting is made once for the whole loop."""
+        precomputed (an adaptive warm-up's round by round), uploads are a constant where the rule
+        fixes them, the finiteness check is one reduction (the exact check runs only when the sum
+        is not finite), and the thread setting is made once for the whole loop."""
         k = self.local_steps
-        step, generator, led = self._kernel.step, self.generator, self.ledger
+        generator, led = self.generator, self.ledger
         fixed = self.participation.fixed_uploads(self.problem.num_clients)
         uploads_of = self.participation.uploads
         last_save = time.monotonic()
         numel = len(self.active) * self.problem.num_clients * self.problem.dim
         with round_threads(numel, self.device):
-            for etas in round_step_sizes(self.schedule, self.state.step, k, rounds):
+            for etas in adaptation.round_etas(self, rounds):
                 gen_state = generator.get_state()
                 committed = False
                 try:
-                    state, info = step(self.state, etas, generator)
+                    state, info = self._kernel.step(self.state, etas, generator)
                     if not math.isfinite(state.theta.sum()) and not bool(torch.isfinite(state.theta).all()):
                         state = self._diverged(run, state, gen_state, etas)
                     uploads = fixed if fixed is not None else uploads_of(info.weights)
@@ -363,6 +382,8 @@ class FALD:
                 led["eta_sum"] += sum(etas)
                 led["eta_max"] = max(led["eta_max"], max(etas))
                 led["uploads"] += uploads
+                if self.adapter is not None:
+                    adaptation.observe(self, run, state.theta)
                 if run.checkpoint is not None and run.done < run.rounds:
                     every = run.checkpoint_every
                     if (run.done % every == 0) if every is not None else (time.monotonic() - last_save >= CHECKPOINT_SECONDS):
@@ -423,7 +444,7 @@ class FALD:
             draw_rounds=rounds,
             draw_steps=rounds * self.local_steps,
             step_sizes=StepSizes(self.schedule, run.start_step, run.done * self.local_steps),
-            communication=communication(self.problem, run.done, run.uploads),
+            communication=communication(self.problem, run.done, run.uploads, getattr(run, "setup_floats", 0.0)),
             settings=self.settings,
             problem=self.problem,
             var_names=self.problem.parameter_names(),
@@ -482,28 +503,14 @@ class FALD:
             correlation=settings["correlation"], participation=rule, chains=settings["chains"],
             batch_size=settings["batch_size"], device=new_device, dtype=settings["dtype"], seed=settings["seed"],
             noise_dtype=settings["noise_dtype"], streams=settings.get("streams", "single"), transport=transport,
+            adapt=bool(settings.get("adapt", False)),
         )
-        active = record["active"].numpy().astype(np.int64)
-        theta = record["theta"].to(device=sampler.device, dtype=sampler.dtype)
-        if theta.shape != (len(active), problem.dim):
-            raise ckpt.CheckpointError(f"checkpoint {str(used)!r}: parameters of shape {tuple(theta.shape)} do "
-                                          f"not match {len(active)} chains x d = {problem.dim}")
-        sampler.state = FALDState(theta=theta, step=int(record["step"]), round=int(record["round"]))
-        sampler.active = active
-        if new_device.type == saved_device.type:
-            sampler.generator.set_state(record["generator"])
-        else:
-            warnings.warn(
-                f"resuming a {saved_device.type} run on {new_device.type}: the random stream cannot carry over, the "
-                f"chains continue with a new one (seeded from seed and round)", stacklevel=2,
-            )
-            sampler.generator.manual_seed((sampler.seed + 1_000_003 * int(record["round"])) % 2**64)
+        sampler.state, sampler.active = rs.resume_state(record, used, problem.dim, sampler.device, sampler.dtype)
+        rs.resume_generator(sampler.generator, record, saved_device, new_device, sampler.seed)
         sampler.ledger = ckpt.decode(record["ledger"])
+        adaptation.restore(sampler, {k: ckpt.decode(record.get(k)) for k in ("preconditioner", "adapted", "adaptation")}, settings)
         main = rs.main_path(used)
-        if record["problem"]["file"] is not None:
-            sampler._writer.digest = record["problem"]["digest"]
-            sampler._writer.sidecars.add((str(main.with_name(main.name + ckpt.PROBLEM_SUFFIX)),
-                                          record["problem"]["digest"]))
+        sampler._writer.resumed(record, main)
         rec_run = record["run"]
         if rec_run is not None and not rec_run["finished"]:
             writes = getattr(transport, "writes", True)  # rank 0 alone continues the draws and the checkpoint
@@ -511,9 +518,3 @@ class FALD:
             sampler._pending = Run.from_record(sampler, rec_run, main if writes else None)
         return sampler
 
-
-def communication(problem: FederatedProblem, rounds: int, uploads: float) -> Communication:
-    """Per-chain communication of ``rounds`` rounds with ``uploads`` client uploads: d floats per
-    upload, a broadcast of d floats to each of the N clients per round."""
-    n, d = problem.num_clients, problem.dim
-    return Communication(rounds, uploads, uploads * d, float(rounds * n * d))

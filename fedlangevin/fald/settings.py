@@ -32,7 +32,11 @@ class Settings(Mapping):
     chains : R; num_clients : N; dim : d; batch_size : minibatch size (``None``: full
     gradients); step_size : the schedule's repr; seed; device, dtype, noise_dtype : as
     strings ("cpu", "float64"); upload : "exact" or the codec's repr; streams : the randomness
-    layout, "single" or "per_client" (:mod:`fedlangevin.fald.streams`).
+    layout, "single" or "per_client" (:mod:`fedlangevin.fald.streams`); preconditioner : the
+    fixed M's repr ("none" for I; after an adaptive warm-up, the adapted M); adapt : whether
+    warm-up adapts M (:mod:`fedlangevin.fald.adaptation`); auto_step_size : ``step_size="auto"``;
+    preconditioner_norm : the largest lambda_max(M) over every M the sampler has run with (1
+    without one): gradient sensitivities in z scale by its square root (privacy accounting).
     """
 
     local_steps: int
@@ -52,6 +56,10 @@ class Settings(Mapping):
     noise_dtype: str
     upload: str = "exact"
     streams: str = "single"
+    preconditioner: str = "none"
+    adapt: bool = False
+    auto_step_size: bool = False
+    preconditioner_norm: float = 1.0
 
     def __getitem__(self, key: str) -> Any:
         if key not in MAPPING_KEYS:

@@ -18,6 +18,16 @@ Conservative reductions, each recorded in ``report.notes``:
   inclusion probability 1 - (1 - max_c p_c)^S;
 - the paper's bound takes the largest step size of the run (the theorem assumes a constant one)
   and the largest gamma_c, and its step-size condition (59) is checked client by client.
+
+Preconditioned runs (``FALD(..., preconditioner=M)`` or an adapted M): clients run eq. 10 in z,
+theta = theta_0 + A z, on the gradient A^T grad f^c with eq. 10's noise, so the mechanism is the
+same with the sensitivity of A^T grad l, at most ||A|| Delta = sqrt(lambda_max(M)) Delta. The
+accounting uses that, with ``settings.preconditioner_norm`` (the largest lambda_max(M) of every
+M the sampler ran with). What adaptation releases: M from the covariance windows is a function
+of the broadcast iterates only (post-processing, no extra cost); but ``step_size="auto"`` (power
+iteration) and the Hessian start of an adapted dense M query client gradients without noise, so
+those runs' eta and initial M depend on the data outside the accounted mechanism: a note says so
+(for a private run, fix the step size and M from public information).
 """
 
 from __future__ import annotations
@@ -115,6 +125,15 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float, delta0: float
     n = weights.size
     scheme, s = _participation(settings, n)
     notes: list[str] = []
+    norm = float(getattr(settings, "preconditioner_norm", 1.0))
+    if norm != 1.0:
+        sensitivity = sensitivity * math.sqrt(norm)
+        notes.append(f"preconditioned run: the sensitivity in z is sqrt(lambda_max(M)) = {math.sqrt(norm):.4g} times "
+                     "the given one")
+    if getattr(settings, "auto_step_size", False) or getattr(settings, "adapt", False):
+        notes.append("adapted run: the step size (step_size='auto') and the start of an adapted M come from noiseless "
+                     "client Hessian-vector products, outside the accounted mechanism; the covariance windows are "
+                     "post-processing of the broadcasts")
 
     # batch fraction per client
     b = settings.batch_size

@@ -13,16 +13,14 @@ from fedlangevin.fald.engine import build, client_round
 from fedlangevin.fald.extensions import FactorPreconditioner, IdentityPreconditioner, InProcessGroup, LocalTransport
 from fedlangevin.problems import QuadraticProblem
 
+from tests.targets import random_quadratic
+
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 F64 = torch.float64
 
 
 def _quadratic(n=5, d=3, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(n, d, d, generator=g, dtype=F64)
-    a = q @ q.transpose(-1, -2) / d + torch.eye(d, dtype=F64)
-    w = torch.rand(n, generator=g, dtype=F64) + 0.5
-    return QuadraticProblem(a, torch.randn(n, d, generator=g, dtype=F64), w / w.sum())
+    return random_quadratic(n, d, seed)
 
 
 def _logistic():

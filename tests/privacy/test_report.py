@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pytest
 
+import torch
+
 import fedlangevin as fl
 from fedlangevin.privacy import paper_bound, paper_delta_split, tight_epsilon
 
@@ -94,3 +96,24 @@ def test_invalid_report_arguments(problem):
     with pytest.raises(ValueError, match="rho"):
         fl.FALD(problem, step_size=1e-6, correlation=1.0, seed=0).run(2).privacy(delta=1e-5, sensitivity=1.0)
     assert np.isfinite(trace.privacy(delta=1e-5, sensitivity=1.0).epsilon)
+
+
+def test_preconditioned_run_scales_the_sensitivity_by_the_root_of_lambda_max():
+    """Clients step in z on A^T grad f: the sensitivity is sqrt(lambda_max(M)) times larger, so a run
+    with M = diag(4, 1) and Delta = 1 spends what the plain run spends with Delta = 2."""
+    problem = fl.problems.GaussianSimulation(num_clients=10, alpha=1.0, seed=0)
+    pre = fl.FALD(problem, step_size=1e-4, chains=2, seed=0, preconditioner=torch.tensor([4.0, 1.0]))
+    plain = fl.FALD(problem, step_size=1e-4, chains=2, seed=0)
+    assert pre.settings.preconditioner_norm == 4.0 and plain.settings.preconditioner_norm == 1.0
+    a = pre.run(20, progress=False).privacy(delta=1e-5, sensitivity=1.0)
+    b = plain.run(20, progress=False).privacy(delta=1e-5, sensitivity=2.0)
+    assert a.epsilon == b.epsilon and a.paper.epsilon == b.paper.epsilon
+    assert any("sqrt(lambda_max(M))" in note for note in a.notes)
+
+
+def test_adapted_run_says_what_the_adaptation_used():
+    problem = fl.problems.GaussianSimulation(num_clients=10, alpha=1.0, seed=0)
+    sampler = fl.FALD(problem, chains=4, seed=0)
+    report = sampler.run(60, progress=False).privacy(delta=1e-5, sensitivity=1.0)
+    assert sampler.settings.auto_step_size and sampler.settings.preconditioner_norm >= 1.0
+    assert any("noiseless" in note for note in report.notes)

@@ -1,0 +1,150 @@
+"""FA-LD with its defaults on the nine posteriordb posteriors, beside Pyro's NUTS, in one run.
+
+Per posterior and K (local steps): FALD(problem, local_steps=K, chains=R, init="map") with
+step_size="auto" and warm-up = half the rounds (no hand-tuning), 10 iid clients (eight
+schools: a school per client), against Stan's reference draws: max |mean - mean_ref| / sd_ref,
+min and max sd / sd_ref, fitted-Gaussian W2 in the unconstrained space / sqrt(tr Sigma_ref),
+min bulk ESS per second, wall time; and Pyro's NUTS on the same density (one process, same
+machine, 4 chains run one after the other, `--nuts-samples` draws after as many warm-up
+iterations), with the same metrics. Times are comparable within one run only.
+
+    python benchmarks/bench_posteriordb.py [--rounds 5000] [--chains 32] [--local-steps 1 10]
+        [--names kilpisjarvi_mod-kilpisjarvi ...] [--nuts-samples 1000] [--csv out.csv] [--figure out.png]
+    python benchmarks/bench_posteriordb.py --plot-only run1.txt run2.txt --figure docs/img/validation.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fedlangevin.experiments.posteriordb import POSTERIORS, ValidationRow, compare, load, validate  # noqa: E402
+
+
+def nuts(post, samples: int, chains: int, seed: int) -> ValidationRow:
+    """Pyro NUTS on ``post.potential`` (the same density), from the MAP-free default start (zeros)."""
+    import pyro
+    from pyro.infer import MCMC, NUTS
+
+    pyro.set_rng_seed(seed)
+    d = post.problem.dim
+    start = time.perf_counter()
+    kernel = NUTS(potential_fn=lambda p: post.potential(p["theta"]), target_accept_prob=0.8)
+    draws = []
+    for c in range(chains):
+        mcmc = MCMC(kernel, num_samples=samples, warmup_steps=samples,
+                    initial_params={"theta": torch.zeros(d, dtype=torch.float64)}, disable_progbar=True)
+        mcmc.run()
+        draws.append(mcmc.get_samples()["theta"].numpy())
+    seconds = time.perf_counter() - start
+    theta = np.stack(draws)
+    return compare(post, theta, seconds, rounds=samples * 2)
+
+
+def figure(rows, path) -> None:
+    """Mean errors and sd-ratio ranges per posterior and sampler, with the acceptance lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def key(label, r):
+        return f"{label} K={r.local_steps}" if label == "FA-LD" else label
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    labels = sorted({key(lab, r) for lab, r in rows})
+    names = list(dict.fromkeys(r.name for _, r in rows))
+    width = 0.8 / len(labels)
+    for i, lab in enumerate(labels):
+        pick = {r.name: r for l2, r in rows if key(l2, r) == lab}
+        xs = np.arange(len(names)) + i * width
+        axes[0].bar(xs, [pick[n].max_mean_error if n in pick else np.nan for n in names], width, label=lab)
+        axes[1].vlines(xs, [pick[n].min_sd_ratio if n in pick else np.nan for n in names],
+                       [pick[n].max_sd_ratio if n in pick else np.nan for n in names], lw=4, label=lab, color=f"C{i}")
+    axes[0].axhline(0.1, color="k", ls="--", lw=1)
+    for level in (0.9, 1.1):
+        axes[1].axhline(level, color="k", ls="--", lw=1)
+    axes[0].set_ylabel("max |mean - mean_ref| / sd_ref")
+    axes[1].set_ylabel("sd / sd_ref (min to max)")
+    for ax in axes:
+        ax.set_xticks(np.arange(len(names)) + 0.4 - width / 2)
+        ax.set_xticklabels([n.split("-")[0] for n in names], rotation=45, ha="right")
+    axes[0].set_yscale("log")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def read_rows(paths) -> list:
+    """(sampler, ValidationRow) pairs from the tables printed by earlier runs (their stdout)."""
+    rows = []
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) != 10 or cells[0] in ("posterior", "---"):
+                continue
+            name, label, k, err, sd, w2, ess, rate, seconds, mc = cells
+            lo, hi = sd.split("-")
+            rows.append((label, ValidationRow(name, 0 if k == "-" else int(k), 0, float(err.split()[0]), float(lo),
+                                              float(hi), float(w2), float(ess), float(rate), float(seconds), float(mc),
+                                              math.nan, 0)))
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5000)
+    ap.add_argument("--chains", type=int, default=32)
+    ap.add_argument("--local-steps", type=int, nargs="+", default=[1, 10])
+    ap.add_argument("--names", nargs="+", default=list(POSTERIORS), choices=POSTERIORS)
+    ap.add_argument("--nuts-samples", type=int, default=1000, help="0: no NUTS")
+    ap.add_argument("--nuts-chains", type=int, default=4)
+    ap.add_argument("--csv", default=None)
+    ap.add_argument("--figure", default=None)
+    ap.add_argument("--plot-only", nargs="+", default=None, metavar="TABLE",
+                    help="draw --figure and print the table from the printed tables of earlier runs, run nothing")
+    args = ap.parse_args()
+    if args.plot_only:
+        rows = read_rows(args.plot_only)
+        print(ValidationRow.HEADER)
+        for label, r in rows:
+            print(r.markdown(label))
+        if args.figure:
+            figure(rows, args.figure)
+        return 0
+    torch.set_num_threads(1)
+    rows = []
+    print(ValidationRow.HEADER)
+    for name in args.names:
+        post = load(name)
+        results = [("FA-LD", validate(post, local_steps=k, rounds=args.rounds, chains=args.chains))
+                   for k in args.local_steps]
+        if args.nuts_samples:
+            results.append(("NUTS", nuts(post, args.nuts_samples, args.nuts_chains, 0)))
+        for label, r in results:
+            rows.append((label, r))
+            print(r.markdown(label), flush=True)
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            w = csv.writer(f)
+            fields = list(asdict(rows[0][1]).keys())
+            w.writerow(["sampler"] + fields)
+            for label, r in rows:
+                w.writerow([label] + [asdict(r)[k] for k in fields])
+    if args.figure:
+        figure(rows, args.figure)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

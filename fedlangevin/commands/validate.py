@@ -1,0 +1,56 @@
+"""``fedlangevin validate``: FA-LD with its defaults on posteriordb posteriors, against Stan's reference.
+
+For each posterior (default: every one found) and each K in ``--local-steps``, runs
+``FALD(problem, local_steps=K, chains=R, init="map")`` with ``step_size="auto"`` and the
+default warm-up (half the rounds), 10 iid clients (eight schools: a school per client), and
+prints one row per run: max |mean - mean_ref| / sd_ref, the range of sd / sd_ref, the
+fitted-Gaussian W2 in the unconstrained space / sqrt(tr Sigma_ref), min bulk ESS, ESS per
+second, wall time and the Monte Carlo error of the means (1 / sqrt(ESS)), marking rows that
+miss the acceptance (0.1 sd, sds within 10%). ``--root`` is a posteriordb folder (default:
+$FEDLANGEVIN_POSTERIORDB, ``shared/validation/posteriordb`` beside the checkout, else the
+two posteriors the repository ships). Exit status 1 with ``--strict`` when a row fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def configure(parser: argparse.ArgumentParser) -> None:  # torch-free: --help stays fast
+    parser.add_argument("--names", nargs="+", default=None, metavar="NAME",
+                        help="posteriordb posteriors to run, e.g. kilpisjarvi_mod-kilpisjarvi (default: every one under --root)")
+    parser.add_argument("--root", default=None, help="a posteriordb folder (see the command's description)")
+    parser.add_argument("--rounds", type=int, default=5000, help="rounds per run, half of them warm-up (default: %(default)s)")
+    parser.add_argument("--chains", type=int, default=32, help="chains (default: %(default)s)")
+    parser.add_argument("--local-steps", type=int, nargs="+", default=[1, 10], help="K values (default: 1 10)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--strict", action="store_true", help="exit with status 1 when a posterior misses the acceptance")
+
+
+def main(args: argparse.Namespace) -> int:
+    from fedlangevin.experiments.posteriordb import POSTERIORS, SHARED, ValidationRow, load, validate
+
+    root = Path(args.root) if args.root is not None else SHARED
+    if not root.is_dir():
+        raise ValueError(f"--root: no such folder {str(root)!r}")
+    unknown = [n for n in args.names or () if n not in POSTERIORS]
+    if unknown:
+        raise ValueError(f"--names must be among {', '.join(POSTERIORS)}; got {', '.join(unknown)}")
+    names = args.names or [n for n in POSTERIORS if (root / n).is_dir()]
+    if not names:
+        raise ValueError(f"--root: no posteriordb posterior under {str(root)!r}")
+    for name, value, low in (("--rounds", args.rounds, 2), ("--chains", args.chains, 2)):
+        if value < low:
+            raise ValueError(f"{name} must be >= {low}; got {value}")
+    if any(k < 1 for k in args.local_steps):
+        raise ValueError(f"--local-steps must be >= 1; got {args.local_steps}")
+    print(ValidationRow.HEADER)
+    failed = 0
+    for name in names:
+        post = load(name, root)
+        for k in args.local_steps:
+            row = validate(post, local_steps=k, rounds=args.rounds, chains=args.chains, seed=args.seed)
+            failed += not row.passes()
+            print(row.markdown(), flush=True)
+    return 1 if (args.strict and failed) else 0

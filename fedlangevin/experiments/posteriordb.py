@@ -1,0 +1,372 @@
+"""Validation on real posteriors: nine posteriors of the public posterior database (posteriordb,
+BSD 3-Clause) with Stan's reference draws, run with FA-LD's defaults and compared.
+
+Each posterior is written as a :class:`~fedlangevin.problems.CustomProblem` (the Stan model's
+density, term by term, in the unconstrained space: a positive scale sigma is sampled as
+log sigma, with its Jacobian), its data split over 10 clients (iid rows; eight schools: one
+school per client). :func:`validate` runs ``FALD(problem, local_steps=K, chains=R,
+init="map")`` with ``step_size="auto"`` and the default warm-up (half the rounds) and returns,
+against the reference draws: max |mean - mean_ref| / sd_ref and the range of sd / sd_ref
+(in the model's own parameters, as Stan reports them), the W2 between Gaussians fitted to our
+draws and to the reference in the unconstrained space relative to sqrt(tr Sigma_ref), the
+bulk ESS per second (ArviZ) and the wall time.
+
+Data: a posteriordb folder per posterior (``posterior.json``, ``data.json.zip``,
+``reference_draws.json.zip``); :data:`SHARED` is the full set beside a checkout, the repository
+ships the two the tests run under ``tests/data/posteriordb`` (with the licence).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from fedlangevin.problems.base import FederatedProblem
+
+__all__ = [
+    "LinearRegressionProblem", "POSTERIORS", "SHARED", "Posterior", "ValidationRow", "compare", "iid_split", "load", "read_zip_json",
+    "validate",
+]
+
+_REPO = Path(__file__).resolve().parents[2]
+#: where the full set is looked for: $FEDLANGEVIN_POSTERIORDB, then ``shared/validation/posteriordb``
+#: beside the checkout (or one level up), then the two posteriors the repository ships
+SHARED_CANDIDATES = tuple(
+    [Path(os.environ["FEDLANGEVIN_POSTERIORDB"])] if os.environ.get("FEDLANGEVIN_POSTERIORDB") else []
+) + (_REPO.parent / "shared" / "validation" / "posteriordb",
+     _REPO.parent.parent / "shared" / "validation" / "posteriordb",
+     _REPO / "tests" / "data" / "posteriordb")
+SHARED = next((p for p in SHARED_CANDIDATES if p.is_dir()), SHARED_CANDIDATES[-1])
+POSTERIORS = (
+    "diamonds-diamonds", "earnings-logearn_interaction_z", "eight_schools-eight_schools_noncentered",
+    "kidiq-kidscore_momhsiq", "kidiq_with_mom_work-kidscore_interaction_c", "kilpisjarvi_mod-kilpisjarvi",
+    "mesquite-logmesquite_logvas", "nes2000-nes", "sblri-blr",
+)
+LOG_2PI = math.log(2 * math.pi)
+
+
+@dataclass(frozen=True)
+class Posterior:
+    """A posterior as a federated problem: ``problem``; ``names`` of the reference parameters;
+    ``constrain(theta (..., d)) -> (..., m)`` our draws as the reference's parameters;
+    ``unconstrain(ref (n, m)) -> (n, d)`` the reference draws in our unconstrained space;
+    ``potential(theta (d,))``: the negative log posterior, differentiable (for NUTS)."""
+
+    name: str
+    problem: Any
+    names: list[str]
+    constrain: Callable[[np.ndarray], np.ndarray]
+    unconstrain: Callable[[np.ndarray], np.ndarray]
+    reference: np.ndarray  # (n, m) pooled reference draws
+    potential: Callable[[torch.Tensor], torch.Tensor]  # theta (d,) -> negative log posterior (differentiable)
+
+
+def read_zip_json(path: Path) -> Any:
+    with zipfile.ZipFile(path) as z:
+        return json.loads(z.read(z.namelist()[0]))
+
+
+def _reference(folder: Path, names: list[str]) -> np.ndarray:
+    chains = read_zip_json(folder / "reference_draws.json.zip")
+    return np.concatenate([np.stack([np.asarray(c[n], dtype=np.float64) for n in names], axis=1) for c in chains])
+
+
+def iid_split(n: int, clients: int, seed: int = 0) -> list[np.ndarray]:
+    """iid split of n rows over ``clients`` clients (a fixed permutation)."""
+    perm = np.random.default_rng(seed).permutation(n)
+    return [np.sort(part) for part in np.array_split(perm, clients)]
+
+
+# -- priors (negative log densities up to constants, of torch scalars) -------------------------------
+def _normal(x, loc, scale):
+    return 0.5 * ((x - loc) / scale) ** 2
+
+
+def _student_t(x, df, loc, scale):
+    return 0.5 * (df + 1) * torch.log1p(((x - loc) / scale) ** 2 / df)
+
+
+class LinearRegressionProblem(FederatedProblem):
+    """Gaussian linear regression y ~ N(X beta, sigma^2) over clients, theta = (beta, log sigma),
+    with closed-form likelihood gradients from each client's sufficient statistics (X_c^T X_c,
+    X_c^T y_c, y_c^T y_c, n_c): the fast path beside a :class:`~fedlangevin.problems.CustomProblem`
+    of the same energy (tested equal). ``prior(theta (..., d)) -> (...)``: the negative log prior
+    in theta, Jacobian of log sigma included; its gradient by autograd."""
+
+    def __init__(self, parts: list[tuple[torch.Tensor, torch.Tensor]], prior, names: list[str]) -> None:
+        self.k = parts[0][0].shape[1]
+        self.dim = self.k + 1
+        self.num_clients = len(parts)
+        sizes = torch.tensor([float(len(y)) for _, y in parts], dtype=torch.float64)
+        self.weights = sizes / sizes.sum()
+        self.sizes = sizes
+        self.xtx = torch.stack([x.T @ x for x, _ in parts])  # (N, k, k)
+        self.xty = torch.stack([x.T @ y for x, y in parts])  # (N, k)
+        self.yty = torch.stack([y @ y for _, y in parts])  # (N,)
+        self.prior = prior
+        self.var_names = names
+
+    def grad(self, theta, *, batch_size=None, generator=None):
+        if batch_size is not None:
+            raise ValueError("batch_size is not supported by this problem (sufficient statistics); use batch_size=None")
+        k = self.k
+        beta, log_sigma = theta[..., :k], theta[..., k]
+        prec = torch.exp(-2 * log_sigma)  # (R, N)
+        xtxb = torch.einsum("nij,rnj->rni", self.xtx, beta)
+        g_beta = (xtxb - self.xty) * prec[..., None]
+        rss = self.yty - 2 * (beta * self.xty).sum(-1) + (beta * xtxb).sum(-1)
+        g_ls = -rss * prec + self.sizes
+        lik = torch.cat([g_beta, g_ls[..., None]], dim=-1) / self.weights.to(theta)[:, None]
+        with torch.enable_grad():
+            x = theta.detach().requires_grad_(True)
+            (g_prior,) = torch.autograd.grad(self.prior(x).sum(), x)
+        return lik + g_prior
+
+    def potential(self, theta: torch.Tensor) -> torch.Tensor:
+        """The negative log posterior sum_c p_c f^c at theta (d,), differentiable."""
+        k = self.k
+        beta, log_sigma = theta[:k], theta[k]
+        rss = self.yty - 2 * self.xty @ beta + torch.einsum("i,nij,j->n", beta, self.xtx, beta)
+        return (0.5 * rss * torch.exp(-2 * log_sigma) + self.sizes * log_sigma).sum() + self.prior(theta)
+
+    def global_energy(self, theta: torch.Tensor) -> torch.Tensor:
+        """sum_c p_c f^c for theta (..., d)."""
+        return torch.stack([self.potential(t) for t in theta.reshape(-1, self.dim)]).reshape(theta.shape[:-1])
+
+    def to(self, device=None, dtype=None):
+        new = copy.copy(self)
+        for name in ("xtx", "xty", "yty", "sizes"):
+            setattr(new, name, getattr(self, name).to(device=device, dtype=dtype))
+        return new
+
+
+def _regression(name: str, folder: Path, x: np.ndarray, y: np.ndarray, names: list[str], beta_prior, sigma_prior,
+                clients: int) -> Posterior:
+    """Gaussian linear regression y ~ N(x beta, sigma), theta = (beta, log sigma); priors act on
+    the last axis of (..., k) coefficients and on (...,) scales."""
+    k = x.shape[1]
+    xt, yt = torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(y, dtype=torch.float64)
+    parts = [(xt[i], yt[i]) for i in iid_split(len(y), clients)]
+
+    def prior(theta):
+        log_sigma = theta[..., k]
+        return beta_prior(theta[..., :k]) + sigma_prior(torch.exp(log_sigma)) - log_sigma  # - log Jacobian
+
+    problem = LinearRegressionProblem(parts, prior, names[:k] + [f"log_{names[k]}"])
+
+    def constrain(theta):
+        out = np.array(theta, dtype=np.float64, copy=True)
+        out[..., k] = np.exp(out[..., k])
+        return out
+
+    def unconstrain(ref):
+        out = np.array(ref, dtype=np.float64, copy=True)
+        out[:, k] = np.log(out[:, k])
+        return out
+
+    return Posterior(name, problem, names, constrain, unconstrain, _reference(folder, names), problem.potential)
+
+
+def _flat(values):
+    return torch.zeros(values.shape[:-1] if values.dim() else (), dtype=values.dtype, device=values.device)
+
+
+def _flat_scale(sigma):
+    return torch.zeros_like(sigma)
+
+
+def _eight_schools(folder: Path, data: dict) -> Posterior:
+    from fedlangevin.problems import CustomProblem
+
+    j = int(data["J"])
+    y, s = np.asarray(data["y"], dtype=np.float64), np.asarray(data["sigma"], dtype=np.float64)
+    names = [f"theta[{i + 1}]" for i in range(j)] + ["mu", "tau"]
+    index = torch.arange(j, dtype=torch.float64)
+
+    def client_energy(theta, batch):  # one school: its index, y and sigma
+        idx, yb, sb = batch
+        tau = torch.exp(theta[j + 1])
+        onehot = (index[None, :] == idx[:, None]).to(theta.dtype)
+        effect = onehot @ theta[:j] * tau + theta[j]
+        return _normal(yb, effect, sb).sum()
+
+    def prior(theta):
+        log_tau = theta[j + 1]
+        tau = torch.exp(log_tau)
+        return (_normal(theta[:j], 0.0, 1.0).sum() + _normal(theta[j], 0.0, 5.0)
+                + torch.log1p((tau / 5.0) ** 2) - log_tau)
+
+    clients = [(torch.tensor([float(i)]), torch.tensor([y[i]]), torch.tensor([s[i]])) for i in range(j)]
+    problem = CustomProblem(client_energy, clients, prior=prior, dim=j + 2,
+                            var_names=[f"theta_trans[{i + 1}]" for i in range(j)] + ["mu", "log_tau"])
+
+    def constrain(theta):
+        theta = np.asarray(theta, dtype=np.float64)
+        tau = np.exp(theta[..., j + 1])
+        return np.concatenate([theta[..., :j] * tau[..., None] + theta[..., j:j + 1], theta[..., j:j + 1],
+                               tau[..., None]], axis=-1)
+
+    def unconstrain(ref):
+        mu, tau = ref[:, j], ref[:, j + 1]
+        return np.concatenate([(ref[:, :j] - mu[:, None]) / tau[:, None], mu[:, None], np.log(tau)[:, None]], axis=1)
+
+    yt, st = torch.as_tensor(y), torch.as_tensor(s)
+
+    def potential(theta):
+        return _normal(yt, theta[:j] * torch.exp(theta[j + 1]) + theta[j], st).sum() + prior(theta)
+
+    return Posterior("eight_schools-eight_schools_noncentered", problem, names, constrain, unconstrain,
+                     _reference(folder, names), potential)
+
+
+def load(name: str, root: Path | str | None = None, clients: int = 10) -> Posterior:
+    """The posterior ``name`` (one of :data:`POSTERIORS`) from the posteriordb folder ``root``
+    (default: :data:`SHARED`), its data split over ``clients`` clients."""
+    if name not in POSTERIORS:
+        raise ValueError(f"name must be one of {', '.join(POSTERIORS)}; got {name!r}")
+    folder = Path(SHARED if root is None else root) / name
+    if not folder.is_dir():
+        raise ValueError(f"root: no posteriordb folder {str(folder)!r}")
+    data = read_zip_json(folder / "data.json.zip")
+    col = lambda key: np.asarray(data[key], dtype=np.float64)  # noqa: E731
+    ones = np.ones(int(data.get("N", 1)))
+    sd = lambda v: v.std(ddof=1)  # noqa: E731
+    if name.startswith("eight_schools"):
+        return _eight_schools(folder, data)
+    if name == "diamonds-diamonds":
+        x = np.asarray(data["X"], dtype=np.float64)
+        xc = x[:, 1:] - x[:, 1:].mean(0)
+        kc = xc.shape[1]
+        names = [f"b[{i + 1}]" for i in range(kc)] + ["Intercept", "sigma"]
+        design = np.concatenate([xc, ones[:, None]], axis=1)
+
+        def beta_prior(b):
+            return _normal(b[..., :kc], 0.0, 1.0).sum(-1) + _student_t(b[..., kc], 3.0, 8.0, 10.0)
+
+        return _regression(name, folder, design, col("Y"), names, beta_prior,
+                           lambda s: _student_t(s, 3.0, 0.0, 10.0), clients)
+    if name == "earnings-logearn_interaction_z":
+        h, male = col("height"), col("male")
+        z = (h - h.mean()) / sd(h)
+        design = np.stack([ones, z, male, z * male], axis=1)
+        return _regression(name, folder, design, np.log(col("earn")), [f"beta[{i}]" for i in range(1, 5)] + ["sigma"],
+                           _flat, _flat_scale, clients)
+    if name == "kidiq-kidscore_momhsiq":
+        design = np.stack([ones, col("mom_hs"), col("mom_iq")], axis=1)
+        return _regression(name, folder, design, col("kid_score"), ["beta[1]", "beta[2]", "beta[3]", "sigma"],
+                           _flat, lambda s: torch.log1p((s / 2.5) ** 2), clients)
+    if name == "kidiq_with_mom_work-kidscore_interaction_c":
+        hs, iq = col("mom_hs") - col("mom_hs").mean(), col("mom_iq") - col("mom_iq").mean()
+        design = np.stack([ones, hs, iq, hs * iq], axis=1)
+        return _regression(name, folder, design, col("kid_score"), [f"beta[{i}]" for i in range(1, 5)] + ["sigma"],
+                           _flat, _flat_scale, clients)
+    if name == "kilpisjarvi_mod-kilpisjarvi":
+        design = np.stack([ones, col("x")], axis=1)
+        pa, sa, pb, sb = (float(data[k]) for k in ("pmualpha", "psalpha", "pmubeta", "psbeta"))
+
+        def beta_prior(b):
+            return _normal(b[..., 0], pa, sa) + _normal(b[..., 1], pb, sb)
+
+        return _regression(name, folder, design, col("y"), ["alpha", "beta", "sigma"], beta_prior, _flat_scale,
+                           clients)
+    if name == "mesquite-logmesquite_logvas":
+        d1, d2 = col("diam1"), col("diam2")
+        design = np.stack([ones, np.log(d1 * d2 * col("canopy_height")), np.log(d1 * d2), np.log(d1 / d2),
+                           np.log(col("total_height")), np.log(col("density")), col("group")], axis=1)
+        return _regression(name, folder, design, np.log(col("weight")), [f"beta[{i}]" for i in range(1, 8)] + ["sigma"],
+                           _flat, _flat_scale, clients)
+    if name == "nes2000-nes":
+        age = col("age_discrete")
+        design = np.stack([ones, col("real_ideo"), col("race_adj"), (age == 2) * 1.0, (age == 3) * 1.0,
+                           (age == 4) * 1.0, col("educ1"), col("gender"), col("income")], axis=1)
+        return _regression(name, folder, design, col("partyid7"), [f"beta[{i}]" for i in range(1, 10)] + ["sigma"],
+                           _flat, _flat_scale, clients)
+    # sblri-blr
+    x = np.asarray(data["X"], dtype=np.float64)
+    names = [f"beta[{i + 1}]" for i in range(x.shape[1])] + ["sigma"]
+    return _regression(name, folder, x, col("y"), names, lambda b: _normal(b, 0.0, 10.0).sum(-1),
+                       lambda s: _normal(s, 0.0, 10.0), clients)
+
+
+@dataclass(frozen=True)
+class ValidationRow:
+    """One posterior's result (see the module docstring); ``mc_error``: the Monte Carlo standard
+    error of our means in reference sd units, 1 / sqrt(min bulk ESS)."""
+
+    name: str
+    local_steps: int
+    rounds: int
+    max_mean_error: float
+    min_sd_ratio: float
+    max_sd_ratio: float
+    w2_relative: float
+    min_ess_bulk: float
+    ess_per_second: float
+    seconds: float
+    mc_error: float
+    step_size: float
+    map_rounds: int
+
+    HEADER = ("| posterior | sampler | K | max mean err / sd | sd ratio min-max | W2 / sqrt(tr) | min bulk ESS | "
+              "ESS/s | time s | MC err |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+
+    def markdown(self, sampler: str = "FA-LD") -> str:
+        """One row of the validation table (``HEADER``)."""
+        flag = "" if self.passes() else " (fails)"
+        k = self.local_steps if sampler == "FA-LD" else "-"
+        return (f"| {self.name} | {sampler} | {k} | {self.max_mean_error:.3f}{flag} | {self.min_sd_ratio:.3f}-"
+                f"{self.max_sd_ratio:.3f} | {self.w2_relative:.3f} | {self.min_ess_bulk:.0f} | "
+                f"{self.ess_per_second:.1f} | {self.seconds:.1f} | {self.mc_error:.3f} |")
+
+    def passes(self) -> bool:
+        """The acceptance of the validation: means within 0.1 sd, sds within 10%."""
+        return self.max_mean_error <= 0.1 and 0.9 <= self.min_sd_ratio and self.max_sd_ratio <= 1.1
+
+
+def validate(post: Posterior, *, local_steps: int = 1, rounds: int = 2000, chains: int = 32, seed: int = 0,
+             thin: int = 1) -> ValidationRow:
+    """Run FA-LD with the defaults (``step_size="auto"``, warm-up ``rounds // 2``,
+    ``init="map"``) on ``post`` and compare with its reference."""
+    import fedlangevin as fl
+
+    start = time.perf_counter()
+    sampler = fl.FALD(post.problem, local_steps=local_steps, chains=chains, seed=seed, init="map")
+    trace = sampler.run(rounds, thin=thin, progress=False)
+    seconds = time.perf_counter() - start
+    return compare(post, np.asarray(trace.numpy()), seconds, local_steps=local_steps, rounds=rounds,
+                   step_size=float(sampler.schedule(sampler.state.step)), map_rounds=int(sampler.map_result.rounds))
+
+
+def compare(post: Posterior, theta: np.ndarray, seconds: float, *, local_steps: int = 0, rounds: int = 0,
+            step_size: float = math.nan, map_rounds: int = 0) -> ValidationRow:
+    """The validation row of draws ``theta`` (chains, draws, d) in ``post``'s unconstrained space
+    (any sampler's) made in ``seconds``, against the reference."""
+    import diagnostics as dg
+
+    ours = post.constrain(theta)
+    ref = post.reference
+    mean_ref, sd_ref = ref.mean(0), ref.std(0, ddof=1)
+    flat = ours.reshape(-1, ours.shape[-1])
+    mean_err = np.abs(flat.mean(0) - mean_ref) / sd_ref
+    sd_ratio = flat.std(0, ddof=1) / sd_ref
+    ess = np.asarray(dg.ess(ours), dtype=np.float64)
+    ref_u = post.unconstrain(ref)
+    ours_u = theta.reshape(-1, theta.shape[-1])
+    c_ref = np.cov(ref_u.T)
+    w2 = float(dg.gaussian_w2(ours_u.mean(0), np.cov(ours_u.T), ref_u.mean(0), c_ref)) / math.sqrt(float(np.trace(c_ref)))
+    return ValidationRow(
+        name=post.name, local_steps=local_steps, rounds=rounds, max_mean_error=float(mean_err.max()),
+        min_sd_ratio=float(sd_ratio.min()), max_sd_ratio=float(sd_ratio.max()), w2_relative=w2,
+        min_ess_bulk=float(ess.min()), ess_per_second=float(ess.min() / seconds), seconds=seconds,
+        mc_error=float(1 / math.sqrt(max(ess.min(), 1.0))), step_size=step_size, map_rounds=map_rounds,
+    )
