@@ -222,6 +222,24 @@ class SampleStore:
                 f.close()
             self._files = None
 
+    def verify(self) -> None:
+        """Check the committed draws against the CRC-32 values of ``meta.json``.
+
+        Raises :class:`StoreError` naming the file whose bytes changed (a flipped bit on disk,
+        an edit by another program): the values read from it would not be those written.
+        """
+        n = self.draws
+        crc = self.meta.get("crc32", {})
+        for name, size, key in ((_SAMPLES, n * self._row_bytes, "samples"), (_ROUNDS, n * 8, "draw_rounds")):
+            got = _file_crc(self.path / name, size)
+            if key not in crc or got != int(crc[key]):
+                want = f"{int(crc[key]):#010x}" if key in crc else "none recorded"
+                raise StoreError(
+                    f"sample store {str(self.path)!r}: {name} does not match its CRC-32 over the {n} committed draws "
+                    f"(got {got:#010x}, expected {want}); the file was altered or damaged after it was written. "
+                    "open_store(path, verify=False) reads it anyway"
+                )
+
     def truncate(self, draws: int, crc32: dict) -> None:
         """Cut the store back to its first ``draws`` draws after checking their CRC-32.
 
@@ -307,21 +325,33 @@ def _file_crc(path: Path, size: int) -> int:
     return crc
 
 
-def open_store(path: str | os.PathLike) -> SampleStore:
+def open_store(path: str | os.PathLike, verify: bool = True) -> SampleStore:
     """Open a sample store for reading.
 
     If the process that wrote it was killed, ``meta.json`` may count fewer draws than the
     files hold (the tail after the last sync is not committed) — readers see the committed
     draws; or, after a crash of the storage itself, more than the files hold — then the
     complete rows are used and a warning says so.
+
+    ``verify`` (default ``True``): check the committed draws against the CRC-32 values in
+    ``meta.json`` before returning, so a flipped byte on disk is a :class:`StoreError` naming
+    the file instead of altered values. It reads the whole store once (at disk speed, about
+    1 s per GB here); ``verify=False`` skips it for very large stores. A store whose files
+    hold fewer draws than recorded cannot be checked against the recorded values (they cover
+    the missing rows too): it is read with the warning above, unverified.
     """
+    from fedlangevin._validation import check_bool
+
+    verify = check_bool("verify", verify)
     store = SampleStore.open(check_path("path", path), writable=False)
     available = store._readable_draws()
     if available < store.draws:
         warnings.warn(
             f"sample store {str(store.path)!r} records {store.draws} draws but its files hold {available} "
-            f"complete ones; reading {available}",
+            f"complete ones; reading {available} (not verified: the recorded CRC-32 covers the missing rows)",
             stacklevel=2,
         )
         store.meta["draws"] = available
+    elif verify:
+        store.verify()
     return store

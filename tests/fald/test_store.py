@@ -171,3 +171,21 @@ def test_dropped_chains_keep_their_column_as_nan(tmp_path):
     for chain, (rnd, _) in trace.dropped.items():
         assert np.isfinite(raw[chain, : rnd - 1]).all() and np.isnan(raw[chain, rnd - 1 :]).all()
     assert np.isfinite(trace.samples.numpy()).all()
+
+
+@pytest.mark.parametrize("name, offset", [("samples.bin", 0), ("samples.bin", -1), ("draw_rounds.bin", 3)])
+def test_open_store_verifies_the_crc_of_every_committed_byte(tmp_path, name, offset):
+    """One flipped bit anywhere in a finished store is an error naming the file, not altered values."""
+    fl.FALD(_problem(), step_size=1e-3, chains=3, seed=0).run(30, store=tmp_path / "s", progress=False)
+    clean = open_store(tmp_path / "s").samples().copy()
+    path = tmp_path / "s" / name
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(data)
+    with pytest.raises(StoreError, match=rf"{name} does not match its CRC-32 over the 30 committed draws"):
+        open_store(tmp_path / "s")
+    unchecked = open_store(tmp_path / "s", verify=False)  # the documented escape hatch reads it anyway
+    if name == "samples.bin":
+        assert not np.array_equal(unchecked.samples(), clean)
+    with pytest.raises(ValueError, match="verify"):
+        open_store(tmp_path / "s", verify="yes")
