@@ -278,3 +278,34 @@ def test_classwise_bools_keep_their_meaning():
     probs, labels = np.array([[0.3, 0.7], [0.6, 0.4], [0.1, 0.9], [0.8, 0.2]]), [0, 1, 1, 0]
     assert dg.ece(probs, labels, classwise=np.bool_(True)) == dg.ece(probs, labels, classwise=True)
     assert dg.ece(probs, labels, classwise=True) != dg.ece(probs, labels, classwise=False)
+
+
+# -- 16: abstract bases and the temperature's share of a divergence --------------------------------------
+def test_abstract_problem_and_participation_are_refused_before_any_work(problem):
+    with pytest.raises(ValueError, match=r"problem: FederatedProblem is not a complete FederatedProblem \(it lacks "
+                                         r"num_clients, dim, weights, grad\(\), to\(\)\)"):
+        fl.FALD(fl.problems.FederatedProblem(), 1e-4)
+    with pytest.raises(ValueError, match="problem: .* lacks"):
+        fl.fald.build(fl.problems.FederatedProblem())
+
+    class OnlyGrad(fl.problems.FederatedProblem):  # sets the sizes but forgets to()
+        num_clients, dim, weights = problem.num_clients, problem.dim, problem.weights
+
+        def grad(self, theta, *, batch_size=None, generator=None):
+            return theta
+
+    with pytest.raises(ValueError, match=r"lacks to\(\)"):
+        fl.FALD(OnlyGrad(), 1e-4)
+    with pytest.raises(ValueError, match=r"participation: Participation does not implement weights\(\)"):
+        fl.FALD(problem, 1e-4, participation=fl.fald.Participation())
+
+
+def test_a_temperature_whose_noise_overflows_is_named_up_front(problem):
+    # sqrt(2 tau (1 - rho^2) / p_c) with tau = 1e308 overflows float64: the run used to start and
+    # then blame the step size for the divergence; now the constructor names the temperature
+    for rho in (0.0, 0.5):
+        with pytest.raises(ValueError, match=r"temperature=1e\+308 makes the injected noise scale .* overflow float64"):
+            fl.FALD(problem, 1e-4, temperature=1e308, correlation=rho)
+    # a huge but representable temperature is valid input and runs (its draws are finite)
+    trace = fl.FALD(problem, 1e-4, temperature=1e300, chains=2, seed=0).run(3, progress=False)
+    assert torch.isfinite(trace.samples).all()

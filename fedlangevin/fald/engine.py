@@ -40,7 +40,7 @@ from fedlangevin.fald.local import local_step
 from fedlangevin.fald.noise import noise_scales
 from fedlangevin.fald.participation import Participation, as_participation
 from fedlangevin.fald.steppers import make_stepper
-from fedlangevin.problems.base import FederatedProblem, check_client_indices, check_weights
+from fedlangevin.problems.base import FederatedProblem, check_client_indices, check_problem, check_weights
 
 __all__ = ["Kernel", "RoundInfo", "build", "client_round"]
 
@@ -95,8 +95,7 @@ def build(
     skips the checks of the participation rule and the batch size against the problem (the
     runner :class:`fedlangevin.FALD` has made them, with their warnings, already).
     """
-    if not isinstance(problem, FederatedProblem):
-        raise ValueError(f"problem must be a fedlangevin FederatedProblem; got {type(problem).__name__}")
+    check_problem(problem)
     temperature = check_real("temperature", temperature, low=0.0, low_open=True)
     correlation = check_real("correlation", correlation, low=0.0, high=1.0)
     rule = as_participation(participation)

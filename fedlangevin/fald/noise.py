@@ -66,6 +66,13 @@ def noise_scales(
     if rho2 < 1:
         p = weights.to(dtype=torch.float64, device="cpu")
         private = torch.sqrt(2.0 * temperature * (1.0 - rho2) / p).to(device=device, dtype=dtype)[:, None]
+    largest = max([shared or 0.0] + ([] if private is None else [float(private.abs().max())]))
+    if not math.isfinite(largest) or largest > torch.finfo(dtype).max:
+        raise ValueError(
+            f"temperature={temperature!r} makes the injected noise scale sqrt(2 tau (1 - rho^2) / p_c) overflow "
+            f"{str(dtype).replace('torch.', '')} (eq. 10); use a temperature below "
+            f"{torch.finfo(torch.float64).max / 2 * float(weights.min()) / max(1.0 - rho2, 1e-300):.3g}"
+        )
     return NoiseScales(shared, private, noise_dtype)
 
 

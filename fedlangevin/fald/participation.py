@@ -165,6 +165,12 @@ def as_participation(value: Participation | str | None) -> Participation:
     if value is None or (isinstance(value, str) and value.lower() == "full"):
         return Full()
     if isinstance(value, Participation):
+        if type(value).weights is Participation.weights:
+            raise ValueError(
+                f"participation: {type(value).__name__} does not implement weights(); Participation is the abstract "
+                "base: use Full(), SchemeI(num_sampled) or SchemeII(num_sampled), or a subclass implementing "
+                "weights(), scheme and num_sampled"
+            )
         return value
     raise ValueError(
         f"participation must be Full(), SchemeI(num_sampled) or SchemeII(num_sampled) (or 'full'); got {value!r}"

@@ -25,7 +25,7 @@ from fedlangevin.fald import checkpoint as ckpt
 from fedlangevin.fald.participation import Participation, as_participation
 from fedlangevin.fald.preconditioning import preconditioner_record
 from fedlangevin.fald.schedules import as_schedule
-from fedlangevin.problems.base import FederatedProblem
+from fedlangevin.problems.base import FederatedProblem, check_problem
 
 __all__ = ["RECORD_KIND", "RECORD_VERSION", "CheckpointWriter", "encoded_or_none", "load_record", "main_path",
            "resume_device", "resume_participation", "resume_problem", "resume_schedule"]
@@ -173,8 +173,7 @@ def resume_problem(record: dict, used: Path, problem: Any) -> FederatedProblem:
         if not isinstance(problem, FederatedProblem):
             raise ckpt.CheckpointError(f"{str(sidecar)!r} does not hold a federated problem")
         return problem
-    if not isinstance(problem, FederatedProblem):
-        raise ValueError(f"problem must be a fedlangevin FederatedProblem; got {type(problem).__name__}")
+    check_problem(problem)
     name = f"{type(problem).__module__}.{type(problem).__qualname__}"
     weights = torch.as_tensor(problem.weights, dtype=torch.float64).cpu()
     if (name, problem.num_clients, problem.dim) != (info["class"], info["num_clients"], info["dim"]) or not torch.equal(

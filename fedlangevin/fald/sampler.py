@@ -50,7 +50,7 @@ from fedlangevin.fald.schedules import check_schedule, round_step_sizes
 from fedlangevin.fald.settings import Settings
 from fedlangevin.fald.steppers import round_threads
 from fedlangevin.fald.trace import Communication, DivergenceError, StepSizes, Trace
-from fedlangevin.problems.base import FederatedProblem, check_weights
+from fedlangevin.problems.base import FederatedProblem, check_problem, check_weights
 
 __all__ = ["FALD"]
 
@@ -137,8 +137,7 @@ class FALD:
         preconditioner: Any = None,
         adapt: bool | None = None,
     ) -> None:
-        if not isinstance(problem, FederatedProblem):
-            raise ValueError(f"problem must be a fedlangevin FederatedProblem; got {type(problem).__name__}")
+        check_problem(problem)
         self.local_steps = check_local_steps(local_steps)
         self.temperature = check_real("temperature", temperature, low=0.0, low_open=True)
         self.correlation = check_real("correlation", correlation, low=0.0, high=1.0)

@@ -17,13 +17,13 @@ shape, optionally from an unbiased minibatch estimate.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
 from fedlangevin._validation import check_int, check_tensor
 
-__all__ = ["ClientSubset", "FederatedProblem", "QuadraticForm", "check_client_indices", "check_weights"]
+__all__ = ["ClientSubset", "FederatedProblem", "QuadraticForm", "check_client_indices", "check_problem", "check_weights"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,24 @@ def check_weights(weights: torch.Tensor | Sequence[float], num_clients: int | No
     if abs(total - 1.0) > 1e-9:
         raise ValueError(f"weights must sum to 1 (within 1e-9); got sum {total:.12g}")
     return w
+
+
+def check_problem(problem: Any, name: str = "problem") -> "FederatedProblem":
+    """``problem`` is a usable :class:`FederatedProblem`: a subclass instance that sets
+    ``num_clients``, ``dim`` and ``weights`` and implements :meth:`~FederatedProblem.grad` and
+    :meth:`~FederatedProblem.to` (the base class itself is abstract). Raises ``ValueError``
+    naming what is missing, before any work."""
+    if not isinstance(problem, FederatedProblem):
+        raise ValueError(f"{name} must be a fedlangevin FederatedProblem; got {type(problem).__name__}")
+    missing = [a for a in ("num_clients", "dim", "weights") if not hasattr(problem, a)]
+    missing += [f"{m}()" for m in ("grad", "to") if getattr(type(problem), m) is getattr(FederatedProblem, m)]
+    if missing:
+        raise ValueError(
+            f"{name}: {type(problem).__name__} is not a complete FederatedProblem (it lacks {', '.join(missing)}); "
+            "FederatedProblem is the abstract base: use a problem of fedlangevin.problems or a subclass that sets "
+            "num_clients, dim and weights and implements grad() and to()"
+        )
+    return problem
 
 
 class FederatedProblem:
