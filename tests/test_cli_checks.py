@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedlangevin import cli
+from fedlangevin import _paths, cli
 from fedlangevin.commands import _checks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,7 +91,7 @@ def test_bad_output_path_is_one_line_before_any_work(argv, option, why, place, n
 def test_not_writable_folder_is_refused(place, no_work, capsys, monkeypatch):
     # permission bits do not stop root, so the check's answer is simulated
     real = os.access
-    monkeypatch.setattr(_checks.os, "access", lambda p, mode: False if Path(p) == place / "adir" else real(p, mode))
+    monkeypatch.setattr(_paths.os, "access", lambda p, mode: False if Path(p) == place / "adir" else real(p, mode))
     for argv in (["demo", "--out", "adir"], ["demo", "--out", "adir/new"], ["privacy", "--figure", "adir/f.png"]):
         assert "not writable" in _run(argv, capsys, place, monkeypatch)
 
@@ -100,7 +100,7 @@ def test_unwritable_file_system_is_refused(place, monkeypatch):
     def refuse(*args, **kwargs):
         raise PermissionError(30, "Read-only file system")
 
-    monkeypatch.setattr(_checks.tempfile, "TemporaryFile", refuse)
+    monkeypatch.setattr(_paths.tempfile, "TemporaryFile", refuse)
     monkeypatch.chdir(place)
     with pytest.raises(_checks.UsageError, match=r"--out 'x/y': cannot write into .*Read-only file system"):
         _checks.check_output_dir("--out", "x/y")

@@ -70,6 +70,38 @@ def test_resume_recipe_continues_an_interrupted_run_exactly(tmp_path, monkeypatc
         _exec(_recipe(), tmp_path / "cut")
 
 
+@pytest.mark.parametrize("dies_in", [1, 50])
+def test_resume_recipe_works_after_a_kill_before_the_first_checkpoint(tmp_path, monkeypatch, dies_in):
+    """Killed after the store was made and before the first checkpoint (round 100), the recipe
+    used to stop at "store directory ... is not empty"; now it starts the run afresh there."""
+    import fedlangevin.fald.sampler as S
+
+    (tmp_path / "whole").mkdir()
+    (tmp_path / "cut").mkdir()
+    whole, _ = _exec(_recipe(), tmp_path / "whole")
+    real = S.build
+
+    def dying_kernels(*args, **kwargs):
+        kernel, calls = real(*args, **kwargs), [0]
+
+        def dies(*a, **k):
+            calls[0] += 1
+            if calls[0] == dies_in:
+                raise KeyboardInterrupt
+            return kernel.step(*a, **k)
+
+        return kernel._replace(step=dies)
+
+    monkeypatch.setattr(S, "build", dying_kernels)
+    with pytest.raises(KeyboardInterrupt):
+        _exec(_recipe(), tmp_path / "cut")
+    monkeypatch.setattr(S, "build", real)
+    assert (tmp_path / "cut" / "long-run" / "samples" / "meta.json").is_file()
+    assert not (tmp_path / "cut" / "long-run" / "run.ckpt").exists()
+    again, _ = _exec(_recipe(), tmp_path / "cut")
+    assert torch.equal(again["trace"].samples, whole["trace"].samples)
+
+
 def test_other_blocks_run_and_print_what_the_page_says(tmp_path):
     outputs = []
     for block in _blocks():

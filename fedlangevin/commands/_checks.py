@@ -7,9 +7,8 @@ the user typed; :func:`fedlangevin.cli.main` prints it as one line and exits wit
 from __future__ import annotations
 
 import importlib.util
-import os
-import tempfile
-from pathlib import Path
+
+from fedlangevin import _paths
 
 #: top-level module -> (distribution to install, extra of fedlangevin that brings it)
 EXTRAS: dict[str, tuple[str, str]] = {
@@ -20,12 +19,25 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "mlxtend": ("mlxtend", "data"),
 }
 
-#: file systems whose files are not data (writing there is never what an output option means)
-_VIRTUAL = (Path("/proc"), Path("/sys"), Path("/dev"))
-
-
 class UsageError(ValueError):
     """Invalid command-line input, found before any work started."""
+
+
+def check_output_dir(option: str, path):
+    """:func:`fedlangevin._paths.check_output_dir` (shared with the library's ``store=``) as a UsageError."""
+    try:
+        return _paths.check_output_dir(option, path)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def check_output_file(option: str, path):
+    """:func:`fedlangevin._paths.check_output_file` (shared with the library's ``checkpoint=``) as a UsageError."""
+    try:
+        return _paths.check_output_file(option, path)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
 
 
 def extra_hint(module: str) -> str:
@@ -61,67 +73,6 @@ def missing_module(exc: BaseException) -> str | None:
             return exc.name.split(".")[0]
         exc = exc.__cause__ or exc.__context__
     return None
-
-
-def _existing_ancestor(path: Path) -> Path:
-    p = path
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    return p
-
-
-def _check_writable_dir(option: str, given, folder: Path) -> None:
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise UsageError(f"{option} {given}: folder {str(folder)!r} is not writable")
-    try:  # os.access trusts permission bits; a read-only mount or /proc says no only when tried
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as exc:
-        raise UsageError(f"{option} {given}: cannot write into {str(folder)!r} ({exc.strerror})") from None
-
-
-def _common(option: str, path) -> tuple[str, Path]:
-    given = repr(str(path))
-    if str(path).strip() == "":
-        raise UsageError(f"{option} must be a path; got an empty string")
-    p = Path(path).expanduser().absolute()
-    for root in _VIRTUAL:
-        if p == root or root in p.parents:
-            raise UsageError(f"{option} {given} is under {root}, which holds no ordinary files")
-    return given, p
-
-
-def _check_folder(option: str, given: str, folder: Path) -> None:
-    """``folder`` is a writable folder, or a missing one that can be made (nothing is created)."""
-    base = folder if folder.exists() else _existing_ancestor(folder)
-    if not base.is_dir():
-        raise UsageError(f"{option} {given}: {str(base)!r} is a file, so no folder can be made under it")
-    _check_writable_dir(option, given, base)
-
-
-def check_output_dir(option: str, path) -> Path:
-    """``path`` can be a folder we write into: an existing writable folder, or creatable.
-
-    Nothing is created; the folder is made by the command when it writes.
-    """
-    given, p = _common(option, path)
-    if p.exists() and not p.is_dir():
-        raise UsageError(f"{option} {given} exists and is not a folder")
-    _check_folder(option, given, p)
-    return p
-
-
-def check_output_file(option: str, path) -> Path:
-    """``path`` can be a file we write: not a folder, writable if it exists, in a folder we can make."""
-    given, p = _common(option, path)
-    if p.is_dir():
-        raise UsageError(f"{option} {given} is a folder; give a file name")
-    if p.exists() and not os.access(p, os.W_OK):
-        raise UsageError(f"{option} {given} exists and is not writable")
-    if p.parent.exists() and not p.parent.is_dir():
-        raise UsageError(f"{option} {given}: {str(p.parent)!r} is a file, not a folder")
-    _check_folder(option, given, p.parent)
-    return p
 
 
 #: bundled data sets -> module that provides them (see fedlangevin.data.datasets)

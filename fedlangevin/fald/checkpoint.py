@@ -66,6 +66,54 @@ def _payload_bytes(obj: dict) -> bytes:
     return buf.getvalue()
 
 
+def check_target(path: Path) -> Path:
+    """``path`` may receive checkpoints: its folder is writable now (not at the first checkpoint,
+    an hour into the run), and an existing file there is a fedlangevin checkpoint, never an
+    unrelated file that would be overwritten. ``ValueError`` naming ``checkpoint`` otherwise."""
+    from fedlangevin._paths import check_output_file
+
+    check_output_file("checkpoint", path)
+    if path.is_file():
+        with open(path, "rb") as f:
+            head = f.read(len(MAGIC))
+        if head != MAGIC:
+            raise ValueError(f"checkpoint {str(path)!r} exists and is not a fedlangevin checkpoint; it would be "
+                             "overwritten: give a new path (or delete the file)")
+    return path
+
+
+class CheckpointLock:
+    """An exclusive lock on ``<checkpoint>.lock`` for the run that writes ``checkpoint``.
+
+    Two runs writing one checkpoint path would leave a checkpoint of neither; the second one
+    now stops before any work with a ``ValueError`` naming the path. The lock is an
+    ``fcntl.flock`` on an open file, so the operating system releases it when the holder
+    exits in any way (``kill -9`` included): no stale lock blocks the resume. On systems
+    without ``fcntl`` (Windows) runs are not locked.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(f"{path}.lock")
+        self._file = None
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not on POSIX
+            return
+        f = open(self.path, "a+b")
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            raise ValueError(f"checkpoint {str(path)!r} is in use by another run (it holds {str(self.path)!r}); "
+                             "wait for it to finish or give another checkpoint path") from None
+        self._file = f
+
+    def release(self) -> None:
+        if self._file is not None:
+            self._file.close()  # closing the descriptor releases the flock
+            self._file = None
+
+
 def write_file(path: str | os.PathLike, obj: dict, keep_previous: bool = True) -> None:
     """Write ``obj`` to ``path`` atomically (temporary file, fsync, rename); see the module docstring."""
     path = Path(path)

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedlangevin._paths import check_output_dir
+from fedlangevin.fald import checkpoint as ckpt
 from fedlangevin._validation import (
     check_bool,
     check_checkpoint_path,
@@ -81,7 +83,8 @@ def run_arguments(
         store = check_path("store", store)
         if store.exists() and not store.is_dir():
             raise ValueError(f"store must be a directory path; {str(store)!r} is a file")
-        if store.is_dir() and any(store.iterdir()):
+        check_output_dir("store", store)  # under a file, under /proc, or in a folder we cannot write: say so now
+        if store.is_dir() and any(store.iterdir()) and not leftover_store(store, checkpoint):
             raise ValueError(
                 f"store directory {str(store)!r} is not empty; give a new directory (a store holds the draws "
                 "of one run; continue an interrupted run with FALD.resume(checkpoint))"
@@ -95,7 +98,7 @@ def run_arguments(
     elif target is not None and not stats:
         raise ValueError("target was given with stats=False; the W2 to a target is a streaming statistic (stats=True)")
     if checkpoint is not None:
-        checkpoint = check_checkpoint_path(checkpoint, store)
+        checkpoint = ckpt.check_target(check_checkpoint_path(checkpoint, store))
     if checkpoint_every is not None:
         checkpoint_every = check_int("checkpoint_every", checkpoint_every, 1)
         if checkpoint is None:
@@ -106,6 +109,25 @@ def run_arguments(
         stats=stats, target=target, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
         on_divergence=on_divergence,
     )
+
+
+def leftover_store(store: Path, checkpoint: Any) -> bool:
+    """Whether ``store`` holds only what a run killed before its first checkpoint left: a sample
+    store with no committed draws (draws are committed at checkpoints), for a ``checkpoint``
+    path that does not exist yet. Rerunning that run (the resume recipe of docs/long-runs.md,
+    after a kill at any moment) then starts afresh in the same folder instead of stopping at
+    "not empty". A run still writing the store holds the checkpoint's lock, so
+    :meth:`Run.start` re-checks under the lock before it clears the folder."""
+    if not isinstance(checkpoint, (str, os.PathLike)) or Path(checkpoint).exists():
+        return False
+    if not (Path(store) / "meta.json").is_file():
+        return False
+    try:
+        old = SampleStore.open(store)
+    except ValueError:  # not a store, or a damaged one: never cleared
+        return False
+    names = {p.name for p in Path(store).iterdir()}
+    return old.draws == 0 and names <= SampleStore.FILES
 
 
 class MemoryDraws:
@@ -232,6 +254,12 @@ class Run:
 
     def __init__(self) -> None:
         self.finished = False
+        self.lock: ckpt.CheckpointLock | None = None
+
+    def hold_lock(self) -> None:
+        """Lock the run's checkpoint path (if any) for this process until :meth:`close`."""
+        if self.checkpoint is not None and self.lock is None:
+            self.lock = ckpt.CheckpointLock(self.checkpoint)
 
     @staticmethod
     def count_draws(rounds: int, warmup: int, thin: int) -> int:
@@ -248,6 +276,7 @@ class Run:
         run.start_round, run.start_step = sampler.state.round, sampler.state.step
         run.keep_samples, run.on_divergence = args.keep_samples, args.on_divergence
         run.checkpoint, run.checkpoint_every = args.checkpoint, args.checkpoint_every
+        run.hold_lock()  # before the store is made: a second run on this checkpoint stops here
         run.chain_ids = sampler.active.copy()
         run.alive = np.arange(len(run.chain_ids), dtype=np.int64)
         run.dropped, run.uploads = {}, 0.0
@@ -256,6 +285,8 @@ class Run:
         if not args.keep_samples:
             run.draws = NoDraws(r, d, sampler.dtype)
         elif args.store is not None:
+            if leftover_store(args.store, args.checkpoint):  # checked by run_arguments; the lock is ours now
+                SampleStore.discard(args.store)
             store = SampleStore.create(args.store, run.chain_ids, d, torch.empty(0, dtype=sampler.dtype).numpy().dtype,
                                        sampler.problem.parameter_names(), settings=sampler.settings.record())
             run.draws = DiskDraws(store, sampler.device, sampler.dtype)
@@ -275,7 +306,12 @@ class Run:
             self.stats.flush()
 
     def close(self) -> None:
-        self.draws.close(self.dropped)
+        try:
+            self.draws.close(self.dropped)
+        finally:
+            if self.lock is not None:
+                self.lock.release()
+                self.lock = None
 
     def add(self, theta: torch.Tensor, round: int) -> None:
         if self.stats is not None:
@@ -314,6 +350,7 @@ class Run:
         run.keep_samples, run.on_divergence = bool(rec["keep_samples"]), str(rec["on_divergence"])
         run.checkpoint_every = None if rec["checkpoint_every"] is None else int(rec["checkpoint_every"])
         run.checkpoint = checkpoint
+        run.hold_lock()  # before the store is cut back: never under a run still writing it
         run.chain_ids = rec["chain_ids"].numpy().astype(np.int64)
         run.alive = rec["alive"].numpy().astype(np.int64)
         run.dropped = {int(c): (int(r), int(s)) for c, r, s in rec["dropped"]}
@@ -330,8 +367,10 @@ class Run:
             run.draws = mem
         elif draws["kind"] == "disk":
             path = Path(draws["path"])
-            if not path.exists() and draws.get("relative"):  # the run's folder was moved: look beside the checkpoint
-                path = checkpoint.resolve().parent / draws["relative"]
+            if draws.get("relative"):  # the store beside the checkpoint wins: a run folder copied or moved
+                beside = checkpoint.resolve().parent / draws["relative"]  # resumes into its own store, never the original's
+                if beside.exists() or not path.exists():
+                    path = beside
             store = SampleStore.open(path, writable=True)
             store.truncate(int(draws["draws"]), draws["crc32"])
             run.draws = DiskDraws(store, sampler.device, sampler.dtype)
@@ -381,7 +420,8 @@ def continue_arguments(run: Run, rounds, warmup, thin, store, keep_samples, stat
     if target is not None:
         raise ValueError(f"target cannot be changed when continuing a run (it keeps its own); {hint}")
     if checkpoint is not None:
-        checkpoint = check_checkpoint_path(checkpoint, run.draws.store.path if run.draws.kind == "disk" else None)
+        checkpoint = ckpt.check_target(
+            check_checkpoint_path(checkpoint, run.draws.store.path if run.draws.kind == "disk" else None))
     if checkpoint_every is not None:
         checkpoint_every = check_int("checkpoint_every", checkpoint_every, 1)
     if rounds is not None:
@@ -395,10 +435,14 @@ def continue_arguments(run: Run, rounds, warmup, thin, store, keep_samples, stat
     # every argument is valid: now change the plan
     if rounds is not None:
         run.extend(run.done + rounds)
-    if checkpoint is not None:
-        run.checkpoint = checkpoint
+    if checkpoint is not None and checkpoint != run.checkpoint:
+        lock = ckpt.CheckpointLock(checkpoint)  # the new path is locked (or refused) before the old is let go
+        if run.lock is not None:
+            run.lock.release()
+        run.checkpoint, run.lock = checkpoint, lock
     if checkpoint_every is not None:
         run.checkpoint_every = checkpoint_every
+    run.hold_lock()
     return run
 
 

@@ -137,6 +137,15 @@ class SampleStore:
         write_json_atomic(path / _META, meta)
         return cls(path, meta, writable=True)
 
+    #: the files a store folder holds (meta.json is replaced atomically through meta.json.tmp)
+    FILES = frozenset({_META, _SAMPLES, _ROUNDS, _META + ".tmp"})
+
+    @classmethod
+    def discard(cls, path: str | os.PathLike) -> None:
+        """Delete a store's files (only those: the folder and anything else in it stay)."""
+        for name in cls.FILES:
+            (Path(path) / name).unlink(missing_ok=True)
+
     @classmethod
     def open(cls, path: str | os.PathLike, writable: bool = False) -> "SampleStore":
         path = Path(path)

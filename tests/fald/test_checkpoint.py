@@ -416,3 +416,100 @@ def test_a_moved_run_folder_still_resumes(tmp_path):
     trace = fl.FALD.resume(tmp_path / "b" / "c.prev").run()
     assert torch.equal(trace.samples, whole.samples)
     assert Path(trace.store).resolve() == (tmp_path / "b" / "s").resolve()
+
+
+# -- checkpoint and store paths (bad-input sweep, findings 13-14) ------------------------------------------
+def _gauss():
+    return fl.problems.GaussianSimulation(num_clients=4, samples_per_client=5, seed=0)
+
+
+def test_an_unrelated_existing_file_is_never_overwritten(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes")
+    with pytest.raises(ValueError, match=r"checkpoint .*notes.txt' exists and is not a fedlangevin checkpoint"):
+        fl.FALD(_gauss(), 1e-3, seed=0).run(5, checkpoint=notes, progress=False)
+    assert notes.read_text() == "my notes"
+    # a fedlangevin checkpoint at the path is overwritten as before
+    fl.FALD(_gauss(), 1e-3, seed=0).run(5, checkpoint=tmp_path / "run.ckpt", progress=False)
+    fl.FALD(_gauss(), 1e-3, seed=1).run(5, checkpoint=tmp_path / "run.ckpt", progress=False)
+    assert checkpoint_info(tmp_path / "run.ckpt")["settings"]["seed"] == 1
+
+
+def test_a_checkpoint_path_in_use_is_refused_and_a_killed_holder_leaves_no_stale_lock(tmp_path):
+    path = tmp_path / "run.ckpt"
+    code = textwrap.dedent(f"""
+        import sys, time
+        from pathlib import Path
+        from fedlangevin.fald.checkpoint import CheckpointLock
+        lock = CheckpointLock(Path({str(path)!r}))
+        print("locked", flush=True)
+        time.sleep(60)
+    """)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        sampler = fl.FALD(_gauss(), 1e-3, seed=0)
+        with pytest.raises(ValueError, match=r"checkpoint .*run.ckpt' is in use by another run"):
+            sampler.run(5, checkpoint=path, store=tmp_path / "s", progress=False)
+        assert not (tmp_path / "s").exists() and not path.exists()  # refused before any work
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=30)
+    # the operating system released the flock of the killed holder: the run goes ahead
+    fl.FALD(_gauss(), 1e-3, seed=0).run(5, checkpoint=path, progress=False)
+    assert path.is_file()
+
+
+def test_unwritable_checkpoint_folder_and_bad_store_places_fail_up_front(tmp_path, monkeypatch):
+    import fedlangevin._paths as paths
+
+    (tmp_path / "afile").write_text("x")
+    sampler = fl.FALD(_gauss(), 1e-3, seed=0)
+    with pytest.raises(ValueError, match=r"^store '.*afile/s': .*afile' is a file"):
+        sampler.run(5, store=tmp_path / "afile" / "s", progress=False)
+    with pytest.raises(ValueError, match=r"^store '/proc/fedlangevin-store' is under /proc"):
+        sampler.run(5, store="/proc/fedlangevin-store", progress=False)
+    locked = tmp_path / "ro"
+    locked.mkdir()
+    real = os.access
+    monkeypatch.setattr(paths.os, "access", lambda p, mode: False if Path(p) == locked else real(p, mode))
+    with pytest.raises(ValueError, match=r"^checkpoint '.*ro/run.ckpt': folder .* is not writable"):
+        sampler.run(5, checkpoint=locked / "run.ckpt", progress=False)
+    assert sampler.state.round == 0  # no round ran
+
+
+def test_a_copied_run_folder_resumes_into_its_own_store(tmp_path):
+    import shutil
+
+    original = tmp_path / "orig"
+    original.mkdir()
+    sampler = fl.FALD(_gauss(), 1e-3, chains=3, seed=0)
+    with pytest.raises(KeyboardInterrupt):
+        _interrupt(sampler, original)
+    copy = tmp_path / "copy"
+    shutil.copytree(original, copy)
+    before = {p.name: p.read_bytes() for p in (original / "samples").iterdir()}
+    trace = fl.FALD.resume(copy / "run.ckpt").run()
+    assert Path(trace.store).resolve() == (copy / "samples").resolve()
+    assert {p.name: p.read_bytes() for p in (original / "samples").iterdir()} == before  # untouched
+    whole = fl.FALD(_gauss(), 1e-3, chains=3, seed=0).run(40, progress=False)
+    assert torch.equal(trace.samples, whole.samples)
+
+
+def _interrupt(sampler, folder):
+    """Run 40 rounds with checkpoints every 10 and stop with Ctrl-C in round 25."""
+    kernel, calls = sampler._kernel, [0]
+
+    def dies(*a, **k):
+        calls[0] += 1
+        if calls[0] == 25:
+            raise KeyboardInterrupt
+        return step(*a, **k)
+
+    step = kernel.step
+    sampler._kernel = kernel._replace(step=dies)
+    try:
+        sampler.run(40, store=folder / "samples", checkpoint=folder / "run.ckpt", checkpoint_every=10, progress=False)
+    finally:
+        sampler._kernel = kernel

@@ -1,0 +1,78 @@
+"""Output paths checked before any work: the command line's options and the library's
+``store=`` / ``checkpoint=`` arguments share these checks (nothing is created by them).
+
+A failed check is a ``ValueError`` whose message starts with the argument's name as the user
+wrote it (``--out``, ``store``, ...).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+__all__ = ["check_output_dir", "check_output_file"]
+
+#: file systems whose files are not data (writing there is never what an output option means)
+_VIRTUAL = (Path("/proc"), Path("/sys"), Path("/dev"))
+
+
+def _existing_ancestor(path: Path) -> Path:
+    p = path
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def _check_writable_dir(option: str, given, folder: Path) -> None:
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"{option} {given}: folder {str(folder)!r} is not writable")
+    try:  # os.access trusts permission bits; a read-only mount or /proc says no only when tried
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise ValueError(f"{option} {given}: cannot write into {str(folder)!r} ({exc.strerror})") from None
+
+
+def _common(option: str, path) -> tuple[str, Path]:
+    given = repr(str(path))
+    if str(path).strip() == "":
+        raise ValueError(f"{option} must be a path; got an empty string")
+    p = Path(path).expanduser().absolute()
+    for root in _VIRTUAL:
+        if p == root or root in p.parents:
+            raise ValueError(f"{option} {given} is under {root}, which holds no ordinary files")
+    return given, p
+
+
+def _check_folder(option: str, given: str, folder: Path) -> None:
+    """``folder`` is a writable folder, or a missing one that can be made (nothing is created)."""
+    base = folder if folder.exists() else _existing_ancestor(folder)
+    if not base.is_dir():
+        raise ValueError(f"{option} {given}: {str(base)!r} is a file, so no folder can be made under it")
+    _check_writable_dir(option, given, base)
+
+
+def check_output_dir(option: str, path) -> Path:
+    """``path`` can be a folder we write into: an existing writable folder, or creatable.
+
+    Nothing is created; the folder is made by the command when it writes.
+    """
+    given, p = _common(option, path)
+    if p.exists() and not p.is_dir():
+        raise ValueError(f"{option} {given} exists and is not a folder")
+    _check_folder(option, given, p)
+    return p
+
+
+def check_output_file(option: str, path) -> Path:
+    """``path`` can be a file we write: not a folder, writable if it exists, in a folder we can make."""
+    given, p = _common(option, path)
+    if p.is_dir():
+        raise ValueError(f"{option} {given} is a folder; give a file name")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise ValueError(f"{option} {given} exists and is not writable")
+    if p.parent.exists() and not p.parent.is_dir():
+        raise ValueError(f"{option} {given}: {str(p.parent)!r} is a file, not a folder")
+    _check_folder(option, given, p.parent)
+    return p
