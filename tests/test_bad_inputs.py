@@ -95,8 +95,10 @@ ARGS = [
         True),
     Arg("sensitivity", lambda v: fp.paper_bound(**dict(PRIVACY, sensitivity=v), **PAPER_DELTAS).epsilon, "real", 2.0,
         0.0, None, True),
-    Arg("p_min", lambda v: fp.paper_bound(**dict(PRIVACY, p_min=v), **PAPER_DELTAS).epsilon, "real", 0.05, 0.0, 0.1,
-        True),
+    # p_min <= 1/N = 0.1 is checked with a relative slack of 1e-12 (a p_min computed from float
+    # weights summing to 1 may exceed 1/N by rounding), so the refused values start above that
+    Arg("p_min", lambda v: fp.paper_bound(**dict(PRIVACY, p_min=v), **PAPER_DELTAS).epsilon, "real", 0.05, 0.0,
+        0.1 * (1 + 1e-12), True),
     Arg("iterations", lambda v: fp.paper_bound(**dict(PRIVACY, iterations=v), **PAPER_DELTAS).epsilon, "int", 100, 10),
     Arg("delta0", lambda v: fp.paper_bound(**dict(PRIVACY, delta0=v, delta1=1e-6, delta2=1e-6)).epsilon, "real", 1e-5,
         0.0, 1.0, True, True),
