@@ -38,30 +38,36 @@ def _exec(code: str, where: Path) -> tuple[dict, str]:
     return namespace, out.getvalue()
 
 
-def test_resume_recipe_continues_an_interrupted_run_exactly(tmp_path, monkeypatch):
+def _run_dying_in_round(dies_in: int, where: Path, monkeypatch) -> None:
+    """Run the recipe in ``where`` with kernels whose round ``dies_in`` (counted over all of them)
+    dies: the process stops there and nothing after that point survives."""
     import fedlangevin.fald.sampler as S
 
+    real, calls = S.build, [0]
+
+    def dying_kernels(*args, **kwargs):
+        kernel = real(*args, **kwargs)
+
+        def dies(*a, **k):
+            calls[0] += 1
+            if calls[0] == dies_in:
+                raise KeyboardInterrupt
+            return kernel.step(*a, **k)
+
+        return kernel._replace(step=dies)
+
+    monkeypatch.setattr(S, "build", dying_kernels)
+    with pytest.raises(KeyboardInterrupt):
+        _exec(_recipe(), where)
+    monkeypatch.setattr(S, "build", real)
+
+
+def test_resume_recipe_continues_an_interrupted_run_exactly(tmp_path, monkeypatch):
     (tmp_path / "whole").mkdir()
     (tmp_path / "cut").mkdir()
     whole, _ = _exec(_recipe(), tmp_path / "whole")
 
-    real, calls = S.build, [0]
-
-    def dying_kernels(*args, **kwargs):  # kernels whose 240th round (counted over all of them) dies
-        kernel = real(*args, **kwargs)
-
-        def dies_in_round_240(*a, **k):
-            calls[0] += 1
-            if calls[0] == 240:
-                raise KeyboardInterrupt  # the process dies here; nothing after this point survives
-            return kernel.step(*a, **k)
-
-        return kernel._replace(step=dies_in_round_240)
-
-    monkeypatch.setattr(S, "build", dying_kernels)
-    with pytest.raises(KeyboardInterrupt):
-        _exec(_recipe(), tmp_path / "cut")
-    monkeypatch.setattr(S, "build", real)
+    _run_dying_in_round(240, tmp_path / "cut", monkeypatch)
     again, printed = _exec(_recipe(), tmp_path / "cut")
     assert "resuming: {'rounds': 400, 'done': 200, 'warmup': 100, 'thin': 5, 'draws': 20" in printed
     assert torch.equal(again["trace"].samples, whole["trace"].samples)
@@ -74,28 +80,10 @@ def test_resume_recipe_continues_an_interrupted_run_exactly(tmp_path, monkeypatc
 def test_resume_recipe_works_after_a_kill_before_the_first_checkpoint(tmp_path, monkeypatch, dies_in):
     """Killed after the store was made and before the first checkpoint (round 100), the recipe
     used to stop at "store directory ... is not empty"; now it starts the run afresh there."""
-    import fedlangevin.fald.sampler as S
-
     (tmp_path / "whole").mkdir()
     (tmp_path / "cut").mkdir()
     whole, _ = _exec(_recipe(), tmp_path / "whole")
-    real = S.build
-
-    def dying_kernels(*args, **kwargs):
-        kernel, calls = real(*args, **kwargs), [0]
-
-        def dies(*a, **k):
-            calls[0] += 1
-            if calls[0] == dies_in:
-                raise KeyboardInterrupt
-            return kernel.step(*a, **k)
-
-        return kernel._replace(step=dies)
-
-    monkeypatch.setattr(S, "build", dying_kernels)
-    with pytest.raises(KeyboardInterrupt):
-        _exec(_recipe(), tmp_path / "cut")
-    monkeypatch.setattr(S, "build", real)
+    _run_dying_in_round(dies_in, tmp_path / "cut", monkeypatch)
     assert (tmp_path / "cut" / "long-run" / "samples" / "meta.json").is_file()
     assert not (tmp_path / "cut" / "long-run" / "run.ckpt").exists()
     again, _ = _exec(_recipe(), tmp_path / "cut")
