@@ -122,6 +122,10 @@ def build(
     scale_weights = weights if own_stream is None else weights.index_select(0, held)
     scales = noise_scales(scale_weights, temperature, correlation, device=device, dtype=dtype, noise_dtype=noise_dtype)
     work = problem.to(device=device, dtype=dtype)
+    if correction is not None and callable(getattr(correction, "build", None)):  # a settings record
+        correction = correction.build(problem, dtype=dtype, device=device, upload=upload)
+    if correction is not None and held is not None:
+        raise ValueError("correction: drift corrections run in one process (not with a transport that splits the clients)")
     plain = held is None and preconditioner is None and correction is None
     stepper = make_stepper(work, dtype, device, batch_size, kernel) if plain else None
     if held is not None:
@@ -158,7 +162,8 @@ def build(
             new_theta = transport.reduce(aggregate(beta, theta, w, generator, upload))
         else:
             new_theta = transport.reduce(aggregate(beta, theta, w.index_select(-1, held), generator, upload))
-        cstate = state.correction if correction is None else correction.update(state.correction, new_theta, beta, w)
+        cstate = (state.correction if correction is None
+                  else correction.update(state.correction, theta, new_theta, beta, w, generator))
         new = FALDState(theta=new_theta, step=state.step + len(step_sizes), round=state.round + 1, correction=cstate)
         return new, RoundInfo(weights=w)
 

@@ -12,9 +12,9 @@ kernel is bit-identical to a kernel built without the argument):
   whose stationary law is still pi ∝ exp(-f / tau) (M constant, symmetric positive
   definite). Default: :class:`IdentityPreconditioner` (A = I).
 - :class:`DriftCorrection` — a term added to each client's gradient at every local step
-  (control variates against client drift, e.g. a SCAFFOLD-type correction), with its own
-  state carried in the kernel's state between rounds (a dict of tensors, which checkpoints
-  store as they are). Default: none.
+  (control variates against client drift, ``docs/drift.md``), with its own state carried in
+  the kernel's state between rounds (a dict of tensors, which checkpoints store as they
+  are). Default: none.
 - :class:`Transport` — the synchronisation theta_new = sum_c w_rc beta_rc, the only
   cross-client operation. A transport names the clients this process holds and sums the
   processes' partial weighted sums (an all-reduce). Default: :class:`LocalTransport`, one
@@ -95,20 +95,29 @@ class FactorPreconditioner:
 
 @runtime_checkable
 class DriftCorrection(Protocol):
-    """A term c_rc added to client c's gradient at every local step of chain r.
+    """A built drift correction: a term c_rc added to client c's gradient at every local step of chain r.
 
+    What a correction setting's ``build(problem, ...)`` returns (the settings records are
+    :class:`fedlangevin.fald.control_variates.ControlVariates`,
+    :class:`fedlangevin.fald.conducive.Conducive` and :class:`fedlangevin.fald.qlsd.QLSDPlusPlus`).
     ``init(theta)`` gives the correction's state from the initial global parameters (R, d):
-    a dict of tensors (checkpointable). ``term(state, beta)`` returns the term for the
-    client states beta (R, n, d): a tensor broadcastable to them. ``update(state, theta,
-    beta, weights)`` returns the state after a round, from the new global parameters
-    (R, d), the clients' final local states (R, n, d) and the aggregation weights.
+    a dict of tensors (checkpointed as they are; one-off set-up work such as a reference
+    point happens here). ``term(state, beta)`` returns the term for the client states beta
+    (R, N, d): a tensor broadcastable to them. ``update(state, theta, new_theta, beta,
+    weights, generator)`` returns the state after a round, from the round's broadcast
+    (R, d), the new global parameters (R, d), the clients' final local states (R, N, d), the
+    aggregation weights and the round's generator. ``keep(state, rows)`` keeps the chains
+    ``rows`` (a boolean mask over R) of a state, after diverged chains were dropped.
     """
 
     def init(self, theta: torch.Tensor) -> dict: ...
 
     def term(self, state: dict, beta: torch.Tensor) -> torch.Tensor: ...
 
-    def update(self, state: dict, theta: torch.Tensor, beta: torch.Tensor, weights: torch.Tensor) -> dict: ...
+    def update(self, state: dict, theta: torch.Tensor, new_theta: torch.Tensor, beta: torch.Tensor,
+               weights: torch.Tensor, generator: torch.Generator | None) -> dict: ...
+
+    def keep(self, state: dict, rows: torch.Tensor) -> dict: ...
 
 
 @runtime_checkable

@@ -30,7 +30,7 @@ import torch
 
 from fedlangevin.fald.adaptation import DENSE_MAX_DIM
 
-__all__ = ["MapResult", "find_map", "global_energy", "resolve_init"]
+__all__ = ["MapResult", "client_derivatives", "find_map", "global_energy", "resolve_init"]
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class MapResult:
     decrement: float
 
 
-def _client_derivatives(problem, theta: torch.Tensor, dense: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def client_derivatives(problem, theta: torch.Tensor, dense: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-client gradients (N, d) and Hessians (N, d, d) or diagonals (N, d) at theta (d,)."""
     n, d = problem.num_clients, problem.dim
     grad = problem.grad(theta.expand(1, n, d).clone())[0]
@@ -92,7 +92,7 @@ def find_map(problem, theta0=None, *, max_rounds: int = 200, tol: float = 1e-6) 
     def query(x):
         nonlocal rounds
         rounds += 1
-        g_c, h_c = _client_derivatives(work, x, dense)
+        g_c, h_c = client_derivatives(work, x, dense)
         f = energy(x) if energy is not None else None  # the clients' f^c, summed with p_c by the server
         return p @ g_c, torch.einsum("n,n...->...", p, h_c), f
 

@@ -22,6 +22,7 @@ import torch
 
 from fedlangevin._validation import check_device
 from fedlangevin.fald import checkpoint as ckpt
+from fedlangevin.fald import drift
 from fedlangevin.fald.participation import Participation, as_participation
 from fedlangevin.fald.preconditioning import preconditioner_record
 from fedlangevin.fald.schedules import as_schedule
@@ -71,6 +72,7 @@ class CheckpointWriter:
             else ckpt.encode(preconditioner_record(sampler.preconditioner)),
             "adapted": bool(sampler.adapted),
             "adaptation": None if sampler.adapter is None else ckpt.encode(sampler.adapter.record()),
+            "correction": ckpt.encode(drift.record(sampler)),
             "run": run.describe(),
         }
         ckpt.write_file(path, record)

@@ -447,10 +447,13 @@ def continue_arguments(run: Run, rounds, warmup, thin, store, keep_samples, stat
 
 
 def communication(problem: FederatedProblem, rounds: int, uploads: float, setup_floats: float = 0.0,
-                  setup_floats_up: float = 0.0) -> Communication:
+                  setup_floats_up: float = 0.0, per_round: tuple[float, float] = (0.0, 0.0)) -> Communication:
     """Per-chain communication of ``rounds`` rounds with ``uploads`` client uploads: d floats per
     upload, a broadcast of d floats to each of the N clients per round, plus ``setup_floats``
     sent down once for the run (preconditioners: M is shared by the chains; the mode search of
-    init="map") and ``setup_floats_up`` sent up for it (the mode search's gradients and Hessians)."""
+    init="map", a drift correction's set-up) and ``setup_floats_up`` sent up for it (the mode search's
+    gradients and Hessians); ``per_round``: a drift correction's extra floats per upload and per round down."""
     n, d = problem.num_clients, problem.dim
-    return Communication(rounds, uploads, uploads * d + float(setup_floats_up), float(rounds * n * d) + float(setup_floats))
+    up, down = per_round
+    return Communication(rounds, uploads, uploads * (d + up) + float(setup_floats_up),
+                         float(rounds * (n * d + down)) + float(setup_floats))

@@ -1,13 +1,10 @@
 """The user-facing FA-LD runner: runs, checkpoints and resumes, keeps draws in memory or on disk.
 
-One call of :meth:`FALD.run` is a *run*: a number of communication rounds whose kept draws
-(after ``warmup``, every ``thin`` rounds) make one :class:`Trace`. Everything a run needs to
-continue bit for bit lives at a round boundary — the global parameters (R, d) (clients start
-every round from the broadcast, so they hold no other state), the step counter k (which is
-the step-size schedule's position), the round counter, the single ``torch.Generator``
-(noise, minibatches and participation all draw from it), the communication totals, the
-cumulative ledger, the run's plan and the draws so far (in the checkpoint, or their location
-in an on-disk store). :meth:`FALD.run` with ``checkpoint=path`` writes exactly that, and
+One call of :meth:`FALD.run` is a *run*: rounds whose kept draws (after ``warmup``, every
+``thin`` rounds) make one :class:`Trace`. Everything a run needs to continue bit for bit
+lives at a round boundary (global parameters (R, d), step and round counters, the single
+``torch.Generator``, a drift correction's state, the ledger, the run's plan and its draws or
+their on-disk store): :meth:`FALD.run` with ``checkpoint=path`` writes exactly that, and
 :meth:`FALD.resume` rebuilds the sampler from it.
 """
 
@@ -38,7 +35,7 @@ from fedlangevin._validation import (
 )
 from fedlangevin.fald import checkpoint as ckpt
 from fedlangevin.fald import resume as rs
-from fedlangevin.fald import adaptation
+from fedlangevin.fald import adaptation, drift
 from fedlangevin.fald.engine import build
 from fedlangevin.fald.streams import build_per_client
 from fedlangevin.fald.mode import resolve_init
@@ -54,8 +51,7 @@ from fedlangevin.problems.base import FederatedProblem, check_problem, check_wei
 
 __all__ = ["FALD"]
 
-#: Without ``checkpoint_every``, a checkpoint is written after the first round that ends
-#: at least this many seconds after the previous one (and at the end of the run).
+#: Without ``checkpoint_every``: a checkpoint after the first round this many seconds after the last.
 CHECKPOINT_SECONDS = 60.0
 
 
@@ -90,23 +86,22 @@ class FALD:
     noise_dtype : precision of the standard normals of the injected noise (float32 by
         default: about 4x faster to draw on CPU; see :mod:`fedlangevin.fald.noise` for why
         this does not matter statistically). ``torch.float64`` for double-precision normals.
-    upload : an optional codec ``upload(beta, theta, generator) -> beta'`` applied to the
-        client states (R, N, d) after the local steps and before the server average, e.g.
-        :class:`fedlangevin.compression.QuantizedUpdateUpload` for quantized uploads
-        (``docs/comparison.md``). ``None`` (default) averages the exact states at no cost.
-        Runs with a codec cannot be checkpointed.
-    streams : the randomness layout. ``"single"`` (default): one generator seeded with
-        ``seed`` drives every draw. ``"per_client"``: the layout of a federated deployment
-        (:mod:`fedlangevin.fald.streams`): shared noise from a (seed, round) stream, each
-        client's private noise and minibatches from a (seed, client, round) stream,
-        participation from a (seed, round) stream; a Python loop over clients (slower), the
-        same samples as :mod:`fedlangevin.flower` with the same seed. Not with ``upload``.
+    upload : an optional codec ``upload(beta, theta, generator) -> beta'`` applied to the client
+        states (R, N, d) before the server average, e.g. quantized uploads
+        (:class:`fedlangevin.compression.QuantizedUpdateUpload`, ``docs/comparison.md``); ``None``
+        (default): the exact states. Runs with a codec cannot be checkpointed.
+    streams : ``"single"`` (default): one generator seeded with ``seed`` drives every draw;
+        ``"per_client"``: a federated deployment's layout (:mod:`fedlangevin.fald.streams`:
+        (seed, round) and (seed, client, round) streams; slower), the samples of
+        :mod:`fedlangevin.flower` with the same seed. Not with ``upload``.
     transport : a distributed run's synchronisation, e.g. :class:`fedlangevin.distributed.ProcessGroup`
         (``docs/distributed.md``): this process holds the transport's clients; only its writing
         process (rank 0) keeps draws, checkpoints and stores. ``None``: one process, every client.
     preconditioner : a fixed M, (d, d) or (d,) (diagonal) (:mod:`fedlangevin.fald.preconditioning`).
     adapt : adapt M in the first run's warm-up (default ``rounds // 2``), then freeze it (default:
         with ``step_size="auto"`` only, and not with ``streams="per_client"``).
+    correction : a drift correction against heterogeneous clients (``docs/drift.md``):
+        ``"control_variates"``, ``"conducive"``, ``"qlsd++"`` or their settings records.
 
     Long runs (``docs/long-runs.md``): :meth:`run` takes ``checkpoint=``/``checkpoint_every=``
     (atomic checkpoints), ``store=`` (draws appended to disk, flat memory), ``stats=``/
@@ -136,6 +131,7 @@ class FALD:
         *,
         preconditioner: Any = None,
         adapt: bool | None = None,
+        correction: Any = None,
     ) -> None:
         check_problem(problem)
         self.local_steps = check_local_steps(local_steps)
@@ -177,9 +173,9 @@ class FALD:
             raise ValueError("transport: not supported with an upload codec or streams='per_client' (both assume "
                              "one process holding every client); use upload=None, streams='single'")
         self.transport = transport
-
         self.problem = problem
         self._work_problem = problem.to(device=self.device, dtype=self.dtype)
+        drift.configure(self, correction)
         self._kernel = self._build(upload)
         self.generator = torch.Generator(device=self.device).manual_seed(self.seed)
         self.state: FALDState = init_state(initial)
@@ -201,7 +197,8 @@ class FALD:
                                     noise_dtype=self.noise_dtype)
         return build(self.problem, self.temperature, self.correlation, self.participation, self.batch_size,
                      dtype=self.dtype, device=self.device, noise_dtype=self.noise_dtype, upload=upload,
-                     transport=self.transport, validated=True, preconditioner=self.preconditioner)
+                     transport=self.transport, validated=True, preconditioner=self.preconditioner,
+                     correction=self.built_correction)
 
     def rebuild_kernel(self) -> None:  # after the preconditioner changed (warm-up adaptation)
         self._kernel = self._build(self.upload)
@@ -219,13 +216,15 @@ class FALD:
             upload="exact" if self.upload is None else repr(self.upload), streams=self.streams,
             preconditioner="none" if self.preconditioner is None else repr(self.preconditioner), adapt=self.adapt_matrix,
             auto_step_size=self.adapt_step, preconditioner_norm=float(self.preconditioner_norm),
+            correction="none" if self.correction is None else repr(self.correction),
         )
 
     @property
     def communication(self) -> Communication:
         """Communication per chain since the sampler was created (from :attr:`ledger`)."""
         return communication(self.problem, self.ledger["rounds"], self.ledger["uploads"],
-                             self.ledger.get("setup_floats", 0.0), self.ledger.get("setup_floats_up", 0.0))
+                             self.ledger.get("setup_floats", 0.0), self.ledger.get("setup_floats_up", 0.0),
+                             drift.per_round_floats(self))
 
     # -- running --------------------------------------------------------------------------------
     def run(
@@ -308,6 +307,7 @@ class FALD:
             progress_flag = args.progress
         self._pending = run
         self.interrupted_trace = None
+        drift.ensure_state(self)  # a correction's one-off set-up, before the first round
         bar = progress_bar(todo, progress_flag)
         try:
             self._advance(run, todo, bar)
@@ -335,16 +335,14 @@ class FALD:
     def unfinished(self) -> dict[str, Any] | None:
         """The unfinished run this sampler continues (after :meth:`resume`), or ``None``."""
         run = self._pending
-        if run is None:
-            return None
-        return {"rounds": run.rounds, "done": run.done, "warmup": run.warmup, "thin": run.thin,
+        return None if run is None else {"rounds": run.rounds, "done": run.done, "warmup": run.warmup, "thin": run.thin,
                 "draws": run.draws.count, "store": None if run.draws.kind != "disk" else str(run.draws.store.path)}
 
     def discard_unfinished(self) -> None:
         """Forget the unfinished run of a resumed checkpoint (the chains stay where they are)."""
-        if self._pending is not None:
-            self._pending.close()
-        self._pending = None
+        self._pending, pending = None, self._pending
+        if pending is not None:
+            pending.close()
 
     def _advance(self, run: Run, rounds: int, bar) -> None:
         """``rounds`` rounds of ``run``. The per-round Python is kept to a minimum: step sizes come
@@ -416,7 +414,7 @@ class FALD:
                 RuntimeWarning, stacklevel=4,
             )
             return FALDState(theta=state.theta[keep].contiguous(), step=state.step, round=state.round,
-                             correction=state.correction)
+                             correction=drift.keep_chains(self, state.correction, keep))
         # stop: the sampler stays at the last good round, with the generator as it was then
         self.generator.set_state(gen_state)
         if run.checkpoint is not None:
@@ -443,7 +441,8 @@ class FALD:
             draw_rounds=rounds,
             draw_steps=rounds * self.local_steps,
             step_sizes=StepSizes(self.schedule, run.start_step, run.done * self.local_steps),
-            communication=communication(self.problem, run.done, run.uploads, getattr(run, "setup_floats", 0.0)),
+            communication=communication(self.problem, run.done, run.uploads, getattr(run, "setup_floats", 0.0),
+                                        per_round=drift.per_round_floats(self)),
             settings=self.settings,
             problem=self.problem,
             var_names=self.problem.parameter_names(),
@@ -502,11 +501,13 @@ class FALD:
             correlation=settings["correlation"], participation=rule, chains=settings["chains"],
             batch_size=settings["batch_size"], device=new_device, dtype=settings["dtype"], seed=settings["seed"],
             noise_dtype=settings["noise_dtype"], streams=settings.get("streams", "single"), transport=transport,
-            adapt=bool(settings.get("adapt", False)),
+            adapt=bool(settings.get("adapt", False)), correction=drift.correction_from_record(
+                (ckpt.decode(record.get("correction")) or {}).get("settings")),
         )
         sampler.state, sampler.active = rs.resume_state(record, used, problem.dim, sampler.device, sampler.dtype)
         rs.resume_generator(sampler.generator, record, saved_device, new_device, sampler.seed)
         sampler.ledger = ckpt.decode(record["ledger"])
+        drift.restore_state(sampler, ckpt.decode(record.get("correction")))
         adaptation.restore(sampler, {k: ckpt.decode(record.get(k)) for k in ("preconditioner", "adapted", "adaptation")}, settings)
         main = rs.main_path(used)
         sampler._writer.resumed(record, main)

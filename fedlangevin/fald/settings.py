@@ -36,7 +36,8 @@ class Settings(Mapping):
     fixed M's repr ("none" for I; after an adaptive warm-up, the adapted M); adapt : whether
     warm-up adapts M (:mod:`fedlangevin.fald.adaptation`); auto_step_size : ``step_size="auto"``;
     preconditioner_norm : the largest lambda_max(M) over every M the sampler has run with (1
-    without one): gradient sensitivities in z scale by its square root (privacy accounting).
+    without one): gradient sensitivities in z scale by its square root (privacy accounting);
+    correction : the drift correction's repr ("none" for FA-LD; :mod:`fedlangevin.fald.drift`).
     """
 
     local_steps: int
@@ -60,6 +61,7 @@ class Settings(Mapping):
     adapt: bool = False
     auto_step_size: bool = False
     preconditioner_norm: float = 1.0
+    correction: str = "none"
 
     def __getitem__(self, key: str) -> Any:
         if key not in MAPPING_KEYS:
