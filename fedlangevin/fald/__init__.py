@@ -1,9 +1,12 @@
 """FA-LD engine: noise, participation, schedules, the reference local step and the round kernels
 (steppers), the pure kernel ``build -> (init, step)`` with its extension points, the runner
-(sampler, split into runs, replay and resume), typed settings, trace; checkpoint, store and
+(sampler, split into runs, replay and resume), drift corrections, typed settings, trace; checkpoint, store and
 streaming statistics for long runs."""
 
 from fedlangevin.fald.checkpoint import CheckpointError, checkpoint_info
+from fedlangevin.fald.conducive import Conducive, Surrogates
+from fedlangevin.fald.control_variates import ControlVariates
+from fedlangevin.fald.qlsd import QLSDPlusPlus
 from fedlangevin.fald.engine import Kernel, RoundInfo, build, client_round
 from fedlangevin.fald.extensions import (
     DriftCorrection,
@@ -25,7 +28,7 @@ from fedlangevin.fald.streaming import RunStatistics
 from fedlangevin.fald.trace import Communication, DivergenceError, StepSizes, Trace
 
 __all__ = [
-    "CheckpointError", "Communication", "Constant", "DivergenceError", "DriftCorrection", "FALD", "FALDState",
+    "CheckpointError", "Communication", "Conducive", "Constant", "ControlVariates", "QLSDPlusPlus", "Surrogates", "DivergenceError", "DriftCorrection", "FALD", "FALDState",
     "FactorPreconditioner", "Full", "IdentityPreconditioner", "InProcessGroup", "Kernel", "LocalTransport",
     "PaperDecay", "Participation", "Polynomial", "Preconditioner", "RoundInfo", "RunStatistics", "SampleStore",
     "SchemeI", "SchemeII", "Settings", "StepSizes", "StoreError", "Trace", "Transport", "add_noise_", "build",

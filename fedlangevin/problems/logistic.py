@@ -277,6 +277,16 @@ class LogisticRegression(FederatedProblem):
         ell = self._client_nll(theta)
         return ell / self.weights.to(theta) + 0.5 * self.prior_precision * (theta * theta).sum(-1)
 
+    def client_hessian_diagonal(self, theta: torch.Tensor) -> torch.Tensor:
+        """The diagonals (N, d) of the client Hessians of f^c at one point theta (d,):
+        (1/p_c) sum_i s_ik (1 - s_ik) x_ij^2 + 1 / sigma^2 for weight (k, j), with s_i = softmax."""
+        theta = torch.as_tensor(theta)
+        w = theta.reshape(self.num_classes, self._p1).to(self.features)
+        s = torch.softmax(torch.matmul(w, self.features.transpose(-1, -2)), dim=-2)  # (N, C, n_max)
+        v = s * (1 - s) * self.mask.unsqueeze(1)
+        diag = torch.matmul(v, self.features * self.features) / self.weights[:, None, None]  # (N, C, p1)
+        return (diag + self.prior_precision).reshape(self.num_clients, self.dim).to(theta)
+
     def mode(self, init: torch.Tensor | None = None, max_iter: int = 1000, tol: float = 1e-8) -> torch.Tensor:
         """The MAP estimate argmin_theta f(theta) (the posterior mode at any temperature), by
         full-batch L-BFGS in float64 on the pooled data; a centralised reference point
