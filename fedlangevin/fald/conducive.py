@@ -84,6 +84,14 @@ class Conducive:
     def dense(self, dim: int) -> bool:
         return self.curvature == "dense" or (self.curvature == "auto" and dim <= DENSE_MAX_DIM)
 
+    @property
+    def releases(self) -> str:
+        """What the correction releases besides FA-LD's uploads (for privacy accounting)."""
+        if self.surrogates is not None:
+            return "each client's surrogate (fitted outside the sampler from its data), once"
+        search = "" if self.reference is not None else ", and the mode search's exact gradients and Hessians"
+        return f"each client's exact gradient and Hessian at the reference point (its surrogate), once{search}"
+
     def record(self) -> dict:
         ref = None if self.reference is None else torch.as_tensor(self.reference, dtype=torch.float64).tolist()
         given = self.surrogates

@@ -51,6 +51,12 @@ class ControlVariates:
         """False when switched off (strength 0): the runner then builds FA-LD's own kernel."""
         return self.strength > 0
 
+    @property
+    def releases(self) -> str:
+        """What the correction releases besides FA-LD's uploads (for privacy accounting)."""
+        found = "" if self.reference is not None else " and the mode search's exact gradients and Hessians"
+        return f"each client's exact gradient grad f^c(theta*) at the reference point, once{found}"
+
     def record(self) -> dict:
         ref = None if self.reference is None else torch.as_tensor(self.reference, dtype=torch.float64).tolist()
         return {"kind": self.name, "reference": ref, "strength": self.strength}

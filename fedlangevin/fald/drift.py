@@ -19,7 +19,7 @@ from fedlangevin.fald.control_variates import ControlVariates
 from fedlangevin.fald.qlsd import QLSDPlusPlus
 
 __all__ = ["CORRECTIONS", "as_correction", "configure", "correction_from_record", "ensure_state", "keep_chains",
-           "per_round_floats", "record", "restore_state"]
+           "per_round_floats", "record", "restore_state", "settings_fields"]
 
 #: the names ``FALD(..., correction=...)`` accepts, and their settings records
 CORRECTIONS = {"control_variates": ControlVariates, "conducive": Conducive, "qlsd++": QLSDPlusPlus}
@@ -77,6 +77,15 @@ def ensure_state(sampler) -> None:
     led["correction_rounds"] = led.get("correction_rounds", 0) + cost.rounds
     led["setup_floats"] = led.get("setup_floats", 0.0) + cost.floats_down
     led["setup_floats_up"] = led.get("setup_floats_up", 0.0) + cost.floats_up
+
+
+def settings_fields(sampler) -> dict:
+    """The :class:`~fedlangevin.fald.settings.Settings` fields of the correction: its repr and
+    what it releases besides FA-LD's uploads ("" without one or switched off)."""
+    if sampler.correction is None:
+        return {"correction": "none", "correction_releases": ""}
+    releases = "" if sampler.built_correction is None else sampler.correction.releases
+    return {"correction": repr(sampler.correction), "correction_releases": releases}
 
 
 def per_round_floats(sampler) -> tuple[float, float]:

@@ -59,6 +59,11 @@ class QLSDPlusPlus:
         """False when switched off (memory rate 0): the runner then builds FA-LD's own kernel."""
         return self.memory_rate > 0
 
+    @property
+    def releases(self) -> str:
+        """What the correction releases besides FA-LD's uploads (for privacy accounting)."""
+        return "each client's full gradient at every round's broadcast point (its memory difference, quantised or not)"
+
     def record(self) -> dict:
         return {"kind": self.name, "memory_rate": self.memory_rate}
 

@@ -216,7 +216,7 @@ class FALD:
             upload="exact" if self.upload is None else repr(self.upload), streams=self.streams,
             preconditioner="none" if self.preconditioner is None else repr(self.preconditioner), adapt=self.adapt_matrix,
             auto_step_size=self.adapt_step, preconditioner_norm=float(self.preconditioner_norm),
-            correction="none" if self.correction is None else repr(self.correction),
+            **drift.settings_fields(self),
         )
 
     @property

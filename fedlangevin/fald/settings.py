@@ -37,7 +37,9 @@ class Settings(Mapping):
     warm-up adapts M (:mod:`fedlangevin.fald.adaptation`); auto_step_size : ``step_size="auto"``;
     preconditioner_norm : the largest lambda_max(M) over every M the sampler has run with (1
     without one): gradient sensitivities in z scale by its square root (privacy accounting);
-    correction : the drift correction's repr ("none" for FA-LD; :mod:`fedlangevin.fald.drift`).
+    correction : the drift correction's repr ("none" for FA-LD; :mod:`fedlangevin.fald.drift`);
+    correction_releases : what the correction releases besides FA-LD's uploads ("" when nothing:
+    none, or switched off); privacy accounting refuses a run where it is not empty.
     """
 
     local_steps: int
@@ -62,6 +64,7 @@ class Settings(Mapping):
     auto_step_size: bool = False
     preconditioner_norm: float = 1.0
     correction: str = "none"
+    correction_releases: str = ""
 
     def __getitem__(self, key: str) -> Any:
         if key not in MAPPING_KEYS:

@@ -114,6 +114,12 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float, delta0: float
     if getattr(settings, "scheme", None) not in ("full", "I", "II"):
         raise ValueError("trace.settings must be the run's Settings record (with its participation scheme); "
                          f"got {type(settings).__name__}")
+    releases = getattr(settings, "correction_releases", "")
+    if releases:
+        raise ValueError(
+            f"trace.privacy: the run used the drift correction {settings.correction}, which also releases {releases}, "
+            "outside the Langevin noise; no sound accounting of that release exists here (a noiseless data-dependent "
+            "release can have unbounded privacy loss), so no epsilon is reported. Account a run without correction=")
     r = check_int("chains", trace.num_chains if chains is None else chains, 1, trace.num_chains)
     k = int(settings.local_steps)
     tau, rho = float(settings.temperature), float(settings.correlation)

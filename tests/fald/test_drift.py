@@ -189,3 +189,16 @@ def test_bad_settings_are_refused():
         fl.FALD(_problem(), step_size=1e-4, correction="qlsd++", streams="per_client")
     with pytest.raises(ValueError, match="one process"):
         build(_problem(), correction=QLSDPlusPlus(), transport=fl.fald.InProcessGroup([[0, 1, 2], [3, 4, 5]]).transports[0])
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_privacy_accounting_refuses_what_a_correction_releases(name):
+    problem = _problem()
+    trace = fl.FALD(problem, step_size=1e-4, local_steps=2, chains=2, seed=0, correction=name).run(3)
+    assert trace.settings.correction_releases
+    with pytest.raises(ValueError, match="no sound accounting"):
+        trace.privacy(delta=1e-5, sensitivity=1.0)
+    off = fl.FALD(problem, step_size=1e-4, local_steps=2, chains=2, seed=0, correction=_off(name, problem)).run(3)
+    assert off.settings.correction_releases == ""
+    plain = fl.FALD(problem, step_size=1e-4, local_steps=2, chains=2, seed=0).run(3)
+    assert off.privacy(delta=1e-5, sensitivity=1.0).epsilon == plain.privacy(delta=1e-5, sensitivity=1.0).epsilon
