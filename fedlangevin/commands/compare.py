@@ -41,7 +41,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=d.seed, help="seed of splits, samplers, optimizers (default: %(default)s)")
     r = parser.add_argument_group("runs")
     r.add_argument("--methods", nargs="+", default=list(d.methods), choices=METHODS,
-                   help="methods; fald_q runs one quantized FA-LD per --fald-q level (default: all)")
+                   help="methods; fald_q runs one quantized FA-LD per --fald-q level; fald_cv, fald_conducive and "
+                        "fald_qlsd are FA-LD with a drift correction at FA-LD's bits (default: all but these)")
     r.add_argument("--rounds", type=int, default=None, help=f"communication rounds (default: {d.rounds})")
     r.add_argument("--local-steps", type=int, default=d.local_steps, help="K local steps per round (default: %(default)s)")
     r.add_argument("--batch-size", type=int, default=d.batch_size, help="minibatch per client (default: %(default)s)")

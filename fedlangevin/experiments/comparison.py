@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from fedlangevin.experiments.comparison_report import ComparisonResult, paired_differences
-from fedlangevin.experiments.comparison_settings import METHODS, ComparisonSettings, MethodRun
+from fedlangevin.experiments.comparison_settings import CORRECTED, METHODS, ComparisonSettings, MethodRun
 from fedlangevin.experiments.scoring import METRICS, scores
 
 __all__ = [
@@ -188,7 +188,28 @@ class _ErrorRecorder:
         return repr(self.codec)
 
 
-def _run_fald(setting: Setting, s: ComparisonSettings, q: int | None, eval_rounds: list[int]) -> MethodRun:
+def _corrected_budget(setting: Setting, s: ComparisonSettings, sampler) -> tuple[int, float, float, float]:
+    """Rounds of a corrected run within FA-LD's bits of ``s.rounds`` rounds: (rounds, set-up bits,
+    upload bits per round, download bits per round). The correction's one-off set-up (reference
+    search, surrogates) runs here; its floats and its extra floats per round cost ``bits_per_entry``
+    each; broadcasts count once per round (``downlink="broadcast"``) or N times."""
+    from fedlangevin.fald import drift
+
+    drift.ensure_state(sampler)
+    n, d, b = setting.num_clients, setting.dim, s.bits_per_entry
+    per_client = s.downlink == "per_client"
+    led = sampler.ledger
+    setup = b * led.get("setup_floats_up", 0.0) + b * led.get("setup_floats", 0.0) / (1 if per_client else n)
+    extra_up, extra_down = drift.per_round_floats(sampler)
+    up, down = fald_bits_per_round(d, n, b, None, s.downlink)
+    up += n * b * extra_up
+    down += b * extra_down / (1 if per_client else n)
+    budget = sum(fald_bits_per_round(d, n, b, None, s.downlink)) * s.rounds
+    return max(0, int((budget - setup) // (up + down))), setup, up, down
+
+
+def _run_fald(setting: Setting, s: ComparisonSettings, q: int | None, eval_rounds: list[int],
+              correction: str | None = None) -> MethodRun:
     import fedlangevin as fl
     from fedlangevin.compression import QuantizedUpdateUpload
 
@@ -201,10 +222,16 @@ def _run_fald(setting: Setting, s: ComparisonSettings, q: int | None, eval_round
         recorder = _ErrorRecorder(codec, problem.weights)
     t0 = time.perf_counter()
     sampler = fl.FALD(problem, step_size=eta, local_steps=s.local_steps, temperature=s.temperature,
-                      batch_size=s.batch_size, dtype=torch.float32, seed=s.seed, upload=recorder)
+                      batch_size=s.batch_size, dtype=torch.float32, seed=s.seed, upload=recorder, correction=correction)
+    rounds, setup_bits = s.rounds, 0.0
+    if correction is not None:
+        rounds, setup_bits, up, down = _corrected_budget(setting, s, sampler)
+        if rounds < 1:
+            raise ValueError(f"compare: the {correction} set-up alone costs more bits than FA-LD's {s.rounds} rounds")
+        eval_rounds = _eval_rounds(rounds, max(1, rounds // s.evaluations))
     diverged_at = None
     try:
-        trace = sampler.run(s.rounds, thin=1, progress=False)
+        trace = sampler.run(rounds, thin=1, progress=False)
     except fl.DivergenceError as exc:
         trace, diverged_at = exc.trace, exc.round
     samples = trace.samples[0]  # (rounds done, d), one chain
@@ -218,7 +245,8 @@ def _run_fald(setting: Setting, s: ComparisonSettings, q: int | None, eval_round
         for m in METRICS:
             metrics[m].append(sc[m])
     seconds = time.perf_counter() - t0
-    up, down = fald_bits_per_round(setting.dim, setting.num_clients, s.bits_per_entry, q, s.downlink)
+    if correction is None:
+        up, down = fald_bits_per_round(setting.dim, setting.num_clients, s.bits_per_entry, q, s.downlink)
     start = int(math.floor(s.warmup_fraction * samples.shape[0]))
     tail = samples[start:].double()
     info: dict[str, Any] = {"step_size": eta, "smoothness": L, "diverged_at": diverged_at,
@@ -232,9 +260,14 @@ def _run_fald(setting: Setting, s: ComparisonSettings, q: int | None, eval_round
         info["error_variance"] = err
         info["error_to_noise"] = err / info["injected_variance_per_round"]
     final = bma.get(eval_rounds[-1])
-    return MethodRun(setting.dataset, setting.split, "fald" if q is None else f"fald_q{q}",
-                     s.label("fald" if q is None else f"fald_q{q}"), list(eval_rounds),
-                     [up * r for r in eval_rounds], [down * r for r in eval_rounds], metrics, final, seconds, info)
+    key = "fald" if q is None else f"fald_q{q}"
+    if correction is not None:
+        key = next(k for k, v in CORRECTED.items() if v == correction)
+        info.update(correction=correction, setup_bits=setup_bits, rounds=rounds,
+                    setup_rounds=sampler.ledger.get("correction_rounds", 0))
+    return MethodRun(setting.dataset, setting.split, key, s.label(key), list(eval_rounds),
+                     [setup_bits + up * r for r in eval_rounds], [down * r for r in eval_rounds], metrics, final,
+                     seconds, info)
 
 
 def _run_optimizer(setting: Setting, s: ComparisonSettings, method: str) -> MethodRun:
@@ -270,7 +303,9 @@ def run_setting(setting: Setting, s: ComparisonSettings, log: Callable[[str], No
     eval_rounds = _eval_rounds(s.rounds, max(1, s.rounds // s.evaluations))
     runs = []
     for key in s.method_keys():
-        if key == "fald" or key.startswith("fald_q"):
+        if key in CORRECTED:
+            run = _run_fald(setting, s, None, eval_rounds, CORRECTED[key])
+        elif key == "fald" or key.startswith("fald_q"):
             run = _run_fald(setting, s, None if key == "fald" else int(key[6:]), eval_rounds)
         else:
             run = _run_optimizer(setting, s, key)

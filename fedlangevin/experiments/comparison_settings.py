@@ -16,13 +16,16 @@ from fedlangevin.compression import METHODS as COMPRESSION_METHODS
 from fedlangevin.data.splits import SPLITS
 from fedlangevin.experiments.scoring import METRICS
 
-__all__ = ["METHODS", "ComparisonSettings", "MethodRun"]
+__all__ = ["CORRECTED", "METHODS", "ComparisonSettings", "MethodRun"]
 
 #: the compressed-FL optimizers compared: every :data:`fedlangevin.compression.METHODS` but
 #: ``lossless``, which is FedAvg under another name (exact both ways)
 _OPTIMIZERS = tuple(m for m in COMPRESSION_METHODS if m != "lossless")
-#: method keys: ``fald_q`` stands for one quantized FA-LD run per level in ``fald_q_levels``
-METHODS = ("fald", "fald_q", *_OPTIMIZERS)
+#: FA-LD with a drift correction (:mod:`fedlangevin.fald.drift`): method key -> correction name
+CORRECTED = {"fald_cv": "control_variates", "fald_conducive": "conducive", "fald_qlsd": "qlsd++"}
+#: method keys: ``fald_q`` stands for one quantized FA-LD run per level in ``fald_q_levels``; the
+#: corrected FA-LD runs are not in the default ``methods`` (ask for them: ``--methods fald fald_cv ...``)
+METHODS = ("fald", "fald_q", *_OPTIMIZERS, *CORRECTED)
 _DOWNLINKS = ("broadcast", "per_client")
 
 
@@ -35,7 +38,7 @@ class ComparisonSettings:
     datasets : ``"digits"``, ``"mnist5k"``, MNIST-format folders or ``.npz`` files.
     splits : ``"iid"``, ``"label_skew"`` (``classes_per_client`` classes per client) and/or
         ``"dirichlet"`` (``dirichlet_alpha``).
-    methods : a subset of :data:`METHODS`.
+    methods : a subset of :data:`METHODS` (default: all but the corrected FA-LD runs of :data:`CORRECTED`).
     num_clients : N, every client takes part in every round (all methods).
     rounds : communication rounds T of FA-LD and the LFL family.
     local_steps : K, local steps per round (FA-LD's SGLD steps, the optimizers' tau).
@@ -64,7 +67,7 @@ class ComparisonSettings:
 
     datasets: tuple[str, ...] = ("digits", "mnist5k")
     splits: tuple[str, ...] = ("iid", "label_skew")
-    methods: tuple[str, ...] = METHODS
+    methods: tuple[str, ...] = ("fald", "fald_q", *_OPTIMIZERS)
     num_clients: int = 10
     classes_per_client: int = 2
     dirichlet_alpha: float = 0.5
@@ -150,6 +153,9 @@ class ComparisonSettings:
             "lgm": f"LGM (q1 = {self.q1}, q2 = {self.q2})",
             "ltgm": f"LTGM (q1 = {self.q1_ltgm}, q2 = {self.q2})",
             "dzofl": "DZOFL (16-bit scalars)",
+            "fald_cv": "FA-LD + control variates (same bits)",
+            "fald_conducive": "FA-LD + conducive gradients (same bits)",
+            "fald_qlsd": "FA-LD + QLSD++ memories (same bits)",
         }[key]
 
 

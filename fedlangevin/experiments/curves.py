@@ -83,8 +83,10 @@ def mc_w2_curve(
     stop_below: float | None = None,
     chunk_rounds: int = 2000,
     batch_size: int | None = None,
+    correction: Any = None,
 ) -> Curve:
-    """The paper's measure: fitted-Gaussian W2 of ``chains`` replicate chains after every round.
+    """The paper's measure: fitted-Gaussian W2 of ``chains`` replicate chains after every round
+    (``correction``: a drift correction of :mod:`fedlangevin.fald.drift`).
 
     Runs :class:`~fedlangevin.FALD` for up to ``rounds`` rounds in chunks (bounded memory);
     with ``stop_below`` it stops after the chunk in which W2 first falls to that level.
@@ -93,7 +95,8 @@ def mc_w2_curve(
 
     mean, cov = target_moments(problem)
     sampler = fl.FALD(problem, step_size=step_size, local_steps=local_steps, correlation=correlation,
-                      participation=participation, chains=chains, seed=seed, batch_size=batch_size)
+                      participation=participation, chains=chains, seed=seed, batch_size=batch_size,
+                      correction=correction)
     parts, done = [], 0
     t0 = time.perf_counter()
     while done < rounds:

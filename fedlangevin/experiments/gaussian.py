@@ -55,6 +55,7 @@ from fedlangevin.experiments.gaussian_plots import (
 )
 from fedlangevin.experiments.report import Rows, StudyResult, progress_bar, text_table
 from fedlangevin.fald.participation import Full, Participation, SchemeI, SchemeII
+from fedlangevin.experiments.drift_study import heterogeneity_correction_study
 from fedlangevin.problems import CurvatureSimulation  # noqa: F401  (import path kept for existing callers)
 
 __all__ = [
@@ -496,6 +497,9 @@ STUDIES: dict[str, Study] = {
         dict(rounds=300, keep_last=20, step_size=5e-6)),
     "participation": Study(participation_study, "Fig. 2: full devices vs schemes I/II with S = 40, 30 of N = 50, several eta",
         dict(step_factors=(1.0, 0.3), rounds=25)),
+    "heterogeneity-correction": Study(heterogeneity_correction_study,
+        "drift corrections vs FA-LD at alpha = 100, per-client curvature: W2 against rounds and stationary W2 against K",
+        dict(rounds=300, ks=(1, 10, 50), chains=100)),
     "step-size": Study(step_size_study, "Thm 5.8: eta_k = 1/(2L + m k/12) vs constant eta, W2 decay rate",
         dict(rounds=150, exact_rounds=20_000)),
 }

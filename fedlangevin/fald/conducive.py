@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 import torch
 
 from fedlangevin.fald.adaptation import DENSE_MAX_DIM
-from fedlangevin.fald.corrections import SetupCost, client_curvature, client_gradients, find_reference
+from fedlangevin.fald.corrections import SetupCost, check_rounds, client_curvature, client_gradients, find_reference
 
 __all__ = ["Conducive", "Surrogates"]
 
@@ -60,14 +60,17 @@ class Conducive:
         ``"diagonal"``.
     reference : the expansion point theta* (d,); ``None``: a federated mode search.
     surrogates : a :class:`Surrogates` to use as they are (no search, no fit).
+    search_rounds : at most this many rounds of the federated search for theta* (default 50).
     """
 
     curvature: str = "auto"
     reference: Any = field(default=None, compare=False)
     surrogates: Any = field(default=None, compare=False)
+    search_rounds: int = 50
     name: ClassVar[str] = "conducive"
 
     def __post_init__(self) -> None:
+        check_rounds(self.search_rounds)
         if self.curvature not in ("auto", "dense", "diagonal"):
             raise ValueError(f"curvature must be 'auto', 'dense' or 'diagonal'; got {self.curvature!r}")
         if isinstance(self.surrogates, dict):  # from a checkpoint's record
@@ -97,7 +100,8 @@ class Conducive:
         given = self.surrogates
         stored = None if given is None else {k: torch.as_tensor(getattr(given, k), dtype=torch.float64).clone()
                                              for k in ("center", "grads", "curvature")}
-        return {"kind": self.name, "curvature": self.curvature, "reference": ref, "surrogates": stored}
+        return {"kind": self.name, "curvature": self.curvature, "reference": ref, "surrogates": stored,
+                "search_rounds": self.search_rounds}
 
     def per_round_floats(self, num_clients: int, dim: int) -> tuple[float, float]:
         return 0.0, 0.0
@@ -132,7 +136,7 @@ class BuiltConducive:
                                  f"{tuple(curv.shape)}")
             up = n * (d + (d * (d + 1) // 2 if curv.dim() == 3 else d))
             return center, grads, curv, SetupCost(0, float(up), float(up))
-        center, cost = find_reference(work, self.settings.reference)
+        center, cost = find_reference(work, self.settings.reference, self.settings.search_rounds)
         dense = self.settings.dense(d)
         grads = client_gradients(work, center)
         curv = client_curvature(work, center, dense)

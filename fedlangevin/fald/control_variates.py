@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from fedlangevin.fald.corrections import SetupCost, check_fraction, client_gradients, find_reference
+from fedlangevin.fald.corrections import SetupCost, check_fraction, check_rounds, client_gradients, find_reference
 
 __all__ = ["ControlVariates"]
 
@@ -37,14 +37,17 @@ class ControlVariates:
     reference : theta* (d,); ``None`` (default) finds it by a federated mode search.
     strength : s in [0, 1]: the term is s (grad f(theta*) - grad f^c(theta*)); 1 (default) is
         VR-FALD*, 0 switches the correction off (the samples are FA-LD's, bit for bit).
+    search_rounds : at most this many rounds of the federated search for theta* (default 50).
     """
 
     reference: Any = field(default=None, compare=False)
     strength: float = 1.0
+    search_rounds: int = 50
     name: ClassVar[str] = "control_variates"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "strength", check_fraction("strength", self.strength))
+        check_rounds(self.search_rounds)
 
     @property
     def active(self) -> bool:
@@ -59,7 +62,7 @@ class ControlVariates:
 
     def record(self) -> dict:
         ref = None if self.reference is None else torch.as_tensor(self.reference, dtype=torch.float64).tolist()
-        return {"kind": self.name, "reference": ref, "strength": self.strength}
+        return {"kind": self.name, "reference": ref, "strength": self.strength, "search_rounds": self.search_rounds}
 
     def per_round_floats(self, num_clients: int, dim: int) -> tuple[float, float]:
         """Extra floats (up per upload, down per round) on top of FA-LD's: none."""
@@ -83,7 +86,7 @@ class BuiltControlVariates:
 
     def init(self, theta: torch.Tensor) -> dict:
         work = self.problem.to(device="cpu", dtype=torch.float64)
-        ref, cost = find_reference(work, self.settings.reference)
+        ref, cost = find_reference(work, self.settings.reference, self.settings.search_rounds)
         n, d = work.num_clients, work.dim
         grads = client_gradients(work, ref)  # (N, d): grad f^c(theta*)
         mean = work.weights.to(torch.float64) @ grads  # grad f(theta*)

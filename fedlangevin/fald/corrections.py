@@ -28,7 +28,7 @@ import torch
 from fedlangevin.fald.adaptation import DENSE_MAX_DIM
 from fedlangevin.fald.mode import client_derivatives, find_map, global_energy
 
-__all__ = ["SetupCost", "check_fraction", "client_curvature", "client_gradients", "find_reference"]
+__all__ = ["SetupCost", "check_fraction", "check_rounds", "client_curvature", "client_gradients", "find_reference"]
 
 @dataclass(frozen=True)
 class SetupCost:
@@ -48,6 +48,13 @@ def check_fraction(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
         raise ValueError(f"{name} must be a number in [0, 1]; got {value!r}")
     return float(value)
+
+
+def check_rounds(value: Any) -> int:
+    """A correction's ``search_rounds``: an integer >= 1, else ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"search_rounds must be an integer >= 1; got {value!r}")
+    return value
 
 
 def client_gradients(problem, theta: torch.Tensor) -> torch.Tensor:
@@ -84,14 +91,16 @@ def client_curvature(problem, theta: torch.Tensor, dense: bool) -> torch.Tensor:
     return out
 
 
-def find_reference(problem, reference: Any = None) -> tuple[torch.Tensor, SetupCost]:
+def find_reference(problem, reference: Any = None, max_rounds: int = 50) -> tuple[torch.Tensor, SetupCost]:
     """A reference point theta* (d,) near the mode of f = sum_c p_c f^c, float64, and its cost.
 
     ``reference`` given: checked and broadcast to the clients (N d floats down). Otherwise a
     federated search: the damped Newton search of :func:`fedlangevin.fald.mode.find_map` for
     d <= ``DENSE_MAX_DIM`` (clients send gradients and Hessians), and beyond it L-BFGS run by
     the server on f, one round per evaluation (clients send f^c and grad f^c, d + 1 floats;
-    the server broadcasts theta, d floats), which needs the problem's energy.
+    the server broadcasts theta, d floats), which needs the problem's energy. Either search
+    stops after ``max_rounds`` rounds: the corrections are unbiased for any theta*, a closer one
+    only corrects more, and a long search would cost more than the sampling it helps.
     """
     n, d = problem.num_clients, problem.dim
     if reference is not None:
@@ -101,7 +110,7 @@ def find_reference(problem, reference: Any = None) -> tuple[torch.Tensor, SetupC
         return theta.clone(), SetupCost(0, 0.0, float(n * d))
     work = problem.to(device="cpu", dtype=torch.float64)
     if d <= DENSE_MAX_DIM:
-        found = find_map(work)
+        found = find_map(work, max_rounds=max_rounds)
         return found.theta, SetupCost(found.rounds, found.floats_up, found.floats_down + n * d)
     energy = global_energy(work)
     if energy is None:
@@ -112,7 +121,7 @@ def find_reference(problem, reference: Any = None) -> tuple[torch.Tensor, SetupC
     p = work.weights.to(torch.float64)
     x = torch.zeros(d, dtype=torch.float64, requires_grad=True)
     g0 = p @ client_gradients(work, x.detach())
-    opt = torch.optim.LBFGS([x], lr=1.0, max_iter=2000, tolerance_grad=1e-9 * (1.0 + float(g0.abs().max())),
+    opt = torch.optim.LBFGS([x], lr=1.0, max_iter=max_rounds, max_eval=max_rounds, tolerance_grad=1e-9 * (1.0 + float(g0.abs().max())),
                             tolerance_change=0.0, history_size=20, line_search_fn="strong_wolfe")
     rounds = 0
 

@@ -98,8 +98,11 @@ class ConstantShift:
     def term(self, state, beta):
         return self.t
 
-    def update(self, state, theta, beta, weights):
+    def update(self, state, theta, new_theta, beta, weights, generator):
         return {"rounds": state["rounds"] + 1}
+
+    def keep(self, state, rows):
+        return state
 
 
 def test_drift_correction_term_equals_a_shifted_problem_and_keeps_its_state():

@@ -8,15 +8,26 @@ from tests.fald import golden
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
+#: The pinned streams are bit for bit on the CPU that pinned them. On another CPU the BLAS
+#: kernels behind the logistic gradients (matmul reduction order, SIMD width) may change the
+#: last ulp of some draws (seen: 99 of 540 draws of logistic_minibatch differ by 1 ulp on an AMD
+#: EPYC). A change of the random stream or of the update moves draws by O(sqrt(eta)) ~ 1e-2,
+#: ten orders of magnitude above this tolerance, so the check keeps its power.
+GOLDEN_RTOL, GOLDEN_ATOL = 1e-12, 1e-14
+
+
 @pytest.mark.parametrize("name", sorted(golden.runs()))
-def test_same_seed_gives_the_pinned_samples_bit_for_bit(name):
+def test_same_seed_gives_the_pinned_samples(name):
     if name == "pyro":
         pytest.importorskip("pyro")
     saved = np.load(golden.PATH)
     got = golden.compute([name])
     for key in (name, name + ".theta", name + ".uploads"):
         assert got[key].shape == saved[key].shape, key
-        np.testing.assert_array_equal(got[key], saved[key], err_msg=key)
+        if key.endswith(".uploads"):
+            np.testing.assert_array_equal(got[key], saved[key], err_msg=key)
+        else:
+            np.testing.assert_allclose(got[key], saved[key], rtol=GOLDEN_RTOL, atol=GOLDEN_ATOL, err_msg=key)
 
 
 def test_a_checkpoint_of_record_version_1_still_resumes_bit_for_bit(tmp_path):
