@@ -143,7 +143,7 @@ class ComparisonSettings:
 
     def label(self, key: str) -> str:
         """Legend label of a run."""
-        if key.startswith("fald_q"):
+        if key.startswith("fald_q") and key not in CORRECTED:
             return f"FA-LD, quantized uploads (q = {key[6:]})"
         return {
             "fald": "FA-LD (BMA), exact uploads",

@@ -1,7 +1,7 @@
 """Conducive gradients: FA-LD with FSGLD's correction from Gaussian surrogates of the clients.
 
 El Mekkaoui, Mesquita, Blomstedt, Kaski, "Federated Stochastic Gradient Langevin Dynamics"
-(UAI 2021), eq. (5)-(6): every client s holds a cheap surrogate q_s of its own likelihood
+(UAI 2021), the conducive-gradient estimator: every client s holds a cheap surrogate q_s of its own likelihood
 factor, and the product q = prod_s q_s is shared once. Client s then steps with
 
     grad f^s(beta) + [grad f^q(beta) - grad f^q_s(beta)],   f^q = sum_c p_c f^q_c,

@@ -1,7 +1,7 @@
 """Per-client gradient memories: FA-LD with QLSD++'s memory mechanism as a drift correction.
 
 Vono, Plassier, Durmus, Dieuleveut, Moulines, "QLSD: Quantised Langevin Stochastic Dynamics
-for Bayesian Federated Learning" (AISTATS 2022), QLSD++ (Alg. 3): client i keeps a memory
+for Bayesian Federated Learning" (AISTATS 2022), QLSD++: client i keeps a memory
 h_i of its gradient and sends only the quantised difference Q(grad U_i(theta_k) - h_i); the
 server adds it to its copy of the memory, and both update h_i <- h_i + alpha Q(...). QLSD++
 takes one step per round (K = 1) and compresses gradients. Here the memories correct FA-LD's
