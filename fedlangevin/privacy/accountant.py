@@ -278,6 +278,11 @@ def _step_pmf(z: float, gamma: float, d: float):
     up = max(1, math.ceil(_step_upper(remove, add) / d))
     grid = np.arange(-up, up + 1)
     deltas = _delta_curve(remove, add, grid * d)
+    # delta(eps) is non-increasing; rounding in the normal-tail functions (seen with scipy 1.10 on
+    # an AMD EPYC, at the 1e-25 level) can break that, and dp-accounting refuses such a curve. The
+    # smallest non-increasing curve above the computed one (a running max from the right) only
+    # raises deltas, so the PMF stays pessimistic.
+    deltas = np.maximum.accumulate(deltas[::-1])[::-1]
     return pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(d, -up, up, deltas)
 
 
