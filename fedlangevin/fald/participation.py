@@ -184,11 +184,18 @@ def synchronize(beta: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     an all-reduce of the weighted local sums.
     """
     # batched matrix-vector / bmm: the same sums as einsum("n,rnd->rd") / einsum("rn,rnd->rd"), bit
-    # for bit (checked on R, N, d grids and the kernels' three state layouts), without einsum's
-    # parsing (~20 us a call). For d = 1 einsum contracts differently: it is kept there.
+    # for bit (checked on R, N, d grids and the kernels' layouts), without einsum's parsing (~20 us
+    # a call). For d = 1 einsum contracts differently: it is kept there. The coordinate-major
+    # planes of the small affine kernel take one contiguous matrix-vector product instead (2.3x
+    # faster than the strided batched product at (R, N, d) = (300, 50, 2)); its sums agree with
+    # einsum's to the last bit or one rounding (~1e-16 relative).
     if beta.shape[1] == 1:  # one client: the sum has one term, w_r0 beta_r0 (the same product einsum forms)
         return beta.select(1, 0) * w
     if w.dim() == 1:
+        planes = beta.permute(2, 0, 1)
+        if beta.shape[2] > 1 and planes.is_contiguous():  # coordinate-major planes (d, R, N) of the small affine kernel
+            d, r, n = planes.shape
+            return torch.mv(planes.view(d * r, n), w).view(d, r).t().contiguous()
         if beta.shape[2] == 1:
             return torch.einsum("n,rnd->rd", w, beta)
         return torch.matmul(beta.transpose(1, 2), w)

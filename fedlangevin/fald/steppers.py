@@ -193,7 +193,9 @@ class SmallAffineStepper(AffineStepper):
         self._setup(r, scales)
         x, y, w, z0 = self._x, self._y, self._w, self._z0
         xf, yf, wf = self._xf, self._yf, self._wf
-        x.copy_(theta.t().unsqueeze(2).expand(d, r, n))  # broadcast
+        # the broadcast is folded into the first local step: every client starts at theta, so
+        # its sum over j is the same (d, R) plane for all N clients (or a broadcast outer product)
+        planes = theta.t()  # (d, R)
         for i, eta in enumerate(etas):
             self._coefficients(float(eta))
             self._draw(generator)
@@ -205,7 +207,17 @@ class SmallAffineStepper(AffineStepper):
             if z0 is not None:
                 z0.copy_(self._shared_draw.t()[:, :, None])
                 w.add_(z0, alpha=self._noise0)
-            if self.shared_hessian:
+            if i == 0:
+                if self.shared_hessian:
+                    torch.add(w, (self._mt @ planes).unsqueeze(2), out=y)
+                else:
+                    cols, m = planes.unsqueeze(2), self._m  # (d, R, 1) against (N,) rows
+                    for e in range(d):
+                        ye = y[e]
+                        torch.addcmul(w[e], cols[0], m[e][0], out=ye)
+                        for j in range(1, d):
+                            ye.addcmul_(cols[j], m[e][j])
+            elif self.shared_hessian:
                 torch.addmm(wf, self._mt, xf, out=yf)
             else:
                 m = self._m

@@ -1,4 +1,5 @@
-"""The engine reproduces the pinned sample streams of ``tests/fald/golden.py`` bit for bit."""
+"""The engine reproduces the pinned sample streams of ``tests/fald/golden.py`` (bit for bit on the
+CPU that pinned them, to the last ulps elsewhere: see GOLDEN_RTOL)."""
 
 import numpy as np
 import pytest
@@ -32,7 +33,9 @@ def test_same_seed_gives_the_pinned_samples(name):
 
 def test_a_checkpoint_of_record_version_1_still_resumes_bit_for_bit(tmp_path):
     """``data/v1_run.ckpt`` was written by the engine before the settings record (record
-    version 1); resumed here, 10 more rounds give the draws that engine gave."""
+    version 1); resumed here, 10 more rounds give the draws that engine gave (to the pinned
+    streams' tolerance: the small affine kernel has since summed its first local step and its
+    synchronisation in another order, ~1e-16; a misread record moves the draws by ~1e-2)."""
     import shutil
 
     import fedlangevin as fl
@@ -42,7 +45,7 @@ def test_a_checkpoint_of_record_version_1_still_resumes_bit_for_bit(tmp_path):
     expected = np.load(golden.PATH.parent / "v1_continuation.npz")
     sampler = fl.FALD.resume(tmp_path / "v1_run.ckpt")
     trace = sampler.run(10)
-    np.testing.assert_array_equal(trace.samples.numpy(), expected["samples"])
+    np.testing.assert_allclose(trace.samples.numpy(), expected["samples"], rtol=GOLDEN_RTOL, atol=GOLDEN_ATOL)
     assert sampler.communication.uploads == expected["uploads"][0]
     assert sampler.ledger["eta_sum"] == expected["eta_sum"][0]
     assert sampler.settings.scheme == "I" and sampler.settings.num_sampled == 4
