@@ -51,6 +51,14 @@ class FALDState:
     correction: dict | None = None
 
 
+def released(state: FALDState) -> FALDState:
+    """``state`` with a parameter tensor usable outside ``torch.inference_mode`` (a copy when the
+    rounds ran in it, else ``state`` itself)."""
+    if not state.theta.is_inference():
+        return state
+    return replace(state, theta=state.theta.clone())
+
+
 def init_state(initial: torch.Tensor) -> FALDState:
     return FALDState(theta=initial, step=0, round=0)
 

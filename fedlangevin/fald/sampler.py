@@ -39,7 +39,7 @@ from fedlangevin.fald import adaptation, drift
 from fedlangevin.fald.engine import build
 from fedlangevin.fald.streams import build_per_client
 from fedlangevin.fald.mode import resolve_init
-from fedlangevin.fald.kernel import FALDState, init_state
+from fedlangevin.fald.kernel import FALDState, init_state, released
 from fedlangevin.fald.participation import Participation, as_participation
 from fedlangevin.fald.replay import diagnose, where
 from fedlangevin.fald.runs import Run, communication, continue_arguments, progress_bar, run_arguments
@@ -321,6 +321,7 @@ class FALD:
             run.close()
             raise
         finally:
+            self.state = released(self.state)
             if bar is not None:
                 bar.close()
         run.finished = True
@@ -345,17 +346,16 @@ class FALD:
             pending.close()
 
     def _advance(self, run: Run, rounds: int, bar) -> None:
-        """``rounds`` rounds of ``run``. The per-round Python is kept to a minimum: step sizes come
-        precomputed (an adaptive warm-up's round by round), uploads are a constant where the rule
-        fixes them, the finiteness check is one reduction (the exact check runs only when the sum
-        is not finite), and the thread setting is made once for the whole loop."""
-        k = self.local_steps
-        generator, led = self.generator, self.ledger
+        """``rounds`` rounds of ``run`` with minimal per-round Python: precomputed step sizes (an adaptive
+        warm-up's round by round), constant uploads where the rule fixes them, a one-reduction finiteness
+        check, the thread setting and (affine kernels) inference mode set once for the whole loop."""
+        k, generator, led = self.local_steps, self.generator, self.ledger
         fixed = self.participation.fixed_uploads(self.problem.num_clients)
         uploads_of = self.participation.uploads
         last_save = time.monotonic()
         numel = len(self.active) * self.problem.num_clients * self.problem.dim
-        with round_threads(numel, self.device):
+        fast = self._kernel.autograd_free and self.adapter is None  # see engine.Kernel
+        with round_threads(numel, self.device), torch.inference_mode(fast):
             for etas in adaptation.round_etas(self, rounds):
                 gen_state = generator.get_state()
                 committed = False

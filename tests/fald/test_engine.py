@@ -52,6 +52,30 @@ def test_kernel_equals_the_runner_bit_for_bit(rule):
     assert (state.step, state.round) == (18, 6)
 
 
+def test_affine_rounds_run_in_inference_mode_and_hand_back_ordinary_tensors():
+    """The runner runs affine kernels' rounds under torch.inference_mode (Kernel.autograd_free) and
+    the other kernels outside it; the state and draws it hands back are ordinary tensors (a
+    further run, autograd and in-place use work). Equality of the draws with the kernel stepped
+    outside inference mode: test_kernel_equals_the_runner_bit_for_bit."""
+    assert build(_quadratic()).autograd_free and not build(_logistic()).autograd_free
+    for problem, expected in ((_quadratic(), True), (_logistic(), False)):
+        seen = []
+
+        def upload(beta, theta, generator):  # records the mode the round runs in, changes nothing
+            seen.append(torch.is_inference_mode_enabled())
+            return beta
+
+        sampler = fl.FALD(problem, step_size=1e-3, local_steps=2, chains=3, seed=0, upload=upload)
+        trace = sampler.run(4, progress=False)
+        assert seen == [expected] * 4
+        theta = sampler.state.theta
+        assert not theta.is_inference() and not torch.as_tensor(trace.samples).is_inference()
+        theta.add_(0.0)  # in place outside inference mode: refused for an inference tensor
+        assert theta.clone().requires_grad_().sum().requires_grad
+        sampler.run(2, progress=False)
+        assert not torch.is_inference_mode_enabled()
+
+
 def test_step_does_not_modify_its_input_state():
     kernel = build(_quadratic(), correlation=0.3)
     state = kernel.init(torch.ones(2, 3, dtype=F64))
