@@ -6,7 +6,8 @@ default warm-up (half the rounds), 10 iid clients (eight schools: a school per c
 prints one row per run: max |mean - mean_ref| / sd_ref, the range of sd / sd_ref, the
 fitted-Gaussian W2 in the unconstrained space / sqrt(tr Sigma_ref), min bulk ESS, ESS per
 second, wall time and the Monte Carlo error of the means (1 / sqrt(ESS)), marking rows that
-miss the acceptance (0.1 sd, sds within 10%). ``--root`` is a posteriordb folder (default:
+miss the acceptance (0.1 sd, sds within 10%). ``--recipes corrected`` also (or instead) runs
+FA-LD with control variates and shared noise (rho = 1), which K > 1 needs here. ``--root`` is a posteriordb folder (default:
 $FEDLANGEVIN_POSTERIORDB, ``shared/validation/posteriordb`` beside the checkout, else the
 two posteriors the repository ships). Exit status 1 with ``--strict`` when a row fails.
 """
@@ -24,12 +25,15 @@ def configure(parser: argparse.ArgumentParser) -> None:  # torch-free: --help st
     parser.add_argument("--rounds", type=int, default=5000, help="rounds per run, half of them warm-up (default: %(default)s)")
     parser.add_argument("--chains", type=int, default=32, help="chains (default: %(default)s)")
     parser.add_argument("--local-steps", type=int, nargs="+", default=[1, 10], help="K values (default: 1 10)")
+    parser.add_argument("--recipes", nargs="+", default=["defaults"], choices=["defaults", "corrected"],
+                        help="defaults: FA-LD as is; corrected: control variates and shared noise (rho = 1), "
+                             "for K > 1 (docs/validation.md) (default: defaults)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--strict", action="store_true", help="exit with status 1 when a posterior misses the acceptance")
 
 
 def main(args: argparse.Namespace) -> int:
-    from fedlangevin.experiments.posteriordb import POSTERIORS, SHARED, ValidationRow, load, validate
+    from fedlangevin.experiments.posteriordb import POSTERIORS, RECIPES, SHARED, ValidationRow, load, validate
 
     root = Path(args.root) if args.root is not None else SHARED
     if not root.is_dir():
@@ -49,8 +53,9 @@ def main(args: argparse.Namespace) -> int:
     failed = 0
     for name in names:
         post = load(name, root)
-        for k in args.local_steps:
-            row = validate(post, local_steps=k, rounds=args.rounds, chains=args.chains, seed=args.seed)
-            failed += not row.passes()
-            print(row.markdown(), flush=True)
+        for recipe in (RECIPES[r] for r in args.recipes):
+            for k in args.local_steps:
+                row = validate(post, local_steps=k, rounds=args.rounds, chains=args.chains, seed=args.seed, recipe=recipe)
+                failed += not row.passes()
+                print(row.markdown(recipe.label), flush=True)
     return 1 if (args.strict and failed) else 0

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedlangevin.experiments.posteriordb import load, validate
+from fedlangevin.experiments.posteriordb import RECIPES, load, validate
 from fedlangevin.problems import CustomProblem
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -57,6 +57,19 @@ def test_defaults_reproduce_stans_reference(name):
     assert row.w2_relative < 0.1
 
 
+def test_k10_needs_the_corrected_recipe_on_earnings():
+    """K = 10, 2,000 rounds (32 chains, 10 iid clients): the defaults miss the mean criterion on
+    earnings (local-step drift: 0.15 sd measured, MC error 1 / sqrt(ESS) ~ 0.01, so 5 standard
+    errors above 0.1), control variates with shared noise meet it (0.02 measured, 8 standard
+    errors below 0.1). docs/validation.md has all nine posteriors."""
+    post = load("earnings-logearn_interaction_z", BUNDLED)
+    plain = validate(post, local_steps=10, rounds=2000, chains=32, seed=0)
+    fixed = validate(post, local_steps=10, rounds=2000, chains=32, seed=0, recipe=RECIPES["corrected"])
+    assert plain.mc_error < 0.02 and fixed.mc_error < 0.02
+    assert plain.max_mean_error > 0.1 and not plain.passes()
+    assert fixed.passes(), fixed
+
+
 def test_validate_command_prints_a_row_per_run(capsys):
     from fedlangevin.cli import main
 
@@ -65,6 +78,10 @@ def test_validate_command_prints_a_row_per_run(capsys):
     assert code == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("| posterior |") and out[2].startswith("| kilpisjarvi_mod-kilpisjarvi | FA-LD | 2 |")
+    code = main(["validate", "--root", str(BUNDLED), "--names", "kilpisjarvi_mod-kilpisjarvi", "--rounds", "200",
+                 "--chains", "8", "--local-steps", "2", "--recipes", "defaults", "corrected"])
+    rows = capsys.readouterr().out.splitlines()[2:]
+    assert code == 0 and [r.split("|")[2].strip() for r in rows] == ["FA-LD", "FA-LD+CV rho=1"]
 
 
 def test_unknown_posterior_is_a_value_error():
