@@ -11,6 +11,13 @@ iterations), with the same metrics. Times are comparable within one run only.
     python benchmarks/bench_posteriordb.py [--rounds 5000] [--chains 32] [--local-steps 1 10]
         [--names kilpisjarvi_mod-kilpisjarvi ...] [--nuts-samples 1000] [--csv out.csv] [--figure out.png]
     python benchmarks/bench_posteriordb.py --plot-only run1.txt run2.txt --figure docs/img/validation.png
+    python benchmarks/bench_posteriordb.py --recipes defaults corrected --local-steps 10 --nuts-samples 0
+    python benchmarks/bench_posteriordb.py --sweep --figure docs/img/validation-k10.png
+
+``--recipes corrected`` adds control variates and shared noise (rho = 1) to the defaults
+(``experiments.posteriordb.RECIPES``). ``--sweep``: at K = 10, the max mean error against the
+noise correlation rho (0, 0.5, 0.9, 1), with and without control variates, per posterior: why
+K = 10 needs both.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fedlangevin.experiments.posteriordb import POSTERIORS, ValidationRow, compare, load, validate  # noqa: E402
+from fedlangevin.experiments.posteriordb import POSTERIORS, RECIPES, Recipe, ValidationRow, compare, load, validate  # noqa: E402
 
 
 def nuts(post, samples: int, chains: int, seed: int) -> ValidationRow:
@@ -59,7 +66,7 @@ def figure(rows, path) -> None:
     import matplotlib.pyplot as plt
 
     def key(label, r):
-        return f"{label} K={r.local_steps}" if label == "FA-LD" else label
+        return f"{label} K={r.local_steps}" if label.startswith("FA-LD") else label
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
     labels = sorted({key(lab, r) for lab, r in rows})
@@ -81,6 +88,39 @@ def figure(rows, path) -> None:
         ax.set_xticklabels([n.split("-")[0] for n in names], rotation=45, ha="right")
     axes[0].set_yscale("log")
     axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+SWEEP_NAMES = ["diamonds-diamonds", "earnings-logearn_interaction_z", "kidiq_with_mom_work-kidscore_interaction_c",
+               "nes2000-nes", "sblri-blr", "eight_schools-eight_schools_noncentered"]
+SWEEP_RHOS = [0.0, 0.5, 0.9, 1.0]
+
+
+def sweep(names, rounds: int, chains: int, path) -> None:
+    """K = 10: max |mean error| / sd against rho, FA-LD and FA-LD with control variates."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    print("| posterior | correction | " + " | ".join(f"rho = {r:g}" for r in SWEEP_RHOS) + " |")
+    print("| --- | --- |" + " --- |" * len(SWEEP_RHOS))
+    for i, name in enumerate(names):
+        post = load(name)
+        for ax, correction in zip(axes, (None, "control_variates")):
+            errs = [validate(post, local_steps=10, rounds=rounds, chains=chains,
+                             recipe=Recipe("FA-LD", correction, rho)).max_mean_error for rho in SWEEP_RHOS]
+            ax.plot(SWEEP_RHOS, errs, "o-", color=f"C{i}", label=name.split("-")[0])
+            print(f"| {name} | {correction or 'none'} | " + " | ".join(f"{e:.3f}" for e in errs) + " |", flush=True)
+    for ax, title in zip(axes, ("FA-LD, K = 10", "FA-LD + control variates, K = 10")):
+        ax.axhline(0.1, color="k", ls="--", lw=1)
+        ax.set_yscale("log")
+        ax.set_xlabel("noise correlation rho (eq. 14)")
+        ax.set_title(title)
+    axes[0].set_ylabel("max |mean - mean_ref| / sd_ref")
+    axes[1].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -109,6 +149,9 @@ def main() -> int:
     ap.add_argument("--names", nargs="+", default=list(POSTERIORS), choices=POSTERIORS)
     ap.add_argument("--nuts-samples", type=int, default=1000, help="0: no NUTS")
     ap.add_argument("--nuts-chains", type=int, default=4)
+    ap.add_argument("--recipes", nargs="+", default=["defaults"], choices=list(RECIPES))
+    ap.add_argument("--sweep", action="store_true", help="K = 10 mean error against rho, with and without control "
+                    "variates (--names default: the six K = 10 misses), figure to --figure")
     ap.add_argument("--csv", default=None)
     ap.add_argument("--figure", default=None)
     ap.add_argument("--plot-only", nargs="+", default=None, metavar="TABLE",
@@ -123,12 +166,17 @@ def main() -> int:
             figure(rows, args.figure)
         return 0
     torch.set_num_threads(1)
+    if args.sweep:
+        names = args.names if args.names != list(POSTERIORS) else SWEEP_NAMES
+        sweep(names, args.rounds, args.chains, args.figure or "validation-k10.png")
+        return 0
     rows = []
     print(ValidationRow.HEADER)
     for name in args.names:
         post = load(name)
-        results = [("FA-LD", validate(post, local_steps=k, rounds=args.rounds, chains=args.chains))
-                   for k in args.local_steps]
+        results = [(RECIPES[r].label, validate(post, local_steps=k, rounds=args.rounds, chains=args.chains,
+                                               recipe=RECIPES[r]))
+                   for r in args.recipes for k in args.local_steps]
         if args.nuts_samples:
             results.append(("NUTS", nuts(post, args.nuts_samples, args.nuts_chains, 0)))
         for label, r in results:

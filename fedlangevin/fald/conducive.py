@@ -122,7 +122,7 @@ class BuiltConducive:
         self.settings, self.problem, self.dtype, self.device = settings, problem, dtype, device
         self.cost = SetupCost()
 
-    def _fit(self):
+    def _fit(self, mode=None):
         work = self.problem.to(device="cpu", dtype=torch.float64)
         n, d = work.num_clients, work.dim
         given = self.settings.surrogates
@@ -136,7 +136,8 @@ class BuiltConducive:
                                  f"{tuple(curv.shape)}")
             up = n * (d + (d * (d + 1) // 2 if curv.dim() == 3 else d))
             return center, grads, curv, SetupCost(0, float(up), float(up))
-        center, cost = find_reference(work, self.settings.reference, self.settings.search_rounds)
+        given_center = self.settings.reference if self.settings.reference is not None else mode  # init="map"'s
+        center, cost = find_reference(work, given_center, self.settings.search_rounds)
         dense = self.settings.dense(d)
         grads = client_gradients(work, center)
         curv = client_curvature(work, center, dense)
@@ -145,8 +146,8 @@ class BuiltConducive:
         up = n * (d + (d * (d + 1) // 2 if dense else d))
         return center, grads, curv, cost + SetupCost(0, float(up), float(up))
 
-    def init(self, theta: torch.Tensor) -> dict:
-        center, grads, curv, self.cost = self._fit()
+    def init(self, theta: torch.Tensor, mode: torch.Tensor | None = None) -> dict:
+        center, grads, curv, self.cost = self._fit(mode)
         p = self.problem.weights.to(torch.float64)
         offset = (p @ grads)[None, :] - grads  # gbar - g_c
         coupling = torch.einsum("n,n...->...", p, curv)[None] - curv  # Hbar - H_c

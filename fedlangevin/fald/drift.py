@@ -66,12 +66,15 @@ def configure(sampler, correction: Any) -> None:
 
 def ensure_state(sampler) -> None:
     """Before the first round: the correction's state from the current global parameters, and
-    its set-up's rounds and floats in the ledger (a resumed sampler has its state already)."""
+    its set-up's rounds and floats in the ledger (a resumed sampler has its state already). The
+    mode found by ``init="map"`` serves as the reference point when none was given: the
+    correction does not search again."""
     built = sampler.built_correction
     if built is None or sampler.state.correction is not None:
         return
     state = sampler.state
-    cstate = built.init(state.theta)
+    found = getattr(sampler, "map_result", None)
+    cstate = built.init(state.theta, mode=None if found is None else found.theta)
     sampler.state = type(state)(theta=state.theta, step=state.step, round=state.round, correction=cstate)
     led, cost = sampler.ledger, built.cost
     led["correction_rounds"] = led.get("correction_rounds", 0) + cost.rounds

@@ -100,9 +100,10 @@ class DriftCorrection(Protocol):
     What a correction setting's ``build(problem, ...)`` returns (the settings records are
     :class:`fedlangevin.fald.control_variates.ControlVariates`,
     :class:`fedlangevin.fald.conducive.Conducive` and :class:`fedlangevin.fald.qlsd.QLSDPlusPlus`).
-    ``init(theta)`` gives the correction's state from the initial global parameters (R, d):
-    a dict of tensors (checkpointed as they are; one-off set-up work such as a reference
-    point happens here). ``term(state, beta)`` returns the term for the client states beta
+    ``init(theta, mode=None)`` gives the correction's state from the initial global parameters
+    (R, d): a dict of tensors (checkpointed as they are; one-off set-up work such as a reference
+    point happens here); ``mode``: a mode the run has found already (``init="map"``), which a
+    correction needing a reference point uses instead of searching again. ``term(state, beta)`` returns the term for the client states beta
     (R, N, d): a tensor broadcastable to them. ``update(state, theta, new_theta, beta,
     weights, generator)`` returns the state after a round, from the round's broadcast
     (R, d), the new global parameters (R, d), the clients' final local states (R, N, d), the
@@ -110,7 +111,7 @@ class DriftCorrection(Protocol):
     ``rows`` (a boolean mask over R) of a state, after diverged chains were dropped.
     """
 
-    def init(self, theta: torch.Tensor) -> dict: ...
+    def init(self, theta: torch.Tensor, mode: torch.Tensor | None = None) -> dict: ...
 
     def term(self, state: dict, beta: torch.Tensor) -> torch.Tensor: ...
 

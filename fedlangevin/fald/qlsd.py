@@ -87,7 +87,7 @@ class BuiltQLSD:
         self.weights = problem.weights.to(device=device, dtype=dtype)
         self.cost = SetupCost()
 
-    def init(self, theta: torch.Tensor) -> dict:
+    def init(self, theta: torch.Tensor, mode: torch.Tensor | None = None) -> dict:
         r, d = theta.shape
         n = self.problem.num_clients
         return {"memory": torch.zeros(r, n, d, dtype=self.dtype, device=self.device),

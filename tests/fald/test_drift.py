@@ -133,6 +133,21 @@ def test_communication_is_counted_exactly():
     assert tq.communication.floats_down == 2 * plain.communication.floats_down
 
 
+@pytest.mark.parametrize("name", ["control_variates", "conducive"])
+def test_init_map_mode_is_the_reference_without_a_second_search(name):
+    """With init="map" the correction takes the mode the run found as theta*: no search rounds on
+    its ledger, and the draws of a run given that mode as its reference."""
+    problem = _logistic()
+    kw = dict(step_size=1e-3, local_steps=3, chains=2, seed=0, init="map")
+    found = fl.FALD(problem, correction=name, **kw)
+    a = found.run(5, progress=False)
+    given = ControlVariates(reference=found.map_result.theta) if name == "control_variates" else \
+        Conducive(reference=found.map_result.theta)
+    b = fl.FALD(problem, correction=given, **kw).run(5, progress=False)
+    assert found.map_result.rounds >= 1 and found.ledger["correction_rounds"] == 0
+    np.testing.assert_array_equal(np.asarray(a.samples), np.asarray(b.samples))
+
+
 def test_qlsd_memories_update_only_for_participating_clients():
     problem = _problem()
     sampler = fl.FALD(problem, step_size=1e-4, local_steps=2, chains=3, seed=4, correction="qlsd++",
