@@ -31,11 +31,12 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from fedlangevin.experiments.posteriordb_pyro import pyro_model
 from fedlangevin.problems.base import FederatedProblem
 
 __all__ = [
-    "LinearRegressionProblem", "POSTERIORS", "SHARED", "Posterior", "ValidationRow", "compare", "iid_split", "load", "read_zip_json",
-    "validate",
+    "LinearRegressionProblem", "POSTERIORS", "RECIPES", "Recipe", "SHARED", "Posterior", "ValidationRow", "compare",
+    "custom_problem", "iid_split", "load", "read_zip_json", "validate",
 ]
 
 _REPO = Path(__file__).resolve().parents[2]
@@ -60,7 +61,10 @@ class Posterior:
     """A posterior as a federated problem: ``problem``; ``names`` of the reference parameters;
     ``constrain(theta (..., d)) -> (..., m)`` our draws as the reference's parameters;
     ``unconstrain(ref (n, m)) -> (n, d)`` the reference draws in our unconstrained space;
-    ``potential(theta (d,))``: the negative log posterior, differentiable (for NUTS)."""
+    ``potential(theta (d,))``: the negative log posterior, differentiable (for NUTS);
+    ``clients``: the clients' datasets ((X_c, y_c); eight schools: (index, y, sigma)) and
+    ``model`` the Pyro model of the same posterior
+    (:func:`fedlangevin.experiments.posteriordb_pyro.pyro_problem` builds its ``PyroProblem``)."""
 
     name: str
     problem: Any
@@ -69,6 +73,8 @@ class Posterior:
     unconstrain: Callable[[np.ndarray], np.ndarray]
     reference: np.ndarray  # (n, m) pooled reference draws
     potential: Callable[[torch.Tensor], torch.Tensor]  # theta (d,) -> negative log posterior (differentiable)
+    clients: list | None = None
+    model: Callable | None = None
 
 
 def read_zip_json(path: Path) -> Any:
@@ -150,8 +156,28 @@ class LinearRegressionProblem(FederatedProblem):
         return new
 
 
+def custom_problem(post: "Posterior"):
+    """A regression posterior's energy as a :class:`~fedlangevin.problems.CustomProblem` (autodiff
+    of the per-client energy 0.5 |y - X beta|^2 / sigma^2 + n log sigma, the same prior): the
+    middle path between the closed-form :class:`LinearRegressionProblem` and the Pyro model."""
+    from fedlangevin.problems import CustomProblem
+
+    fast = post.problem
+    if not isinstance(fast, LinearRegressionProblem):
+        raise ValueError(f"{post.name}: custom_problem is for the regression posteriors; this one is a "
+                         f"{type(fast).__name__} already")
+    k = fast.k
+
+    def client_energy(theta, batch):
+        x, y = batch
+        resid = (y - x @ theta[:k]) * torch.exp(-theta[k])
+        return 0.5 * (resid * resid).sum() + y.shape[0] * theta[k]
+
+    return CustomProblem(client_energy, post.clients, prior=fast.prior, dim=k + 1, weights=fast.weights)
+
+
 def _regression(name: str, folder: Path, x: np.ndarray, y: np.ndarray, names: list[str], beta_prior, sigma_prior,
-                clients: int) -> Posterior:
+                clients: int, data: dict) -> Posterior:
     """Gaussian linear regression y ~ N(x beta, sigma), theta = (beta, log sigma); priors act on
     the last axis of (..., k) coefficients and on (...,) scales."""
     k = x.shape[1]
@@ -174,7 +200,8 @@ def _regression(name: str, folder: Path, x: np.ndarray, y: np.ndarray, names: li
         out[:, k] = np.log(out[:, k])
         return out
 
-    return Posterior(name, problem, names, constrain, unconstrain, _reference(folder, names), problem.potential)
+    return Posterior(name, problem, names, constrain, unconstrain, _reference(folder, names), problem.potential,
+                     parts, pyro_model(name, data, k))
 
 
 def _flat(values):
@@ -226,7 +253,7 @@ def _eight_schools(folder: Path, data: dict) -> Posterior:
         return _normal(yt, theta[:j] * torch.exp(theta[j + 1]) + theta[j], st).sum() + prior(theta)
 
     return Posterior("eight_schools-eight_schools_noncentered", problem, names, constrain, unconstrain,
-                     _reference(folder, names), potential)
+                     _reference(folder, names), potential, clients, pyro_model("eight_schools", data, 0))
 
 
 def load(name: str, root: Path | str | None = None, clients: int = 10) -> Posterior:
@@ -254,22 +281,22 @@ def load(name: str, root: Path | str | None = None, clients: int = 10) -> Poster
             return _normal(b[..., :kc], 0.0, 1.0).sum(-1) + _student_t(b[..., kc], 3.0, 8.0, 10.0)
 
         return _regression(name, folder, design, col("Y"), names, beta_prior,
-                           lambda s: _student_t(s, 3.0, 0.0, 10.0), clients)
+                           lambda s: _student_t(s, 3.0, 0.0, 10.0), clients, data)
     if name == "earnings-logearn_interaction_z":
         h, male = col("height"), col("male")
         z = (h - h.mean()) / sd(h)
         design = np.stack([ones, z, male, z * male], axis=1)
         return _regression(name, folder, design, np.log(col("earn")), [f"beta[{i}]" for i in range(1, 5)] + ["sigma"],
-                           _flat, _flat_scale, clients)
+                           _flat, _flat_scale, clients, data)
     if name == "kidiq-kidscore_momhsiq":
         design = np.stack([ones, col("mom_hs"), col("mom_iq")], axis=1)
         return _regression(name, folder, design, col("kid_score"), ["beta[1]", "beta[2]", "beta[3]", "sigma"],
-                           _flat, lambda s: torch.log1p((s / 2.5) ** 2), clients)
+                           _flat, lambda s: torch.log1p((s / 2.5) ** 2), clients, data)
     if name == "kidiq_with_mom_work-kidscore_interaction_c":
         hs, iq = col("mom_hs") - col("mom_hs").mean(), col("mom_iq") - col("mom_iq").mean()
         design = np.stack([ones, hs, iq, hs * iq], axis=1)
         return _regression(name, folder, design, col("kid_score"), [f"beta[{i}]" for i in range(1, 5)] + ["sigma"],
-                           _flat, _flat_scale, clients)
+                           _flat, _flat_scale, clients, data)
     if name == "kilpisjarvi_mod-kilpisjarvi":
         design = np.stack([ones, col("x")], axis=1)
         pa, sa, pb, sb = (float(data[k]) for k in ("pmualpha", "psalpha", "pmubeta", "psbeta"))
@@ -278,24 +305,24 @@ def load(name: str, root: Path | str | None = None, clients: int = 10) -> Poster
             return _normal(b[..., 0], pa, sa) + _normal(b[..., 1], pb, sb)
 
         return _regression(name, folder, design, col("y"), ["alpha", "beta", "sigma"], beta_prior, _flat_scale,
-                           clients)
+                           clients, data)
     if name == "mesquite-logmesquite_logvas":
         d1, d2 = col("diam1"), col("diam2")
         design = np.stack([ones, np.log(d1 * d2 * col("canopy_height")), np.log(d1 * d2), np.log(d1 / d2),
                            np.log(col("total_height")), np.log(col("density")), col("group")], axis=1)
         return _regression(name, folder, design, np.log(col("weight")), [f"beta[{i}]" for i in range(1, 8)] + ["sigma"],
-                           _flat, _flat_scale, clients)
+                           _flat, _flat_scale, clients, data)
     if name == "nes2000-nes":
         age = col("age_discrete")
         design = np.stack([ones, col("real_ideo"), col("race_adj"), (age == 2) * 1.0, (age == 3) * 1.0,
                            (age == 4) * 1.0, col("educ1"), col("gender"), col("income")], axis=1)
         return _regression(name, folder, design, col("partyid7"), [f"beta[{i}]" for i in range(1, 10)] + ["sigma"],
-                           _flat, _flat_scale, clients)
+                           _flat, _flat_scale, clients, data)
     # sblri-blr
     x = np.asarray(data["X"], dtype=np.float64)
     names = [f"beta[{i + 1}]" for i in range(x.shape[1])] + ["sigma"]
     return _regression(name, folder, x, col("y"), names, lambda b: _normal(b, 0.0, 10.0).sum(-1),
-                       lambda s: _normal(s, 0.0, 10.0), clients)
+                       lambda s: _normal(s, 0.0, 10.0), clients, data)
 
 
 @dataclass(frozen=True)
