@@ -13,11 +13,15 @@ iterations), with the same metrics. Times are comparable within one run only.
     python benchmarks/bench_posteriordb.py --plot-only run1.txt run2.txt --figure docs/img/validation.png
     python benchmarks/bench_posteriordb.py --recipes defaults corrected --local-steps 10 --nuts-samples 0
     python benchmarks/bench_posteriordb.py --sweep --figure docs/img/validation-k10.png
+    python benchmarks/bench_posteriordb.py --speed [--seconds 3]
 
 ``--recipes corrected`` adds control variates and shared noise (rho = 1) to the defaults
 (``experiments.posteriordb.RECIPES``). ``--sweep``: at K = 10, the max mean error against the
 noise correlation rho (0, 0.5, 0.9, 1), with and without control variates, per posterior: why
-K = 10 needs both.
+K = 10 needs both. ``--speed``: FA-LD steps per second (32 chains x 10 clients, K = 10, a fixed
+small step) through the hand-written problem (closed-form regression gradients from sufficient
+statistics), a CustomProblem of the same energy and the Pyro model (PyroProblem, vmap), the
+three timed alternately in one run (best of 3 passes of >= --seconds each).
 """
 
 from __future__ import annotations
@@ -125,6 +129,40 @@ def sweep(names, rounds: int, chains: int, path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def steps_per_second(problem, seconds: float, chains: int = 32) -> float:
+    """Local steps per second of FALD(problem, K = 10) at a fixed small step size (timing only)."""
+    import fedlangevin as fl
+
+    sampler = fl.FALD(problem, step_size=1e-7, local_steps=10, chains=chains, seed=0, init=torch.zeros(problem.dim))
+    sampler.run(2, progress=False, keep_samples=False)
+    rounds, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        sampler.run(5, progress=False, keep_samples=False)
+        rounds += 5
+    return rounds * 10 / (time.perf_counter() - start)
+
+
+def speed(names, seconds: float, chains: int) -> None:
+    """Item 6 of the validation: what autodiff costs over hand-written gradients on the same models."""
+    from fedlangevin.experiments.posteriordb import custom_problem
+    from fedlangevin.experiments.posteriordb_pyro import pyro_problem
+
+    print(f"| posterior | d | hand-written steps/s | CustomProblem | PyroProblem | hand / custom | hand / pyro |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for name in names:
+        post = load(name)
+        problems = {"hand": post.problem, "pyro": pyro_problem(post)}
+        if not name.startswith("eight_schools"):  # its hand-written problem is a CustomProblem
+            problems["custom"] = custom_problem(post)
+        best = {key: 0.0 for key in problems}
+        for _ in range(3):
+            for key, problem in problems.items():
+                best[key] = max(best[key], steps_per_second(problem, seconds, chains))
+        custom = best.get("custom", math.nan)
+        print(f"| {name} | {post.problem.dim} | {best['hand']:.0f} | {custom:.0f} | {best['pyro']:.0f} | "
+              f"{best['hand'] / custom:.1f}x | {best['hand'] / best['pyro']:.1f}x |", flush=True)
+
+
 def read_rows(paths) -> list:
     """(sampler, ValidationRow) pairs from the tables printed by earlier runs (their stdout)."""
     rows = []
@@ -152,6 +190,8 @@ def main() -> int:
     ap.add_argument("--recipes", nargs="+", default=["defaults"], choices=list(RECIPES))
     ap.add_argument("--sweep", action="store_true", help="K = 10 mean error against rho, with and without control "
                     "variates (--names default: the six K = 10 misses), figure to --figure")
+    ap.add_argument("--speed", action="store_true", help="steps/s: hand-written vs CustomProblem vs PyroProblem")
+    ap.add_argument("--seconds", type=float, default=2.0, help="--speed: seconds per timed pass")
     ap.add_argument("--csv", default=None)
     ap.add_argument("--figure", default=None)
     ap.add_argument("--plot-only", nargs="+", default=None, metavar="TABLE",
@@ -166,6 +206,9 @@ def main() -> int:
             figure(rows, args.figure)
         return 0
     torch.set_num_threads(1)
+    if args.speed:
+        speed(args.names, args.seconds, args.chains)
+        return 0
     if args.sweep:
         names = args.names if args.names != list(POSTERIORS) else SWEEP_NAMES
         sweep(names, args.rounds, args.chains, args.figure or "validation-k10.png")

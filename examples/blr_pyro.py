@@ -96,7 +96,7 @@ def main(argv=None) -> int:
     print(problem)
     print(f"clients' sizes n_c: {sizes.tolist()} (n = {sizes.sum()}); theta = {problem.var_names}")
 
-    sampler = fl.FALD(problem, step_size=4e-5, local_steps=5, chains=chains, seed=args.seed, init=problem.initial_params)
+    sampler = fl.FALD(problem, local_steps=5, chains=chains, seed=args.seed, init="map")  # step size adapted in warm-up
     start = time.perf_counter()
     trace = sampler.run(rounds, warmup=warmup)
     print(f"FA-LD: {chains} chains x {rounds} rounds x K = 5 local steps in {time.perf_counter() - start:.1f} s\n")

@@ -97,8 +97,7 @@ def main(argv=None) -> int:
     traces = {}
     for robust in (True, False):
         problem = fl.problems.PyroProblem(make_model(robust), data)
-        sampler = fl.FALD(problem, step_size=4e-4, local_steps=5, chains=chains, seed=args.seed,
-                          init=problem.initial_params)
+        sampler = fl.FALD(problem, local_steps=5, chains=chains, seed=args.seed, init="map")  # eta adapted in warm-up
         start = time.perf_counter()
         traces["Student-t" if robust else "Gaussian"] = sampler.run(rounds, warmup=warmup)
         print(f"{problem}\n  FA-LD: {chains} chains x {rounds} rounds x K = 5 in {time.perf_counter() - start:.1f} s")
