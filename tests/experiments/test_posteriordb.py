@@ -76,9 +76,14 @@ def test_docs_validation_python_block_runs():
     import re
 
     page = Path(__file__).resolve().parents[2] / "docs" / "validation.md"
-    (code,) = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(code, str(page), "exec"), {"__name__": "__main__"})
-    lines = out.getvalue().splitlines()
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
+    assert len(blocks) == 2
+    outputs = []
+    for code in blocks:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(code, str(page), "exec"), {"__name__": "__main__"})
+        outputs.append(out.getvalue().splitlines())
+    lines = outputs[0]
     assert lines[0].startswith("| posterior |") and lines[2].startswith("| kilpisjarvi_mod-kilpisjarvi | FA-LD | 1 |")
+    assert outputs[1] == ["torch.Size([8, 100, 3])"]  # the Pyro model's run: 8 chains, 100 kept draws, d = 3
