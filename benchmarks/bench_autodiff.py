@@ -5,7 +5,8 @@ it): ``vectorize=True`` runs torch.func.grad under vmap over clients and chains,
 run of the model per call; ``vectorize=False`` is the reference, one autograd call per
 (chain, client) pair, as a first implementation would. Also printed: CustomProblem against
 the closed-form gradient of the built-in Gaussian problem (what the autodiff costs over
-hand-written gradients). Ratios are measured in one run, in the same process.
+hand-written gradients), and a CustomProblem over clients of different sizes grouped by size
+against ``rowwise=True``. Ratios are measured in one run, in the same process.
 
     python benchmarks/bench_autodiff.py [--chains 1 16 128] [--seconds 2]
 """
@@ -75,7 +76,33 @@ def main(argv=None) -> int:
         c = rate(lambda: custom.grad(theta2), args.seconds)
         d = rate(lambda: sim.grad(theta2), args.seconds)
         print(f"{r:6d} {a:12.1f} {b:12.1f} {a / b:10.1f} {c:10.1f} {d:10.1f} {d / c:14.1f}")
+    unequal(args, g)
     return 0
+
+
+def unequal(args, g) -> None:
+    """CustomProblem over N clients of N different sizes (args.rows // 2 to 3 args.rows // 2 rows):
+    grouped by size (N vectorised calls) against rowwise=True (one padded, masked call)."""
+    sizes = torch.linspace(args.rows // 2, 3 * args.rows // 2, args.clients).long().tolist()
+    data = []
+    for n in sizes:
+        X = torch.randn(n, 4, generator=g, dtype=torch.float64)
+        data.append((X, X @ torch.ones(4, dtype=torch.float64) + torch.randn(n, generator=g, dtype=torch.float64)))
+
+    def energy(t, batch):
+        X, y = batch
+        return 0.5 * ((y - X @ t) ** 2).sum()
+
+    grouped = fl.problems.CustomProblem(energy, data, dim=4)
+    rowwise = fl.problems.CustomProblem(energy, data, dim=4, rowwise=True)
+    print(f"\nCustomProblem, {args.clients} clients of {len(set(sizes))} sizes ({sizes[0]} to {sizes[-1]} rows): "
+          "grouped by size vs rowwise=True")
+    print(f"{'chains':>6} {'grouped/s':>10} {'rowwise/s':>10} {'rowwise/grouped':>16}")
+    for r in args.chains:
+        theta = 0.1 * torch.randn(r, args.clients, 4, generator=g, dtype=torch.float64)
+        a = rate(lambda: grouped.grad(theta), args.seconds)
+        b = rate(lambda: rowwise.grad(theta), args.seconds)
+        print(f"{r:6d} {a:10.1f} {b:10.1f} {b / a:16.1f}")
 
 
 if __name__ == "__main__":
