@@ -7,7 +7,8 @@ prints one row per run: max |mean - mean_ref| / sd_ref, the range of sd / sd_ref
 fitted-Gaussian W2 in the unconstrained space / sqrt(tr Sigma_ref), min bulk ESS, ESS per
 second, wall time and the Monte Carlo error of the means (1 / sqrt(ESS)), marking rows that
 miss the acceptance (0.1 sd, sds within 10%). ``--recipes corrected`` also (or instead) runs
-FA-LD with control variates and shared noise (rho = 1), which K > 1 needs here. ``--root`` is a posteriordb folder (default:
+FA-LD with control variates and shared noise (rho = 1), which K > 1 needs here. ``--root`` is
+a posteriordb folder (default:
 $FEDLANGEVIN_POSTERIORDB, ``shared/validation/posteriordb`` beside the checkout, else the
 two posteriors the repository ships). Exit status 1 with ``--strict`` when a row fails.
 """

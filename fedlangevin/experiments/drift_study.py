@@ -19,12 +19,15 @@ import time
 from typing import Sequence
 
 import numpy as np
+import torch
 
 from fedlangevin.experiments.curves import Curve, exact_draw_floor, mc_w2_curve, simulation_problem
 from fedlangevin.experiments.exact import w2_to_target
 from fedlangevin.experiments.exact_drift import corrected_moments, corrected_stationary
 from fedlangevin.experiments.gaussian_plots import floor_band
 from fedlangevin.experiments.report import Rows, StudyResult, progress_bar, pyplot, text_table
+from fedlangevin.fald.control_variates import ControlVariates
+from fedlangevin.fald.corrections import find_reference
 
 __all__ = ["VARIANTS", "heterogeneity_correction_study"]
 
@@ -53,17 +56,12 @@ def heterogeneity_correction_study(
     floor = exact_draw_floor(problem, chains, seed)
     rows = Rows("variant", "kind", "K", "round", "w2_mc", "w2_exact")
     curves, stationary = {}, {}
+    # the reference point the engine's corrections find with their default settings (the same search)
+    reference = find_reference(problem.to(device="cpu", dtype=torch.float64), None, ControlVariates().search_rounds)[0].numpy()
     bar = progress_bar(len(VARIANTS), "heterogeneity-correction", progress, leave=False)
     for variant in VARIANTS:
         mc = mc_w2_curve(problem, step_size, local_steps, rounds, chains=chains, seed=seed, correction=variant)
-        ref = None
-        if variant in ("control_variates", "conducive"):  # the exact law at the engine's reference point
-            import fedlangevin as fl
-
-            probe = fl.FALD(problem, step_size=step_size, local_steps=local_steps, chains=1, correction=variant)
-            probe.run(1, progress=False)
-            state = probe.state.correction
-            ref = state.get("reference", state.get("center")).cpu().numpy()
+        ref = reference if variant in ("control_variates", "conducive") else None  # the engine's theta*
         means, covs = corrected_moments(problem, [step_size] * local_steps, rounds, variant, reference=ref)
         ex = Curve(local_steps, w2_to_target(problem, means, covs))
         curves[variant] = (mc, ex)

@@ -136,8 +136,7 @@ class BuiltConducive:
                                  f"{tuple(curv.shape)}")
             up = n * (d + (d * (d + 1) // 2 if curv.dim() == 3 else d))
             return center, grads, curv, SetupCost(0, float(up), float(up))
-        given_center = self.settings.reference if self.settings.reference is not None else mode  # init="map"'s
-        center, cost = find_reference(work, given_center, self.settings.search_rounds)
+        center, cost = find_reference(work, self.settings.reference, self.settings.search_rounds, mode)
         dense = self.settings.dense(d)
         grads = client_gradients(work, center)
         curv = client_curvature(work, center, dense)

@@ -86,8 +86,7 @@ class BuiltControlVariates:
 
     def init(self, theta: torch.Tensor, mode: torch.Tensor | None = None) -> dict:
         work = self.problem.to(device="cpu", dtype=torch.float64)
-        given = self.settings.reference if self.settings.reference is not None else mode  # init="map"'s mode
-        ref, cost = find_reference(work, given, self.settings.search_rounds)
+        ref, cost = find_reference(work, self.settings.reference, self.settings.search_rounds, mode)
         n, d = work.num_clients, work.dim
         grads = client_gradients(work, ref)  # (N, d): grad f^c(theta*)
         mean = work.weights.to(torch.float64) @ grads  # grad f(theta*)

@@ -91,10 +91,12 @@ def client_curvature(problem, theta: torch.Tensor, dense: bool) -> torch.Tensor:
     return out
 
 
-def find_reference(problem, reference: Any = None, max_rounds: int = 50) -> tuple[torch.Tensor, SetupCost]:
+def find_reference(problem, reference: Any = None, max_rounds: int = 50,
+                   mode: torch.Tensor | None = None) -> tuple[torch.Tensor, SetupCost]:
     """A reference point theta* (d,) near the mode of f = sum_c p_c f^c, float64, and its cost.
 
-    ``reference`` given: checked and broadcast to the clients (N d floats down). Otherwise a
+    ``reference`` given (else ``mode``, one the run found already with ``init="map"``): checked
+    and broadcast to the clients (N d floats down). Otherwise a
     federated search: the damped Newton search of :func:`fedlangevin.fald.mode.find_map` for
     d <= ``DENSE_MAX_DIM`` (clients send gradients and Hessians), and beyond it L-BFGS run by
     the server on f, one round per evaluation (clients send f^c and grad f^c, d + 1 floats;
@@ -103,6 +105,7 @@ def find_reference(problem, reference: Any = None, max_rounds: int = 50) -> tupl
     only corrects more, and a long search would cost more than the sampling it helps.
     """
     n, d = problem.num_clients, problem.dim
+    reference = mode if reference is None else reference
     if reference is not None:
         theta = torch.as_tensor(reference, dtype=torch.float64).detach().cpu()
         if theta.shape != (d,) or not bool(torch.isfinite(theta).all()):

@@ -207,25 +207,18 @@ class SmallAffineStepper(AffineStepper):
             if z0 is not None:
                 z0.copy_(self._shared_draw.t()[:, :, None])
                 w.add_(z0, alpha=self._noise0)
-            if i == 0:
-                if self.shared_hessian:
+            if self.shared_hessian:
+                if i == 0:
                     torch.add(w, (self._mt @ planes).unsqueeze(2), out=y)
                 else:
-                    cols, m = planes.unsqueeze(2), self._m  # (d, R, 1) against (N,) rows
-                    for e in range(d):
-                        ye = y[e]
-                        torch.addcmul(w[e], cols[0], m[e][0], out=ye)
-                        for j in range(1, d):
-                            ye.addcmul_(cols[j], m[e][j])
-            elif self.shared_hessian:
-                torch.addmm(wf, self._mt, xf, out=yf)
+                    torch.addmm(wf, self._mt, xf, out=yf)
             else:
-                m = self._m
+                src, m = (planes.unsqueeze(2) if i == 0 else x), self._m  # (d, R, 1) or (d, R, N) by (N,) rows
                 for e in range(d):
                     ye = y[e]
-                    torch.addcmul(w[e], x[0], m[e][0], out=ye)
+                    torch.addcmul(w[e], src[0], m[e][0], out=ye)
                     for j in range(1, d):
-                        ye.addcmul_(x[j], m[e][j])
+                        ye.addcmul_(src[j], m[e][j])
             x, y, xf, yf = y, x, yf, xf
             if on_step is not None:
                 on_step(i, x.permute(1, 2, 0))

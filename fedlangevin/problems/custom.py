@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from fedlangevin._validation import check_int
+from fedlangevin._validation import check_bool, check_int
 from fedlangevin.problems._autodiff import AutodiffProblem, ClientData, _flatten, _unflatten
 
 __all__ = ["CustomProblem"]
@@ -95,9 +95,7 @@ class CustomProblem(AutodiffProblem):
         chunk_size: int | None = None,
         rowwise: bool = False,
     ) -> None:
-        if not isinstance(rowwise, (bool, np.bool_)):
-            raise ValueError(f"rowwise must be True or False; got {rowwise!r}")
-        self._can_mask = bool(rowwise)  # padded clients in one call, the padding masked row by row
+        self._can_mask = check_bool("rowwise", rowwise)  # padded clients in one call, the padding masked row by row
         if not callable(client_energy):
             raise ValueError(f"client_energy must be a callable (theta, batch) -> scalar; got {type(client_energy).__name__}")
         self.client_energy = client_energy
