@@ -71,19 +71,12 @@ def test_unknown_posterior_is_a_value_error():
 
 
 def test_docs_validation_python_block_runs():
-    import contextlib
-    import io
-    import re
+    from tests.pages import python_blocks, run_block
 
     page = Path(__file__).resolve().parents[2] / "docs" / "validation.md"
-    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
+    blocks = python_blocks(page)
     assert len(blocks) == 2
-    outputs = []
-    for code in blocks:
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            exec(compile(code, str(page), "exec"), {"__name__": "__main__"})
-        outputs.append(out.getvalue().splitlines())
+    outputs = [run_block(code, page).splitlines() for code in blocks]
     lines = outputs[0]
     assert lines[0].startswith("| posterior |") and lines[2].startswith("| kilpisjarvi_mod-kilpisjarvi | FA-LD | 1 |")
     assert outputs[1] == ["torch.Size([8, 100, 3])"]  # the Pyro model's run: 8 chains, 100 kept draws, d = 3

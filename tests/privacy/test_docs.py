@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import doctest
-import io
 import re
 from pathlib import Path
 
 import pytest
 
 import fedlangevin.privacy
+from tests.pages import run_block
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "privacy.md"
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e-?\d+)?")
@@ -22,10 +21,7 @@ def _blocks(text: str):
 
 
 def _run(code: str) -> list[str]:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(code, str(PAGE), "exec"), {"__name__": "__docs__"})
-    return out.getvalue().splitlines()
+    return run_block(code, PAGE, name="__docs__").splitlines()
 
 
 def _close(shown: str, got: float) -> bool:
