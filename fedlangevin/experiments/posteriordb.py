@@ -387,6 +387,8 @@ def validate(post: Posterior, *, local_steps: int = 1, rounds: int = 2000, chain
     ``init="map"``) and what ``recipe`` adds on ``post`` and compare with its reference."""
     import fedlangevin as fl
 
+    if not isinstance(recipe, Recipe):
+        raise ValueError(f"recipe must be a Recipe, e.g. RECIPES['corrected'] (one of {', '.join(RECIPES)}); got {recipe!r}")
     start = time.perf_counter()
     sampler = fl.FALD(post.problem, local_steps=local_steps, chains=chains, seed=seed, init="map",
                       correction=recipe.correction, correlation=recipe.correlation)

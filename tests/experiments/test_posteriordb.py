@@ -65,6 +65,11 @@ def test_validate_command_prints_a_row_per_run(capsys):
     assert code == 0 and [r.split("|")[2].strip() for r in rows] == ["FA-LD", "FA-LD+CV rho=1"]
 
 
+def test_a_recipe_that_is_not_a_recipe_record_is_refused_before_any_work():
+    with pytest.raises(ValueError, match="recipe must be a Recipe"):
+        validate(load("earnings-logearn_interaction_z", BUNDLED), rounds=10, recipe="corrected")
+
+
 def test_unknown_posterior_is_a_value_error():
     with pytest.raises(ValueError, match="name must be one of"):
         load("radon", BUNDLED)
