@@ -52,9 +52,9 @@ from dataclasses import dataclass
 
 import torch
 
-from fedlangevin.fald.extensions import IdentityPreconditioner
 from fedlangevin.fald.preconditioning import (
-    as_preconditioner, broadcast_floats, preconditioner_from_record, preconditioner_record, spectral_norm,
+    as_preconditioner, broadcast_floats, is_identity, placed, preconditioner_from_record, preconditioner_record,
+    spectral_norm,
 )
 from fedlangevin.fald.schedules import as_schedule, round_step_sizes, step_sizes
 
@@ -262,7 +262,7 @@ class Adapter:
         gen = torch.Generator().manual_seed((self.seed * 1_000_003 + self.estimates) % 2**63)
         x = theta.detach().to(dtype=torch.float64)
         pre = self.preconditioner
-        pre = None if isinstance(pre, IdentityPreconditioner) else pre.to(device=x.device, dtype=torch.float64)
+        pre = None if is_identity(pre) else placed(pre, x.device, torch.float64)
         problem = self.problem.to(device=x.device)
         lam = max_curvature(problem, x, pre, per_client=self.per_client, generator=gen)
         self.step_size = SAFETY / lam
@@ -279,10 +279,11 @@ class Adapter:
         }
 
     @classmethod
-    def from_record(cls, problem, rec: dict) -> "Adapter":
+    def from_record(cls, problem, rec: dict, given=None) -> "Adapter":
+        """The adapter a checkpoint stored; ``given``: the run's own preconditioner class, if any."""
         new = cls(problem, rec["warmup"], adapt_matrix=rec["adapt_matrix"], fixed_step=rec["fixed_step"],
                   per_client=rec["per_client"], seed=rec["seed"],
-                  preconditioner=preconditioner_from_record(rec["preconditioner"]),
+                  preconditioner=preconditioner_from_record(rec["preconditioner"], given),
                   dense_max_dim=problem.dim if rec["dense"] else problem.dim - 1)
         new.adapt_matrix = rec["adapt_matrix"]
         new.done, new.estimates, new.matrix_updates = rec["done"], rec["estimates"], rec["matrix_updates"]
@@ -385,7 +386,8 @@ def configure(sampler, problem, step_size, adapt: bool | None, preconditioner, u
     if sampler.adapt_matrix and upload is not None:
         raise ValueError("adapt: warm-up adaptation is not available with an upload codec; pass adapt=False "
                          "and a numeric step_size")
-    sampler.preconditioner = None if preconditioner is None else as_preconditioner(preconditioner, problem.dim)
+    sampler.preconditioner = (None if preconditioner is None
+                              else as_preconditioner(preconditioner, problem.dim, "preconditioner"))
     sampler.preconditioner_norm = spectral_norm(sampler.preconditioner, problem.dim)
     sampler.adapter, sampler.adapted = None, False
 
@@ -402,17 +404,18 @@ def account_setup(sampler) -> None:
         led["setup_floats_up"] = found.floats_up
 
 
-def restore(sampler, record: dict, settings) -> None:
+def restore(sampler, record: dict, settings, given=None) -> None:
     """A resumed sampler's preconditioner, adaptation state and privacy norm from its checkpoint
-    (``record``: the decoded "preconditioner", "adapted" and "adaptation" entries)."""
+    (``record``: the decoded "preconditioner", "adapted" and "adaptation" entries); ``given``: a
+    preconditioner of the user's own class, given again to ``FALD.resume`` (checked against the record)."""
     if record.get("preconditioner") is not None:
-        sampler.preconditioner = preconditioner_from_record(record["preconditioner"])
+        sampler.preconditioner = preconditioner_from_record(record["preconditioner"], given)
         sampler.rebuild_kernel()
     sampler.adapted = bool(record.get("adapted") or False)
     sampler.preconditioner_norm = max(spectral_norm(sampler.preconditioner, sampler.problem.dim),
                                       float(settings.get("preconditioner_norm", 1.0)))
     if record.get("adaptation") is not None:
-        sampler.adapter = Adapter.from_record(sampler.problem, record["adaptation"])
+        sampler.adapter = Adapter.from_record(sampler.problem, record["adaptation"], given)
 
 
 def default_warmup(sampler, rounds, warmup):

@@ -15,7 +15,9 @@ from typing import Any
 import torch
 
 from fedlangevin.fald.conducive import Conducive
+from fedlangevin.fald.contracts import CORRECTION_SETTINGS, DRIFT_CORRECTION, check_conforms
 from fedlangevin.fald.control_variates import ControlVariates
+from fedlangevin.fald.corrections import SetupCost
 from fedlangevin.fald.qlsd import QLSDPlusPlus
 
 __all__ = ["CORRECTIONS", "as_correction", "configure", "correction_from_record", "ensure_state", "keep_chains",
@@ -27,23 +29,48 @@ CORRECTIONS = {"control_variates": ControlVariates, "conducive": Conducive, "qls
 
 def as_correction(correction: Any):
     """A settings record from ``None``, a name of :data:`CORRECTIONS` (default settings) or a
-    record (returned as it is); ``ValueError`` otherwise."""
+    record — a built-in one, or an object of your own implementing the correction contract
+    (:data:`~fedlangevin.fald.contracts.CORRECTION_SETTINGS`) — returned as it is; ``ValueError``
+    otherwise (naming what a record of your own lacks)."""
     if correction is None or isinstance(correction, tuple(CORRECTIONS.values())):
         return correction
     if isinstance(correction, str) and correction in CORRECTIONS:
         return CORRECTIONS[correction]()
+    if not isinstance(correction, (str, type)) and callable(getattr(correction, "build", None)):
+        check_conforms(correction, CORRECTION_SETTINGS, "correction")
+        stored = correction.record()
+        if not isinstance(stored, dict) or not isinstance(stored.get("kind"), str) or stored["kind"] in CORRECTIONS:
+            raise ValueError(f"correction: record() of {type(correction).__name__} must return a dict whose 'kind' is "
+                             f"a string naming it (not one of the built-in {', '.join(CORRECTIONS)}); got {stored!r}")
+        return correction
     raise ValueError(
-        f"correction must be None, one of {', '.join(repr(c) for c in CORRECTIONS)}, or ControlVariates(...), "
-        f"Conducive(...), QLSDPlusPlus(...); got {correction!r}"
+        f"correction must be None, one of {', '.join(repr(c) for c in CORRECTIONS)}, ControlVariates(...), "
+        f"Conducive(...), QLSDPlusPlus(...), or an object implementing the correction contract "
+        f"(fedlangevin.fald.contracts.CORRECTION_SETTINGS); got {correction!r}"
     )
 
 
-def correction_from_record(stored: dict | None):
-    """The settings record a checkpoint stored (:func:`record`), or None."""
+def correction_from_record(stored: dict | None, given: Any = None):
+    """The settings record a checkpoint stored (:func:`record`), or None. A built-in correction is
+    rebuilt from its values; one of your own class is never built from a file (no code is loaded
+    from a checkpoint): it must be ``given`` again (``FALD.resume(path, correction=...)``) and its
+    ``record()`` must equal the stored one."""
     if stored is None:
+        if given is not None:
+            raise ValueError("correction: the checkpoint's run had no drift correction; do not give one to resume")
         return None
     fields = dict(stored)
-    return CORRECTIONS[fields.pop("kind")](**fields)
+    kind = fields.pop("kind", None)
+    if kind in CORRECTIONS:
+        return CORRECTIONS[kind](**fields)
+    if given is None:
+        raise ValueError(f"correction: the checkpoint ran with a drift correction of your own ({kind!r}); give it "
+                         "again: FALD.resume(path, correction=...)")
+    given = as_correction(given)
+    if given.record() != dict(stored):
+        raise ValueError(f"correction: the given correction's record {given.record()!r} differs from the "
+                         f"checkpoint's {dict(stored)!r}")
+    return given
 
 
 def configure(sampler, correction: Any) -> None:
@@ -60,8 +87,9 @@ def configure(sampler, correction: Any) -> None:
         raise ValueError("correction='qlsd++' with an upload codec needs a quantising codec of the form "
                          "theta + Q(beta - theta) with bits(d) (e.g. QuantizedUpdateUpload)")
     if setting.active:  # switched off (strength 0, memory rate 0, flat surrogates): FA-LD's kernel, fast paths included
-        sampler.built_correction = setting.build(sampler.problem, dtype=sampler.dtype, device=sampler.device,
-                                                 upload=sampler.upload)
+        sampler.built_correction = check_conforms(
+            setting.build(sampler.problem, dtype=sampler.dtype, device=sampler.device, upload=sampler.upload),
+            DRIFT_CORRECTION, "correction")
 
 
 def ensure_state(sampler) -> None:
@@ -74,9 +102,9 @@ def ensure_state(sampler) -> None:
         return
     state = sampler.state
     found = getattr(sampler, "map_result", None)
-    cstate = built.init(state.theta, mode=None if found is None else found.theta)
+    cstate = built.init(state.theta) if found is None else built.init(state.theta, mode=found.theta)
     sampler.state = type(state)(theta=state.theta, step=state.step, round=state.round, correction=cstate)
-    led, cost = sampler.ledger, built.cost
+    led, cost = sampler.ledger, getattr(built, "cost", None) or SetupCost()
     led["correction_rounds"] = led.get("correction_rounds", 0) + cost.rounds
     led["setup_floats"] = led.get("setup_floats", 0.0) + cost.floats_down
     led["setup_floats_up"] = led.get("setup_floats_up", 0.0) + cost.floats_up

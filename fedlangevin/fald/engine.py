@@ -8,8 +8,9 @@ len(step_sizes) local steps of eq. 10, synchronisation) and returns the new stat
 numbers), randomness comes from the generator passed in, and the input state is never
 modified.
 
-Extension points (:mod:`fedlangevin.fald.extensions`), each an explicit argument whose
-default leaves the round bit-identical to the plain kernel:
+Extension points (their contracts: :mod:`fedlangevin.fald.contracts`, checked here before any
+work; the built-in implementations: :mod:`fedlangevin.fald.extensions`), each an explicit
+argument whose default leaves the round bit-identical to the plain kernel:
 
 - ``preconditioner``: M = A A^T, clients step in z with theta = theta_0 + A z;
 - ``correction``: a drift correction added to every client's gradient, with its own state
@@ -34,11 +35,15 @@ from typing import Callable, NamedTuple, Sequence
 import torch
 
 from fedlangevin._validation import check_real
-from fedlangevin.fald.extensions import IdentityPreconditioner, LocalTransport
+from fedlangevin.fald.contracts import (
+    CORRECTION_SETTINGS, DRIFT_CORRECTION, TRANSPORT, UPLOAD_CODEC, check_conforms,
+)
+from fedlangevin.fald.extensions import LocalTransport
 from fedlangevin.fald.kernel import FALDState, UploadCodec, aggregate
 from fedlangevin.fald.local import local_step
 from fedlangevin.fald.noise import noise_scales
 from fedlangevin.fald.participation import Participation, as_participation
+from fedlangevin.fald.preconditioning import as_preconditioner, is_identity, placed
 from fedlangevin.fald.steppers import AffineStepper, make_stepper
 from fedlangevin.problems.base import FederatedProblem, check_client_indices, check_problem, check_weights
 
@@ -107,13 +112,12 @@ def build(
         rule.validate(weights)
         batch_size = problem.check_batch_size(batch_size)
     device = torch.device(device)
-    transport = LocalTransport() if transport is None else transport
-    if not callable(getattr(transport, "reduce", None)):
-        raise ValueError(f"transport must have a reduce(partial) method; got {transport!r}")
-    if isinstance(preconditioner, IdentityPreconditioner):
-        preconditioner = None
-    if preconditioner is not None and hasattr(preconditioner, "to"):
-        preconditioner = preconditioner.to(device=device, dtype=dtype)
+    transport = LocalTransport() if transport is None else check_conforms(transport, TRANSPORT, "transport")
+    if upload is not None:
+        check_conforms(upload, UPLOAD_CODEC, "upload")
+    if preconditioner is not None:
+        preconditioner = as_preconditioner(preconditioner, problem.dim, "preconditioner")
+    preconditioner = None if is_identity(preconditioner) else placed(preconditioner, device, dtype)
     if callable(getattr(transport, "bind", None)):  # a transport that splits the clients itself (distributed)
         transport.bind(problem.num_clients)
     held = None if transport.clients is None else check_client_indices(transport.clients, problem.num_clients)
@@ -126,7 +130,10 @@ def build(
     scales = noise_scales(scale_weights, temperature, correlation, device=device, dtype=dtype, noise_dtype=noise_dtype)
     work = problem.to(device=device, dtype=dtype)
     if correction is not None and callable(getattr(correction, "build", None)):  # a settings record
-        correction = correction.build(problem, dtype=dtype, device=device, upload=upload)
+        correction = check_conforms(correction, CORRECTION_SETTINGS, "correction").build(
+            problem, dtype=dtype, device=device, upload=upload)
+    if correction is not None:
+        check_conforms(correction, DRIFT_CORRECTION, "correction")
     if correction is not None and held is not None:
         raise ValueError("correction: drift corrections run in one process (not with a transport that splits the clients)")
     plain = held is None and preconditioner is None and correction is None

@@ -1,7 +1,8 @@
-"""Extension points of the FA-LD round (:func:`fedlangevin.fald.engine.build`).
+"""The built-in implementations of the FA-LD round's extension points (:func:`fedlangevin.fald.engine.build`).
 
-Each is a small protocol with a default that leaves the round exactly as it is (the default
-kernel is bit-identical to a kernel built without the argument):
+The contracts themselves (what a class of your own must implement, and the conformance check)
+are declared in :mod:`fedlangevin.fald.contracts`. Each extension has a default that leaves the
+round exactly as it is (the default kernel is bit-identical to a kernel built without it):
 
 - :class:`Preconditioner` — a constant preconditioner M = A A^T. Clients step in
   coordinates z with theta = theta_0 + A z; Langevin dynamics on g(z) = f(theta_0 + A z)
@@ -28,27 +29,16 @@ the fourth hook; see :data:`fedlangevin.fald.kernel.UploadCodec`.
 from __future__ import annotations
 
 import threading
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Sequence
 
 import torch
+
+from fedlangevin.fald.contracts import DriftCorrection, Preconditioner, Transport
 
 __all__ = [
     "DriftCorrection", "FactorPreconditioner", "IdentityPreconditioner", "InProcessGroup", "LocalTransport",
     "Preconditioner", "Transport",
 ]
-
-
-@runtime_checkable
-class Preconditioner(Protocol):
-    """A constant preconditioner M = A A^T (A: (d, d), invertible).
-
-    ``drift(grad)`` returns M grad for gradients (R, n, d); ``noise(xi)`` returns A xi for
-    noise (R, n, d) (row vectors: ``xi @ A.T``).
-    """
-
-    def drift(self, grad: torch.Tensor) -> torch.Tensor: ...
-
-    def noise(self, xi: torch.Tensor) -> torch.Tensor: ...
 
 
 class IdentityPreconditioner:
@@ -59,6 +49,12 @@ class IdentityPreconditioner:
 
     def noise(self, xi: torch.Tensor) -> torch.Tensor:
         return xi
+
+    def broadcast_floats(self, dim: int) -> int:
+        return 0
+
+    def record(self) -> dict:
+        return {"kind": "identity"}
 
     def __repr__(self) -> str:
         return "IdentityPreconditioner()"
@@ -89,53 +85,15 @@ class FactorPreconditioner:
     def noise(self, xi: torch.Tensor) -> torch.Tensor:
         return xi @ self.factor.T
 
+    def broadcast_floats(self, dim: int) -> int:
+        """The d (d + 1) / 2 entries of a triangular factor."""
+        return dim * (dim + 1) // 2
+
+    def record(self) -> dict:
+        return {"kind": "factor", "values": self.factor.double().cpu().tolist()}
+
     def __repr__(self) -> str:
         return f"FactorPreconditioner(d={self.factor.shape[0]})"
-
-
-@runtime_checkable
-class DriftCorrection(Protocol):
-    """A built drift correction: a term c_rc added to client c's gradient at every local step of chain r.
-
-    What a correction setting's ``build(problem, ...)`` returns (the settings records are
-    :class:`fedlangevin.fald.control_variates.ControlVariates`,
-    :class:`fedlangevin.fald.conducive.Conducive` and :class:`fedlangevin.fald.qlsd.QLSDPlusPlus`).
-    ``init(theta, mode=None)`` gives the correction's state from the initial global parameters
-    (R, d): a dict of tensors (checkpointed as they are; one-off set-up work such as a reference
-    point happens here); ``mode``: a mode the run has found already (``init="map"``), which a
-    correction needing a reference point uses instead of searching again. ``term(state, beta)`` returns the term for the client states beta
-    (R, N, d): a tensor broadcastable to them. ``update(state, theta, new_theta, beta,
-    weights, generator)`` returns the state after a round, from the round's broadcast
-    (R, d), the new global parameters (R, d), the clients' final local states (R, N, d), the
-    aggregation weights and the round's generator. ``keep(state, rows)`` keeps the chains
-    ``rows`` (a boolean mask over R) of a state, after diverged chains were dropped.
-    """
-
-    def init(self, theta: torch.Tensor, mode: torch.Tensor | None = None) -> dict: ...
-
-    def term(self, state: dict, beta: torch.Tensor) -> torch.Tensor: ...
-
-    def update(self, state: dict, theta: torch.Tensor, new_theta: torch.Tensor, beta: torch.Tensor,
-               weights: torch.Tensor, generator: torch.Generator | None) -> dict: ...
-
-    def keep(self, state: dict, rows: torch.Tensor) -> dict: ...
-
-
-@runtime_checkable
-class Transport(Protocol):
-    """The synchronisation across processes.
-
-    ``clients``: the client indices this process holds (``None``: all of them). The kernel
-    computes gradients and keeps local states only for those, but draws the round's random
-    numbers (participation, shared and private noise, minibatches) for all N clients
-    exactly as one process would, so samples do not depend on the split.
-    ``reduce(partial)``: the sum over processes (all-reduce, SUM) of the partial weighted
-    sums sum_{c held} w_rc beta_rc, (R, d); every process gets the total.
-    """
-
-    clients: Sequence[int] | None
-
-    def reduce(self, partial: torch.Tensor) -> torch.Tensor: ...
 
 
 class LocalTransport:

@@ -14,7 +14,9 @@ paper's analysis, the exact moments of :mod:`fedlangevin.experiments.exact` (thr
 constants of the preconditioned Hessians A^T H_c A. Its stationary law in theta is still
 pi ∝ exp(-f / tau) (M constant, symmetric positive definite).
 
-Two forms, both :class:`~fedlangevin.fald.extensions.Preconditioner`:
+Two built-in forms, both implementing the preconditioner contract
+(:data:`fedlangevin.fald.contracts.PRECONDITIONER`; a class of your own that implements it runs
+too):
 
 - dense, :class:`~fedlangevin.fald.extensions.FactorPreconditioner` with A the Cholesky factor
   of M (broadcast: the d (d + 1) / 2 entries of A);
@@ -31,10 +33,11 @@ from typing import Any
 
 import torch
 
+from fedlangevin.fald.contracts import PRECONDITIONER, check_conforms
 from fedlangevin.fald.extensions import FactorPreconditioner, IdentityPreconditioner
 
 __all__ = [
-    "DiagonalPreconditioner", "as_preconditioner", "broadcast_floats", "preconditioner_matrix",
+    "DiagonalPreconditioner", "as_preconditioner", "broadcast_floats", "is_identity", "placed", "preconditioner_matrix",
     "preconditioner_record", "preconditioner_from_record", "spectral_norm", "transformed_quadratic",
 ]
 
@@ -61,6 +64,26 @@ class DiagonalPreconditioner:
     def noise(self, xi: torch.Tensor) -> torch.Tensor:
         return xi * self.root
 
+    @property
+    def matrix(self) -> torch.Tensor:
+        """M = diag(m) (d, d)."""
+        return torch.diag(self.diagonal)
+
+    @property
+    def factor(self) -> torch.Tensor:
+        """A = diag(sqrt(m)) (d, d)."""
+        return torch.diag(self.root)
+
+    def broadcast_floats(self, dim: int) -> int:
+        """The d entries of m."""
+        return dim
+
+    def spectral_norm(self) -> float:
+        return float(self.diagonal.max())
+
+    def record(self) -> dict:
+        return {"kind": "diagonal", "values": self.diagonal.double().cpu().tolist()}
+
     def __repr__(self) -> str:
         return f"DiagonalPreconditioner(d={self.diagonal.numel()})"
 
@@ -72,73 +95,105 @@ def _describe(t: torch.Tensor) -> str:
     return f"d = {t.numel()}, {bad}"
 
 
-def as_preconditioner(matrix: Any, dim: int | None = None):
+def is_identity(pre) -> bool:
+    """``pre`` is no preconditioner at all: ``None`` or :class:`IdentityPreconditioner` (the kernel then
+    keeps its fast paths, and the round is the plain one bit for bit)."""
+    return pre is None or isinstance(pre, IdentityPreconditioner)
+
+
+def as_preconditioner(matrix: Any, dim: int | None = None, name: str = "matrix"):
     """A preconditioner for M: a (d, d) symmetric positive-definite matrix (dense, A = chol(M))
-    or a (d,) positive vector (diagonal). M = I (exactly) gives the identity, i.e. the plain
-    kernel. ``dim``: the problem's d, checked. ``ValueError`` naming ``matrix`` otherwise."""
-    if isinstance(matrix, (IdentityPreconditioner, FactorPreconditioner, DiagonalPreconditioner)):
+    or a (d,) positive vector (diagonal), or an object implementing the preconditioner contract
+    (:data:`~fedlangevin.fald.contracts.PRECONDITIONER`: ``drift``, ``noise``, ``matrix``; a class of
+    your own is returned as it is, after checking that its M is (d, d)). M = I (exactly) gives the
+    identity, i.e. the plain kernel. ``dim``: the problem's d, checked. ``ValueError`` naming
+    ``name`` otherwise."""
+    if isinstance(matrix, IdentityPreconditioner):
         return matrix
-    m = torch.as_tensor(matrix, dtype=torch.float64)
+    if hasattr(matrix, "drift") or hasattr(matrix, "noise"):  # an object: it must implement the contract
+        check_conforms(matrix, PRECONDITIONER, name)
+        if dim is not None:
+            m = preconditioner_matrix(matrix, dim)
+            if m.shape != (dim, dim):
+                raise ValueError(f"{name}: the preconditioner's M has shape {tuple(m.shape)}; the problem has "
+                                 f"d = {dim}, so M must be ({dim}, {dim})")
+        return matrix
+    try:
+        m = torch.as_tensor(matrix, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(f"{name} must be a (d, d) positive-definite matrix, a (d,) positive vector or a "
+                         f"preconditioner object (drift, noise, matrix); got {type(matrix).__name__}") from None
     d = m.shape[0] if m.dim() >= 1 else None
     if m.dim() not in (1, 2) or (m.dim() == 2 and m.shape[0] != m.shape[1]) or (dim is not None and d != dim):
         want = "(d,) or (d, d)" if dim is None else f"({dim},) or ({dim}, {dim})"
-        raise ValueError(f"matrix must have shape {want}; got {tuple(m.shape)}")
+        raise ValueError(f"{name} must have shape {want}; got {tuple(m.shape)}")
     if not torch.isfinite(m).all():
-        raise ValueError("matrix must be finite")
+        raise ValueError(f"{name} must be finite")
     eye = torch.ones(d, dtype=torch.float64) if m.dim() == 1 else torch.eye(d, dtype=torch.float64)
     if torch.equal(m, eye):
         return IdentityPreconditioner()
     if m.dim() == 1:
         return DiagonalPreconditioner(m)
     if not torch.allclose(m, m.T, rtol=1e-10, atol=1e-12 * float(m.abs().max())):
-        raise ValueError("matrix must be symmetric")
+        raise ValueError(f"{name} must be symmetric")
     factor, info = torch.linalg.cholesky_ex(0.5 * (m + m.T))  # rounding-level asymmetry averaged out
     if int(info) != 0:
-        raise ValueError("matrix must be positive definite (its Cholesky factorisation failed)")
+        raise ValueError(f"{name} must be positive definite (its Cholesky factorisation failed)")
     return FactorPreconditioner(factor)
 
 
+def placed(pre, device, dtype):
+    """``pre`` on ``device`` in ``dtype`` (its optional ``to``; one without it is used as it is)."""
+    return pre.to(device=device, dtype=dtype) if callable(getattr(pre, "to", None)) else pre
+
+
+def _member(pre, name: str):
+    value = getattr(pre, name)
+    return value() if callable(value) else value
+
+
 def preconditioner_matrix(pre, dim: int) -> torch.Tensor:
-    """M (d, d) float64 of a preconditioner (``None`` or the identity: I)."""
-    if pre is None or isinstance(pre, IdentityPreconditioner):
+    """M (d, d) float64 on the CPU of a preconditioner (``None`` or the identity: I)."""
+    if is_identity(pre):
         return torch.eye(dim, dtype=torch.float64)
-    if isinstance(pre, DiagonalPreconditioner):
-        return torch.diag(pre.diagonal.double().cpu())
-    if isinstance(pre, FactorPreconditioner):
-        return pre.matrix.double().cpu()
-    raise ValueError(f"preconditioner must be an identity, factor or diagonal preconditioner; got {pre!r}")
+    return torch.as_tensor(_member(pre, "matrix")).detach().to(device="cpu", dtype=torch.float64)
 
 
 def spectral_norm(pre, dim: int) -> float:
     """lambda_max(M): a client's update in z moves theta by at most sqrt(lambda_max(M)) times
     its size, so gradient sensitivities scale by sqrt of this (see :mod:`fedlangevin.privacy`)."""
-    if pre is None or isinstance(pre, IdentityPreconditioner):
+    if is_identity(pre):
         return 1.0
-    if isinstance(pre, DiagonalPreconditioner):
-        return float(pre.diagonal.max())
+    if callable(getattr(pre, "spectral_norm", None)):
+        return float(pre.spectral_norm())
     return float(torch.linalg.eigvalsh(preconditioner_matrix(pre, dim)).max())
 
 
 def broadcast_floats(pre, dim: int) -> int:
-    """Numbers the server sends each client when it installs ``pre``: the d (d + 1) / 2 entries
-    of the triangular factor (dense), d (diagonal), 0 (identity)."""
-    if pre is None or isinstance(pre, IdentityPreconditioner):
+    """Numbers the server sends each client when it installs ``pre``: the preconditioner's own
+    ``broadcast_floats(dim)`` (a triangular factor's d (d + 1) / 2 without one), 0 for the identity."""
+    if is_identity(pre):
         return 0
-    if isinstance(pre, DiagonalPreconditioner):
-        return dim
-    return dim * (dim + 1) // 2
+    own = getattr(pre, "broadcast_floats", None)
+    return int(own(dim)) if callable(own) else dim * (dim + 1) // 2
 
 
 def preconditioner_record(pre) -> dict:
-    """A plain record (for checkpoints): {"kind": ..., "values": list}."""
-    if pre is None or isinstance(pre, IdentityPreconditioner):
+    """A plain record (for checkpoints): {"kind": ..., "values": list}. A preconditioner of a class
+    of your own is stored as {"kind": "user", "class": its name, "matrix": M}: it is not rebuilt from
+    the checkpoint (no code is loaded from a file) but given again to ``FALD.resume(preconditioner=)``
+    and checked against M."""
+    if is_identity(pre):
         return {"kind": "identity"}
-    if isinstance(pre, DiagonalPreconditioner):
-        return {"kind": "diagonal", "values": pre.diagonal.double().cpu().tolist()}
-    return {"kind": "factor", "values": pre.factor.double().cpu().tolist()}
+    if isinstance(pre, (FactorPreconditioner, DiagonalPreconditioner)):
+        return pre.record()
+    return {"kind": "user", "class": type(pre).__qualname__,
+            "matrix": preconditioner_matrix(pre, 0).tolist()}
 
 
-def preconditioner_from_record(record: dict):
+def preconditioner_from_record(record: dict, given=None):
+    """The preconditioner a checkpoint stored (:func:`preconditioner_record`); a ``"user"`` record
+    needs the same preconditioner ``given`` (checked: same class name, same M)."""
     kind = record.get("kind")
     if kind == "identity":
         return IdentityPreconditioner()
@@ -146,6 +201,14 @@ def preconditioner_from_record(record: dict):
         return DiagonalPreconditioner(record["values"])
     if kind == "factor":
         return FactorPreconditioner(record["values"])
+    if kind == "user":
+        if given is None:
+            raise ValueError(f"preconditioner: the checkpoint ran with a preconditioner of your own class "
+                             f"{record.get('class')!r}; give it again: FALD.resume(path, preconditioner=...)")
+        if preconditioner_record(given) != record:
+            raise ValueError(f"preconditioner: the given {type(given).__qualname__} differs from the checkpoint's "
+                             f"{record.get('class')!r} (class name or M)")
+        return given
     raise ValueError(f"preconditioner record has an unknown kind {kind!r}")
 
 
@@ -171,8 +234,8 @@ def transformed_quadratic(problem, pre, origin: Any = None):
 
 
 def _factor(pre, dim: int) -> torch.Tensor:
-    if pre is None or isinstance(pre, IdentityPreconditioner):
+    if is_identity(pre):
         return torch.eye(dim, dtype=torch.float64)
-    if isinstance(pre, DiagonalPreconditioner):
-        return torch.diag(pre.root.double().cpu())
-    return pre.factor.double().cpu()
+    if hasattr(pre, "factor"):
+        return torch.as_tensor(_member(pre, "factor")).detach().to(device="cpu", dtype=torch.float64)
+    return torch.linalg.cholesky(preconditioner_matrix(pre, dim))

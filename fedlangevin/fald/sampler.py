@@ -36,6 +36,7 @@ from fedlangevin._validation import (
 from fedlangevin.fald import checkpoint as ckpt
 from fedlangevin.fald import resume as rs
 from fedlangevin.fald import adaptation, drift
+from fedlangevin.fald.contracts import TRANSPORT, UPLOAD_CODEC, check_conforms
 from fedlangevin.fald.engine import build
 from fedlangevin.fald.streams import build_per_client
 from fedlangevin.fald.mode import resolve_init
@@ -155,8 +156,8 @@ class FALD:
                    "use fewer chains")
         init, self.map_result = resolve_init(init, problem)  # map_result: init="map"'s mode search
         initial = check_init(init, self.chains, problem.dim, self.dtype, self.device)
-        if upload is not None and not callable(upload):
-            raise ValueError(f"upload must be None or a callable codec(beta, theta, generator); got {upload!r}")
+        if upload is not None:
+            check_conforms(upload, UPLOAD_CODEC, "upload")
         codec_gen = getattr(upload, "generator", None)
         if isinstance(codec_gen, torch.Generator) and codec_gen.device.type != self.device.type:
             raise ValueError(f"upload: the codec's generator is on {codec_gen.device}, the sampler runs on "
@@ -167,8 +168,8 @@ class FALD:
         if streams == "per_client" and upload is not None:
             raise ValueError("upload: an upload codec is not supported with streams='per_client'; use streams='single'")
         self.streams = streams
-        if transport is not None and not callable(getattr(transport, "reduce", None)):
-            raise ValueError(f"transport must be None or have a reduce(partial) method; got {transport!r}")
+        if transport is not None:
+            check_conforms(transport, TRANSPORT, "transport")
         if transport is not None and (upload is not None or streams == "per_client"):
             raise ValueError("transport: not supported with an upload codec or streams='per_client' (both assume "
                              "one process holding every client); use upload=None, streams='single'")
@@ -465,6 +466,8 @@ class FALD:
         device: Any = None,
         fallback: bool = False,
         transport: Any = None,
+        correction: Any = None,
+        preconditioner: Any = None,
     ) -> "FALD":
         """A sampler positioned where the checkpoint at ``path`` left off.
 
@@ -488,6 +491,11 @@ class FALD:
         transport : of a distributed run (every process resumes from rank 0's checkpoint with
             the same number of processes); a process that does not write (``transport.writes``
             false) continues an unfinished run without its draws or checkpoint.
+        correction, preconditioner : needed only when the run used a drift correction or a
+            preconditioner of your own class (:mod:`fedlangevin.fald.contracts`): no code is
+            loaded from a checkpoint, so they are given again and checked against what it
+            stored (the correction's ``record()``, the preconditioner's M); their state
+            (tensors) comes from the checkpoint.
         """
         path = check_path("path", path)
         fallback = check_bool("fallback", fallback)
@@ -502,13 +510,14 @@ class FALD:
             batch_size=settings["batch_size"], device=new_device, dtype=settings["dtype"], seed=settings["seed"],
             noise_dtype=settings["noise_dtype"], streams=settings.get("streams", "single"), transport=transport,
             adapt=bool(settings.get("adapt", False)), correction=drift.correction_from_record(
-                (ckpt.decode(record.get("correction")) or {}).get("settings")),
+                (ckpt.decode(record.get("correction")) or {}).get("settings"), correction),
         )
         sampler.state, sampler.active = rs.resume_state(record, used, problem.dim, sampler.device, sampler.dtype)
         rs.resume_generator(sampler.generator, record, saved_device, new_device, sampler.seed)
         sampler.ledger = ckpt.decode(record["ledger"])
         drift.restore_state(sampler, ckpt.decode(record.get("correction")))
-        adaptation.restore(sampler, {k: ckpt.decode(record.get(k)) for k in ("preconditioner", "adapted", "adaptation")}, settings)
+        adaptation.restore(sampler, {k: ckpt.decode(record.get(k)) for k in ("preconditioner", "adapted", "adaptation")},
+                           settings, preconditioner)
         main = rs.main_path(used)
         sampler._writer.resumed(record, main)
         rec_run = record["run"]
