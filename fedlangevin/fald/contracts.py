@@ -299,9 +299,9 @@ PROBLEM = Contract(
                default="gradient-only searches"),
         Member("client_hessian_diagonal", "client_hessian_diagonal(theta) -> (N, d)", "analytic client Hessian "
                "diagonals (corrections)", positional=1, required=False, default="finite differences"),
-        Member("smoothness", "smoothness() -> float | None", "L of the paper's step size (Thm 5.8)",
-               positional=0, required=False, default="step_size='paper' unavailable"),
-        Member("convexity", "convexity() -> float | None", "m of the paper's step size (Thm 5.8)", positional=0,
+        Member("smoothness", "smoothness: float | None", "L of the paper's step size (Thm 5.8)", method=False,
+               required=False, default="step_size='paper' unavailable"),
+        Member("convexity", "convexity: float | None", "m of the paper's step size (Thm 5.8)", method=False,
                required=False, default="step_size='paper' unavailable"),
         Member("constrain", "constrain(samples) -> dict | None", "draws in the model's constrained space "
                "(ArviZ export)", positional=1, required=False, default="unconstrained draws"),
