@@ -74,3 +74,44 @@ def test_no_private_name_is_imported_across_fald_modules():
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fedlangevin"):
                 bad += [f"{p.name}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
     assert not bad, bad
+
+
+# The layers of fedlangevin/fald (docs/fald.md, "Architecture"): a module imports only from its own
+# layer and the layers listed for it; every module of the package is in exactly one layer.
+LAYERS = {
+    "contracts": {"contracts"},
+    "core": {"noise", "participation", "local", "steppers", "kernel", "engine", "streams", "schedules", "extensions",
+             "preconditioning"},
+    "warm-up and corrections": {"adaptation", "mode", "corrections", "control_variates", "conducive", "qlsd", "drift"},
+    "io and results": {"store", "checkpoint", "streaming", "trace", "settings"},
+    "runner": {"sampler", "runs", "resume", "replay"},
+}
+MAY_IMPORT = {
+    "contracts": set(),
+    "core": {"contracts"},
+    "warm-up and corrections": {"contracts", "core"},
+    "io and results": {"contracts"},
+    "runner": {"contracts", "core", "warm-up and corrections", "io and results"},
+}
+
+
+def test_every_fald_module_has_a_layer():
+    modules = {p.stem for p in (ROOT / "fald").glob("*.py") if p.stem != "__init__"}
+    placed = [m for layer in LAYERS.values() for m in layer]
+    assert sorted(placed) == sorted(set(placed)), "a module is in two layers"
+    assert modules == set(placed), {"without a layer": modules - set(placed), "gone": set(placed) - modules}
+
+
+def test_fald_modules_import_only_from_their_own_and_lower_layers():
+    """The kernel core imports nothing from the warm-up, the corrections, the runner or io; io and
+    results import no part of the sampler; the contracts import nothing of fald."""
+    layer_of = {m: layer for layer, ms in LAYERS.items() for m in ms}
+    bad = []
+    for module, layer in layer_of.items():
+        for dep in _imports(f"fedlangevin.fald.{module}"):
+            if not dep.startswith("fedlangevin.fald."):
+                continue
+            target = layer_of[dep.split(".")[2]]
+            if target != layer and target not in MAY_IMPORT[layer]:
+                bad.append(f"{module} ({layer}) imports {dep} ({target})")
+    assert not bad, bad

@@ -20,16 +20,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedlangevin._validation import check_device
+from fedlangevin._validation import check_bool, check_device, check_path
 from fedlangevin.fald import checkpoint as ckpt
-from fedlangevin.fald import drift
+from fedlangevin.fald import adaptation, drift
 from fedlangevin.fald.participation import Participation, as_participation
 from fedlangevin.fald.preconditioning import preconditioner_record
+from fedlangevin.fald.runs import Run
 from fedlangevin.fald.schedules import as_schedule
 from fedlangevin.problems.base import FederatedProblem, check_problem
 
 __all__ = ["RECORD_KIND", "RECORD_VERSION", "CheckpointWriter", "encoded_or_none", "load_record", "main_path",
-           "resume_device", "resume_participation", "resume_problem", "resume_schedule"]
+           "resume_device", "resume_participation", "resume_problem", "resume_sampler", "resume_schedule"]
 
 RECORD_KIND = "fedlangevin.FALD"
 RECORD_VERSION = 2
@@ -259,3 +260,39 @@ def resume_generator(generator, record: dict, saved_device, new_device, seed: in
         f"chains continue with a new one (seeded from seed and round)", stacklevel=3,
     )
     generator.manual_seed((seed + 1_000_003 * int(record["round"])) % 2**64)
+
+
+def resume_sampler(cls, path, *, problem=None, step_size=None, participation=None, device=None, fallback=False,
+                   transport=None, correction=None, preconditioner=None):
+    """``cls.resume(path, ...)`` (:meth:`fedlangevin.FALD.resume`, which documents the arguments): the
+    sampler rebuilt from the checkpoint's settings, then its state, stream, ledger, correction,
+    preconditioner and adaptation, and the unfinished run, put back."""
+    path = check_path("path", path)
+    fallback = check_bool("fallback", fallback)
+    record, used, settings = load_record(path, fallback)
+    problem = resume_problem(record, used, problem)
+    schedule = resume_schedule(record, step_size, problem)
+    rule = resume_participation(record, participation)
+    saved_device, new_device = resume_device(settings, device)
+    sampler = cls(
+        problem, step_size=schedule, local_steps=settings["local_steps"], temperature=settings["temperature"],
+        correlation=settings["correlation"], participation=rule, chains=settings["chains"],
+        batch_size=settings["batch_size"], device=new_device, dtype=settings["dtype"], seed=settings["seed"],
+        noise_dtype=settings["noise_dtype"], streams=settings.get("streams", "single"), transport=transport,
+        adapt=bool(settings.get("adapt", False)), correction=drift.correction_from_record(
+            (ckpt.decode(record.get("correction")) or {}).get("settings"), correction),
+    )
+    sampler.state, sampler.active = resume_state(record, used, problem.dim, sampler.device, sampler.dtype)
+    resume_generator(sampler.generator, record, saved_device, new_device, sampler.seed)
+    sampler.ledger = ckpt.decode(record["ledger"])
+    drift.restore_state(sampler, ckpt.decode(record.get("correction")))
+    adaptation.restore(sampler, {k: ckpt.decode(record.get(k)) for k in ("preconditioner", "adapted", "adaptation")},
+                       settings, preconditioner)
+    main = main_path(used)
+    sampler._writer.resumed(record, main)
+    rec_run = record["run"]
+    if rec_run is not None and not rec_run["finished"]:
+        writes = getattr(transport, "writes", True)  # rank 0 alone continues the draws and the checkpoint
+        rec_run = rec_run if writes else dict(rec_run, draws={"kind": "none"}, keep_samples=False)
+        sampler._pending = Run.from_record(sampler, rec_run, main if writes else None)
+    return sampler

@@ -20,7 +20,6 @@ import numpy as np
 import torch
 
 from fedlangevin._validation import (
-    check_bool,
     check_device,
     check_dtype,
     check_fits,
@@ -29,11 +28,9 @@ from fedlangevin._validation import (
     check_int,
     check_memory_draws,
     check_optional_bool,
-    check_path,
     check_real,
     check_seed,
 )
-from fedlangevin.fald import checkpoint as ckpt
 from fedlangevin.fald import resume as rs
 from fedlangevin.fald import adaptation, drift
 from fedlangevin.fald.contracts import TRANSPORT, UPLOAD_CODEC, check_conforms
@@ -44,7 +41,7 @@ from fedlangevin.fald.kernel import FALDState, init_state, released
 from fedlangevin.fald.participation import Participation, as_participation
 from fedlangevin.fald.replay import diagnose, where
 from fedlangevin.fald.runs import Run, communication, continue_arguments, progress_bar, run_arguments
-from fedlangevin.fald.schedules import check_schedule, round_step_sizes
+from fedlangevin.fald.schedules import check_schedule
 from fedlangevin.fald.settings import Settings
 from fedlangevin.fald.steppers import round_threads
 from fedlangevin.fald.trace import Communication, DivergenceError, StepSizes, Trace
@@ -497,33 +494,7 @@ class FALD:
             stored (the correction's ``record()``, the preconditioner's M); their state
             (tensors) comes from the checkpoint.
         """
-        path = check_path("path", path)
-        fallback = check_bool("fallback", fallback)
-        record, used, settings = rs.load_record(path, fallback)
-        problem = rs.resume_problem(record, used, problem)
-        schedule = rs.resume_schedule(record, step_size, problem)
-        rule = rs.resume_participation(record, participation)
-        saved_device, new_device = rs.resume_device(settings, device)
-        sampler = cls(
-            problem, step_size=schedule, local_steps=settings["local_steps"], temperature=settings["temperature"],
-            correlation=settings["correlation"], participation=rule, chains=settings["chains"],
-            batch_size=settings["batch_size"], device=new_device, dtype=settings["dtype"], seed=settings["seed"],
-            noise_dtype=settings["noise_dtype"], streams=settings.get("streams", "single"), transport=transport,
-            adapt=bool(settings.get("adapt", False)), correction=drift.correction_from_record(
-                (ckpt.decode(record.get("correction")) or {}).get("settings"), correction),
-        )
-        sampler.state, sampler.active = rs.resume_state(record, used, problem.dim, sampler.device, sampler.dtype)
-        rs.resume_generator(sampler.generator, record, saved_device, new_device, sampler.seed)
-        sampler.ledger = ckpt.decode(record["ledger"])
-        drift.restore_state(sampler, ckpt.decode(record.get("correction")))
-        adaptation.restore(sampler, {k: ckpt.decode(record.get(k)) for k in ("preconditioner", "adapted", "adaptation")},
-                           settings, preconditioner)
-        main = rs.main_path(used)
-        sampler._writer.resumed(record, main)
-        rec_run = record["run"]
-        if rec_run is not None and not rec_run["finished"]:
-            writes = getattr(transport, "writes", True)  # rank 0 alone continues the draws and the checkpoint
-            rec_run = rec_run if writes else dict(rec_run, draws={"kind": "none"}, keep_samples=False)
-            sampler._pending = Run.from_record(sampler, rec_run, main if writes else None)
-        return sampler
+        return rs.resume_sampler(cls, path, problem=problem, step_size=step_size, participation=participation,
+                                 device=device, fallback=fallback, transport=transport, correction=correction,
+                                 preconditioner=preconditioner)
 

@@ -377,11 +377,12 @@ def test_interrupted_in_process_the_sampler_stays_consistent(monkeypatch):
 
 
 def test_default_checkpoints_follow_the_clock(tmp_path, monkeypatch):
+    import fedlangevin.fald.checkpoint as C
     import fedlangevin.fald.sampler as S
 
     writes = []
-    real = S.ckpt.write_file
-    monkeypatch.setattr(S.ckpt, "write_file", lambda path, *a, **k: (writes.append(Path(path).name), real(path, *a, **k)))
+    real = C.write_file
+    monkeypatch.setattr(C, "write_file", lambda path, *a, **k: (writes.append(Path(path).name), real(path, *a, **k)))
     fl.FALD(_problem(), step_size=1e-3, seed=0).run(5, checkpoint=tmp_path / "a")
     assert writes == ["a.problem", "a"]  # well under 60 s: only the final checkpoint
     writes.clear()

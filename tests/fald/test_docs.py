@@ -14,7 +14,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_the_kernel_blocks_run_and_print_what_they_say():
-    kernel_blocks = [b for b in python_blocks(PAGE) if "build" in b]
+    kernel_blocks = [b for b in python_blocks(PAGE) if "build(" in b and "class " not in b]
     assert len(kernel_blocks) == 2
     namespace: dict = {"__name__": "__main__"}
     lines = "".join(run_block(block, PAGE, namespace) for block in kernel_blocks).splitlines()
@@ -25,3 +25,12 @@ def test_the_runner_example_runs():
     block = python_blocks(PAGE)[0]
     block = block.replace("chains=300", "chains=20").replace("rounds=200", "rounds=20")  # the page's example, smaller
     assert run_block(block, PAGE).startswith("torch.Size([20, 20, 2])")
+
+
+def test_the_write_your_own_block_runs_and_prints_what_it_says(tmp_path, monkeypatch):
+    """The preconditioner, correction and transport written on the page conform, give the built-in
+    preconditioner's samples, are accounted, and resume from their checkpoint."""
+    monkeypatch.chdir(tmp_path)
+    (block,) = [b for b in python_blocks(PAGE) if "class ScaledIdentity" in b]
+    lines = run_block(block, PAGE).splitlines()
+    assert lines == ["[True, True, True]", "True 30", "ShrinkToAverage(0.5) 660.0", "True"]
