@@ -210,5 +210,6 @@ def test_fald_rejects_an_upload_codec_with_a_transport():
         fl.FALD(problem, step_size=0.01, transport=Held(), upload=lambda beta, theta, g: beta)
     with pytest.raises(ValueError, match="transport: not supported with an upload codec or streams='per_client'"):
         fl.FALD(problem, step_size=0.01, transport=Held(), streams="per_client")
-    with pytest.raises(ValueError, match="transport must be None or have a reduce"):
+    with pytest.raises(ValueError, match=r"transport: object does not implement the transport contract .*"
+                                         r"missing reduce\(partial\)"):
         fl.FALD(problem, step_size=0.01, transport=object())
