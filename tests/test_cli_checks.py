@@ -234,6 +234,13 @@ def test_threads_are_bounded_by_the_cpu_count(words, extra, place, no_work, caps
     assert f"error: --threads must be an integer in [1, {os.cpu_count()}]" in line, line
 
 
+def test_simulation_chains_beyond_memory_name_chains(place, capsys, monkeypatch):
+    """--chains 10**30 was refused as the exact-draw floor's 'n'; the study names chains (so the
+    command names --chains) before any work."""
+    line = _run(["simulate", "k-study", "--out", "o", "--chains", str(10**30)], capsys, place, monkeypatch)
+    assert "error: --chains" in line and " n:" not in line, line
+
+
 def test_demo_needs_three_chains(place, no_work, capsys, monkeypatch):
     """Two chains x two rounds gave scipy's 'singular data covariance' (the density of two 2-d
     points); the demo's fitted Gaussian and density need d + 1 = 3 chains."""
