@@ -191,11 +191,15 @@ def test_diagnose_damaged_npz_is_one_line(place, no_work, capsys, monkeypatch):
     (place / "junk.npz").write_bytes(b"PK\x03\x04" + b"junk" * 20)
     with zipfile.ZipFile(place / "member.npz", "w") as z:
         z.writestr("samples.npy", b"not an array")
+    with zipfile.ZipFile(place / "names.npz", "w") as z:
+        with z.open("samples.npy", "w") as f:
+            np.save(f, np.zeros((2, 10, 1)))
+        z.writestr("var_names.npy", b"not an array")
     np.savez_compressed(place / "crc.npz", samples=np.random.default_rng(0).standard_normal((2, 500, 2)))
     raw = bytearray((place / "crc.npz").read_bytes())
     raw[len(raw) // 2] ^= 0xFF  # inside the compressed member
     (place / "crc.npz").write_bytes(bytes(raw))
-    for name in ("junk.npz", "member.npz", "crc.npz"):
+    for name in ("junk.npz", "member.npz", "names.npz", "crc.npz"):
         line = _run(["diagnose", name], capsys, place, monkeypatch)
         assert f"{name} is not a .npy/.npz array of numbers" in line, line
 

@@ -71,11 +71,11 @@ def load_samples(path: str | Path, key: str | None = None) -> tuple[np.ndarray, 
                     raise ValueError(f"{path.name} holds several arrays {names}: choose one with --key")
             if key not in names:
                 raise ValueError(f"--key {key!r} not in {path.name}; it holds {names}")
-            x = z[key]
-            if not isinstance(x, np.ndarray):  # numpy gives a member without the .npy header as raw bytes
-                raise OSError(f"{key!r} is not a .npy member")
-            x = _numeric(x, f"{path.name}[{key!r}]")
-            var_names = [str(v) for v in z["var_names"].tolist()] if "var_names" in names else None
+            members = {n: z[n] for n in {key, "var_names"} & set(names)}
+            if not all(isinstance(m, np.ndarray) for m in members.values()):
+                raise OSError("not a .npy member")  # numpy gives a member without the .npy header as raw bytes
+            x = _numeric(members[key], f"{path.name}[{key!r}]")
+            var_names = [str(v) for v in np.atleast_1d(members["var_names"]).tolist()] if "var_names" in names else None
             return x, var_names
     except (OSError, EOFError, ValueError, zipfile.BadZipFile, zlib.error) as exc:
         # not a numpy file, a damaged zip (.npz), corrupt, or pickled objects
