@@ -42,9 +42,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from diagnostics._arrays import as_numpy
-from diagnostics._validation import check_int, check_real
+from diagnostics._validation import check_bool, check_int, check_real
 
 __all__ = [
+    "MIN_DRAWS",
     "TAIL_PROB",
     "arviz_family",
     "ess",
@@ -60,6 +61,11 @@ TAIL_PROB: tuple[float, float] = (0.05, 0.95)
 
 #: default probability mass of the summary's credible interval (equal-tailed: 5% .. 95%).
 CI_PROB = 0.90
+
+#: fewest draws per chain of :func:`rhat`, :func:`ess` and :func:`summary`: the split-chain
+#: estimators need 2 draws in each half of a chain; below 4 both ArviZ families (0.x, and
+#: arviz-stats under 1.x) return NaN with only a log line, so fewer draws are refused by name.
+MIN_DRAWS = 4
 
 SAMPLE_DIMS = ("chain", "draw")
 
@@ -396,6 +402,15 @@ def _select_columns(x, labels, var_names, variables):
 # diagnostics
 
 
+def _check_draws(x: np.ndarray, what: str) -> None:
+    """At least MIN_DRAWS draws per chain in x (chains, draws, k), else a ValueError."""
+    if x.shape[1] < MIN_DRAWS:
+        raise ValueError(
+            f"samples have {x.shape[1]} draws per chain; {what} needs at least {MIN_DRAWS} draws per chain "
+            "(split-chain R-hat and ESS use two halves of at least 2 draws each)"
+        )
+
+
 def _check_prob_pair(name: str, prob: Any) -> tuple[float, float]:
     try:
         lo, hi = (check_real(name, p) for p in prob)
@@ -470,10 +485,12 @@ def rhat(data: Any, *, var_names: Sequence[str] | str | None = None) -> np.ndarr
     per posterior entry, shape (k,) in :func:`summary` row order.
 
     ``data``: samples (chains, draws, d) (numpy or torch), ArviZ data, or a ``Trace``.
-    Needs >= 2 chains and >= 4 draws (NaN otherwise). Values above 1.01 signal chains that
-    disagree (Vehtari et al. recommend 1.01 as the threshold).
+    Needs >= :data:`MIN_DRAWS` (4) draws per chain (a ValueError otherwise) and >= 2 chains
+    (NaN with one chain). Values above 1.01 signal chains that disagree (Vehtari et al.
+    recommend 1.01 as the threshold).
     """
     x, _ = flatten_posterior(data, var_names)
+    _check_draws(x, "rhat")
     return _diagnostic(_unit_scale(x)[0], "rhat")
 
 
@@ -489,12 +506,16 @@ def ess(
 
     ``method="bulk"``: ESS of the rank-normalised split chains; ``"tail"``: the smaller ESS
     of the indicators of the ``tail_prob`` quantiles (default 5% and 95%, passed to ArviZ
-    explicitly; see the module docstring). ``relative=True`` divides by chains x draws.
+    explicitly; see the module docstring). ``relative=True`` divides by chains x draws
+    (``relative`` must be True or False). Needs >= :data:`MIN_DRAWS` (4) draws per chain (a
+    ValueError otherwise); one chain is enough.
     """
     if method not in ("bulk", "tail"):
         raise ValueError(f"method must be 'bulk' or 'tail'; got {method!r}")
     prob = _check_prob_pair("tail_prob", tail_prob)
+    relative = check_bool("relative", relative)
     x, _ = flatten_posterior(data, var_names)
+    _check_draws(x, "ess")
     out = _diagnostic(_unit_scale(x)[0], "ess_bulk" if method == "bulk" else "ess_tail", prob)
     if relative:
         out = out / (x.shape[0] * x.shape[1])
@@ -529,7 +550,8 @@ def summary(
     round_to : decimals to round to, in [0, 100] (default: no rounding).
 
     Returns a ``pandas.DataFrame``; ``df.attrs`` records the conventions and ArviZ version.
-    R-hat is NaN with one chain; ESS, MCSE and R-hat are NaN with fewer than 4 draws.
+    Needs >= :data:`MIN_DRAWS` (4) draws per chain (a ValueError otherwise); R-hat is NaN
+    with one chain.
     """
     import pandas as pd
 
@@ -540,6 +562,7 @@ def summary(
     if round_to is not None:
         round_to = check_int("round_to", round_to, 0, 100)
     x, labels = flatten_posterior(data, var_names)
+    _check_draws(x, "summary")
     x, scale = _unit_scale(x)  # statistics of x / scale, multiplied back (no overflow near the float range)
     flat = x.reshape(-1, x.shape[2])
     lo_q = (1.0 - float(ci_prob)) / 2.0

@@ -20,6 +20,7 @@ title says so); ranks always use all chains.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Sequence
 
 import numpy as np
@@ -31,6 +32,18 @@ __all__ = ["rank_plot", "trace_plot"]
 
 def _check_positive_int(name: str, value: Any) -> int:
     return check_int(name, value, 1)
+
+
+def _check_path(path: Any) -> None:
+    """``path`` (a str or os.PathLike; file objects pass) must name a file: not a folder, not a
+    name that is empty, "." or ".." (matplotlib would write a hidden ``.png`` there)."""
+    if not isinstance(path, (str, os.PathLike)):
+        return
+    text = os.fsdecode(os.fspath(path))
+    if os.path.isdir(text):
+        raise ValueError(f"path {text!r} is a folder; give a file name such as 'trace.png'")
+    if os.path.basename(text) in ("", ".", ".."):
+        raise ValueError(f"path {text!r} names no file; give a file name such as 'trace.png'")
 
 
 def _prepare(data: Any, var_names, max_vars: int, max_chains: int):
@@ -67,10 +80,12 @@ def trace_plot(
     """Per-chain histograms and traces, one row per posterior entry.
 
     ``data``: samples (chains, draws, d) (numpy or torch), ArviZ data or a ``Trace``;
-    ``var_names`` selects variables or entries (as in :func:`diagnostics.summary`).
+    ``var_names`` selects variables or entries (as in :func:`diagnostics.summary`);
+    ``path``: a file to save the figure to (not a folder), or a writable file object.
     """
     from matplotlib.figure import Figure
 
+    _check_path(path)
     bins = _check_positive_int("bins", bins)
     x, labels, k, chains, note = _prepare(data, var_names, max_vars, max_chains)
     colors = _colors(chains)
@@ -111,11 +126,13 @@ def rank_plot(
     """Per-chain histograms of the pooled ranks (Vehtari et al. 2021), one panel per entry.
 
     ``bins`` defaults to min(20, draws // 5) (at least 1): about five expected ranks per bin
-    and chain at least. See the module docstring for the reference line and band.
+    and chain at least. See the module docstring for the reference line and band. ``path``:
+    as in :func:`trace_plot`.
     """
     from matplotlib.figure import Figure
     from scipy.stats import binom, rankdata
 
+    _check_path(path)
     x, labels, k, chains, note = _prepare(data, var_names, max_vars, max_chains)
     n_chain_all, draws = x.shape[0], x.shape[1]
     bins = max(1, min(20, draws // 5)) if bins is None else _check_positive_int("bins", bins)

@@ -34,11 +34,43 @@ def _check_writable_dir(option: str, given, folder: Path) -> None:
         raise ValueError(f"{option} {given}: cannot write into {str(folder)!r} ({exc.strerror})") from None
 
 
+def _limit(folder: Path, name: str, default: int) -> int:
+    """``os.pathconf(folder, name)``, or ``default`` where the system does not say."""
+    try:
+        value = os.pathconf(folder, name)
+    except (AttributeError, OSError, ValueError):  # no pathconf (Windows), or no answer for this folder
+        return default
+    return value if value is not None and value > 0 else default
+
+
+def _short(text: str, keep: int = 40) -> str:
+    return text if len(text) <= keep else text[: keep - 3] + "..."
+
+
+def _check_lengths(option: str, given: str, p: Path) -> None:
+    """The whole path fits the system's longest path (PC_PATH_MAX) and every name in it the
+    longest name (PC_NAME_MAX) of the file system of the nearest existing folder above it:
+    refused here, not as ``OSError: File name too long`` when the file is written."""
+    size = len(os.fsencode(str(p)))
+    limit = _limit(Path(p.anchor), "PC_PATH_MAX", 4096)
+    if size >= limit:  # PATH_MAX counts the terminating NUL
+        raise ValueError(f"{option} {_short(given)}: the path is too long ({size} bytes; at most {limit - 1})")
+    folder = Path(p.anchor)
+    for part in p.parts[1:]:
+        size, limit = len(os.fsencode(part)), _limit(folder, "PC_NAME_MAX", 255)
+        if size > limit:
+            raise ValueError(f"{option} {_short(given)}: the name {_short(part, 24)!r} is too long ({size} bytes; "
+                             f"this file system allows at most {limit})")
+        if (folder / part).is_dir():
+            folder = folder / part
+
+
 def _common(option: str, path) -> tuple[str, Path]:
     given = repr(str(path))
     if str(path).strip() == "":
         raise ValueError(f"{option} must be a path; got an empty string")
     p = Path(path).expanduser().absolute()
+    _check_lengths(option, given, p)
     for root in _VIRTUAL:
         if p == root or root in p.parents:
             raise ValueError(f"{option} {given} is under {root}, which holds no ordinary files")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from fedlangevin.cli import main
 
 
@@ -30,3 +32,13 @@ def test_demo_bad_argument_is_one_clean_line(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert "chains" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_run_demo_refuses_two_chains_before_any_work(tmp_path):
+    """Two chains gave scipy's 'singular data covariance' after the runs (a density of two 2-d
+    points); run_demo names chains and its minimum first."""
+    from fedlangevin.commands.demo import run_demo
+
+    with pytest.raises(ValueError, match=r"chains must be an integer >= 3.*d \+ 1 = 3"):
+        run_demo(out=tmp_path / "o", rounds=2, chains=2, local_steps=(1,), progress=False)
+    assert not (tmp_path / "o").exists()

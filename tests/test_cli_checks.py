@@ -183,6 +183,77 @@ def test_diagnose_unreadable_and_misshapen_samples(place, no_work, capsys, monke
     assert "real numbers" in _run(["diagnose", "words.npy"], capsys, place, monkeypatch)
 
 
+def test_diagnose_damaged_npz_is_one_line(place, no_work, capsys, monkeypatch):
+    """A zip header followed by junk (zipfile.BadZipFile), a zip whose member is not an array, and
+    a compressed member whose bytes were damaged (CRC error): one line naming the file."""
+    import zipfile
+
+    (place / "junk.npz").write_bytes(b"PK\x03\x04" + b"junk" * 20)
+    with zipfile.ZipFile(place / "member.npz", "w") as z:
+        z.writestr("samples.npy", b"not an array")
+    with zipfile.ZipFile(place / "names.npz", "w") as z:
+        with z.open("samples.npy", "w") as f:
+            np.save(f, np.zeros((2, 10, 1)))
+        z.writestr("var_names.npy", b"not an array")
+    np.savez_compressed(place / "crc.npz", samples=np.random.default_rng(0).standard_normal((2, 500, 2)))
+    raw = bytearray((place / "crc.npz").read_bytes())
+    raw[len(raw) // 2] ^= 0xFF  # inside the compressed member
+    (place / "crc.npz").write_bytes(bytes(raw))
+    for name in ("junk.npz", "member.npz", "names.npz", "crc.npz"):
+        line = _run(["diagnose", name], capsys, place, monkeypatch)
+        assert f"{name} is not a .npy/.npz array of numbers" in line, line
+
+
+def test_diagnose_empty_var_names_are_refused(place, no_work, capsys, monkeypatch):
+    for names in ("", ",", "a,,b", " , "):
+        line = _run(["diagnose", "good.npy", "--var-names", names], capsys, place, monkeypatch)
+        assert "error: --var-names " in line and "non-empty" in line, line
+
+
+LONG = "n" * 300  # beyond every common file system's longest name (255 bytes)
+
+
+@pytest.mark.parametrize("argv", [
+    ["diagnose", "good.npy", "--csv", LONG + ".csv"],
+    ["diagnose", "good.npy", "--csv", f"adir/{LONG}/t.csv"],
+    ["diagnose", "good.npy", "--plots", LONG],
+    ["demo", "--out", LONG],
+    ["demo", "--out", f"new/{LONG}"],
+    ["compare", "--quick", "--out", LONG],
+    ["simulate", "density", "--out", LONG],
+    ["privacy", "--figure", LONG + ".png"],
+], ids=lambda a: " ".join(a).replace(LONG, "LONG"))
+def test_too_long_file_name_is_one_line(argv, place, no_work, capsys, monkeypatch):
+    option = argv[-2]
+    limit = os.pathconf(place, "PC_NAME_MAX")
+    line = _run(argv, capsys, place, monkeypatch)
+    assert f"error: {option} " in line and "too long" in line and f"at most {limit}" in line, line
+
+
+@pytest.mark.parametrize("words, extra", [(["compare"], ["--quick", "--out", "o"]),
+                                          (["simulate", "classification"], ["--out", "o"])])
+def test_threads_are_bounded_by_the_cpu_count(words, extra, place, no_work, capsys, monkeypatch):
+    """torch.set_num_threads(100000) ends in a MemoryError or SIGSEGV: refused by name first."""
+    line = _run([*words, *extra, "--threads", "100000"], capsys, place, monkeypatch)
+    assert f"error: --threads must be an integer in [1, {os.cpu_count()}]" in line, line
+
+
+def test_simulation_chains_beyond_memory_name_chains(place, capsys, monkeypatch):
+    """--chains 10**30 was refused as the exact-draw floor's 'n'; the study names chains (so the
+    command names --chains) before any work."""
+    line = _run(["simulate", "k-study", "--out", "o", "--chains", str(10**30)], capsys, place, monkeypatch)
+    assert "error: --chains" in line and " n:" not in line, line
+
+
+def test_demo_needs_three_chains(place, no_work, capsys, monkeypatch):
+    """Two chains x two rounds gave scipy's 'singular data covariance' (the density of two 2-d
+    points); the demo's fitted Gaussian and density need d + 1 = 3 chains."""
+    for chains in ("1", "2"):
+        line = _run(["demo", "--out", "o", "--rounds", "2", "--chains", chains, "--local-steps", "1"], capsys, place,
+                    monkeypatch)
+        assert "error: --chains must be an integer >= 3" in line, line
+
+
 # -- core-only install: optional extras missing -------------------------------------------
 
 BLOCKER = textwrap.dedent("""

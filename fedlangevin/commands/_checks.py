@@ -7,6 +7,7 @@ the user typed; :func:`fedlangevin.cli.main` prints it as one line and exits wit
 from __future__ import annotations
 
 import importlib.util
+import os
 
 from fedlangevin import _paths
 
@@ -38,6 +39,15 @@ def check_output_file(option: str, path):
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
+def check_threads(option: str, value) -> int:
+    """A torch CPU thread count in [1, os.cpu_count()]: more threads than CPUs only slow a run
+    down, and torch.set_num_threads(100000) ends in a MemoryError or a crash."""
+    from fedlangevin._validation import check_int
+
+    try:
+        return check_int(option, value, 1, os.cpu_count() or 1)
+    except ValueError as exc:
+        raise UsageError(f"{exc} (at most this machine's CPU count)") from None
 
 
 def extra_hint(module: str) -> str:

@@ -74,20 +74,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     b.add_argument("--downlink", choices=("broadcast", "per_client"), default=d.downlink,
                    help="count a broadcast once per round or once per client (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads (default: %(default)s: every tensor here is small, and on a busy "
-                             "2-core machine FedAvg ran 6-9x slower with 2 threads than with 1)")
+                        help="torch CPU threads, at most the CPU count (default: %(default)s: every tensor here is "
+                             "small, and on a busy 2-core machine FedAvg ran 6-9x slower with 2 threads than with 1)")
 
 
 def main(args: argparse.Namespace) -> int:
-    from fedlangevin.commands._checks import check_output_dir, require_datasets
+    from fedlangevin.commands._checks import check_output_dir, check_threads, require_datasets
 
     check_output_dir("--out", args.out)
+    threads = check_threads("--threads", args.threads)
     import torch
 
-    from fedlangevin._validation import check_int
     from fedlangevin.experiments.comparison import ComparisonSettings, run_comparison
 
-    torch.set_num_threads(check_int("threads", args.threads, 1))
+    torch.set_num_threads(threads)
     base = ComparisonSettings()
     given = {"datasets": None if args.datasets is None else tuple(args.datasets), "rounds": args.rounds,
              "dzofl_rounds": args.dzofl_rounds, "evaluations": args.evaluations}

@@ -15,11 +15,28 @@ import numpy as np
 
 DEFAULT_KS = (1, 10, 50)
 
+#: fewest chains the demo can report on: it fits a Gaussian (W2) and a density (the figure) to
+#: the 2-d draws across chains, which need d + 1 = 3 points in general position (two chains
+#: gave scipy's "singular data covariance" on the density of a short run)
+MIN_CHAINS = 3
+
+
+def check_chains(chains) -> int:
+    """``chains`` as an int >= :data:`MIN_CHAINS`, else a ValueError naming chains."""
+    from fedlangevin._validation import check_int
+
+    try:
+        return check_int("chains", chains, MIN_CHAINS)
+    except ValueError as exc:
+        raise ValueError(f"{exc} (the demo fits a Gaussian and a density to the 2-d draws across chains, which "
+                         f"needs d + 1 = {MIN_CHAINS}; the paper uses 300)") from None
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="fedlangevin-demo", help="output folder (default: %(default)s)")
     parser.add_argument("--rounds", type=int, default=200, help="communication rounds per K (default: %(default)s)")
-    parser.add_argument("--chains", type=int, default=300, help="replicate chains R (default: %(default)s, as the paper)")
+    parser.add_argument("--chains", type=int, default=300,
+                        help=f"replicate chains R, at least {MIN_CHAINS} (default: %(default)s, as the paper)")
     parser.add_argument("--local-steps", type=int, nargs="+", default=list(DEFAULT_KS), metavar="K",
                         help="values of K to compare (default: %(default)s)")
     parser.add_argument("--step-size", type=float, default=2e-5, help="eta (default: %(default)s; 1/(2L) = 8.6e-5)")
@@ -38,8 +55,11 @@ def run_demo(
     seed: int = 0,
     progress: bool | None = None,
 ) -> dict:
-    """Run the demo; returns the W2 curves, the floor and the path of the figure."""
+    """Run the demo; returns the W2 curves, the floor and the path of the figure. ``chains``
+    must be at least :data:`MIN_CHAINS` (a ValueError naming chains, before any run)."""
     import fedlangevin as fl
+
+    chains = check_chains(chains)
 
     problem = fl.problems.GaussianSimulation(num_clients=50, alpha=alpha, samples_per_client=20, seed=seed)
     mean, cov = (t.numpy() for t in problem.posterior(1.0))
@@ -107,6 +127,7 @@ def main(args: argparse.Namespace) -> int:
     from fedlangevin.commands._checks import check_output_dir
 
     check_output_dir("--out", args.out)
+    check_chains(args.chains)
     result = run_demo(out=args.out, rounds=args.rounds, chains=args.chains, local_steps=tuple(args.local_steps),
                       step_size=args.step_size, alpha=args.alpha, seed=args.seed,
                       progress=False if args.no_progress else None)

@@ -18,6 +18,8 @@ Save an FA-LD run with ``numpy.save("samples.npy", trace.numpy())`` (or
 from __future__ import annotations
 
 import argparse
+import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +35,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                                         "(save one chain of d entries as shape (1, draws, d))")
     parser.add_argument("--key", default=None, help="array name inside a .npz file (default: 'samples' or the only array)")
     parser.add_argument("--var-names", default=None,
-                        help="comma-separated names of the d columns, e.g. 'mu[0],mu[1],sigma' (default: theta[0], ...)")
+                        help="comma-separated names of the d columns, none empty, e.g. 'mu[0],mu[1],sigma' "
+                             "(default: the file's var_names, else theta[0], ...)")
     parser.add_argument("--ci-prob", type=float, default=0.90, help="credible-interval mass (default: %(default)s)")
     parser.add_argument("--ci-kind", choices=("eti", "hdi"), default="eti",
                         help="equal-tailed or highest-density interval (default: %(default)s)")
@@ -68,10 +71,14 @@ def load_samples(path: str | Path, key: str | None = None) -> tuple[np.ndarray, 
                     raise ValueError(f"{path.name} holds several arrays {names}: choose one with --key")
             if key not in names:
                 raise ValueError(f"--key {key!r} not in {path.name}; it holds {names}")
-            x = _numeric(z[key], f"{path.name}[{key!r}]")
-            var_names = [str(v) for v in z["var_names"].tolist()] if "var_names" in names else None
+            members = {n: z[n] for n in {key, "var_names"} & set(names)}
+            if not all(isinstance(m, np.ndarray) for m in members.values()):
+                raise OSError("not a .npy member")  # numpy gives a member without the .npy header as raw bytes
+            x = _numeric(members[key], f"{path.name}[{key!r}]")
+            var_names = [str(v) for v in np.atleast_1d(members["var_names"]).tolist()] if "var_names" in names else None
             return x, var_names
-    except (OSError, EOFError, ValueError) as exc:  # not a numpy file, corrupt, or pickled objects
+    except (OSError, EOFError, ValueError, zipfile.BadZipFile, zlib.error) as exc:
+        # not a numpy file, a damaged zip (.npz), corrupt, or pickled objects
         if isinstance(exc, ValueError) and not _is_format_error(exc):
             raise
         raise ValueError(f"{path.name} is not a .npy/.npz array of numbers (numpy cannot read it without "
@@ -153,9 +160,12 @@ def main(args: argparse.Namespace) -> int:
     for name in ("max_rows", "max_vars"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be an integer >= 1; got {getattr(args, name)}")
+    given_names = None if args.var_names is None else [s.strip() for s in args.var_names.split(",")]
+    if given_names is not None and not all(given_names):
+        raise ValueError(f"--var-names must be comma-separated non-empty names, one per column; got {args.var_names!r}")
     x, file_names = load_samples(args.samples, args.key)
     check_shape(x, Path(args.samples).name)
-    names = [s.strip() for s in args.var_names.split(",")] if args.var_names else file_names
+    names = given_names if given_names is not None else file_names
     data = dg.to_arviz(x, names)
     df = dg.summary(data, ci_prob=args.ci_prob, ci_kind=args.ci_kind)
     chains, draws = df.attrs["chains"], df.attrs["draws"]

@@ -45,9 +45,11 @@ def main(args: argparse.Namespace) -> int:
     if getattr(args, "study", None) is None:
         names = ", ".join(STUDIES) or "(none registered)"
         raise ValueError(f"choose a study: fedlangevin simulate <study>, with <study> one of: {names}")
-    from fedlangevin.commands._checks import check_output_dir, require_datasets
+    from fedlangevin.commands._checks import check_output_dir, check_threads, require_datasets
 
     check_output_dir("--out", args.out)
+    if getattr(args, "threads", None) is not None:
+        check_threads("--threads", args.threads)
     require_datasets(f"simulate {args.study}", getattr(args, "dataset", None) or ())
     if STUDIES[args.study][0] == _CLASSIFICATION:
         return _run_classification(args)
@@ -136,18 +138,18 @@ def _configure_classification(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=d.seed, help="seed of splits and sampler (default: %(default)s)")
     parser.add_argument("--dtype", choices=("float32", "float64"), default=d.dtype, help="(default: %(default)s)")
     parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (default: torch's choice; 1 is fastest on a busy machine)")
+                        help="torch CPU threads, at most the CPU count (default: torch's choice; 1 is fastest on a "
+                             "busy machine)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
 def _run_classification(args: argparse.Namespace) -> int:
     import torch
 
-    from fedlangevin._validation import check_int
     from fedlangevin.experiments.classification import ClassificationSettings, run_classification
 
     if args.threads is not None:
-        torch.set_num_threads(check_int("threads", args.threads, 1))
+        torch.set_num_threads(args.threads)
     for dataset in args.dataset:
         settings = ClassificationSettings(
             dataset=dataset, local_steps=tuple(args.local_steps), rounds=args.rounds, warmup=args.warmup,

@@ -23,7 +23,7 @@ def configure(parser: argparse.ArgumentParser) -> None:  # torch-free: --help st
     parser.add_argument("--names", nargs="+", default=None, metavar="NAME",
                         help="posteriordb posteriors to run, e.g. kilpisjarvi_mod-kilpisjarvi (default: every one under --root)")
     parser.add_argument("--root", default=None, help="a posteriordb folder (see the command's description)")
-    parser.add_argument("--rounds", type=int, default=5000, help="rounds per run, half of them warm-up (default: %(default)s)")
+    parser.add_argument("--rounds", type=int, default=5000, help="rounds per run, half of them warm-up; at least 7 (4 draws kept) (default: %(default)s)")
     parser.add_argument("--chains", type=int, default=32, help="chains (default: %(default)s)")
     parser.add_argument("--local-steps", type=int, nargs="+", default=[1, 10], help="K values (default: 1 10)")
     parser.add_argument("--recipes", nargs="+", default=["defaults"], choices=["defaults", "corrected"],
@@ -45,9 +45,15 @@ def main(args: argparse.Namespace) -> int:
     names = args.names or [n for n in POSTERIORS if (root / n).is_dir()]
     if not names:
         raise ValueError(f"--root: no posteriordb posterior under {str(root)!r}")
-    for name, value, low in (("--rounds", args.rounds, 2), ("--chains", args.chains, 2)):
-        if value < low:
-            raise ValueError(f"{name} must be >= {low}; got {value}")
+    from diagnostics.arviz import MIN_DRAWS
+
+    # half the rounds are warm-up: ceil(rounds / 2) draws per chain are kept, and the ESS needs MIN_DRAWS
+    low_rounds = 2 * MIN_DRAWS - 1
+    if args.rounds < low_rounds:
+        raise ValueError(f"--rounds must be >= {low_rounds} (half are warm-up and the ESS needs {MIN_DRAWS} draws "
+                         f"per chain); got {args.rounds}")
+    if args.chains < 2:
+        raise ValueError(f"--chains must be >= 2; got {args.chains}")
     if any(k < 1 for k in args.local_steps):
         raise ValueError(f"--local-steps must be >= 1; got {args.local_steps}")
     print(ValidationRow.HEADER)

@@ -138,9 +138,14 @@ def exact_draw_floor(problem, chains: int, seed: int = 0):
     """The fitted-Gaussian W2 of ``chains`` exact posterior draws (400 repeats): the level a
     perfect sampler's Monte Carlo curve sits at (:func:`diagnostics.w2_floor`)."""
     from diagnostics import w2_floor
+    from fedlangevin._validation import check_fits, check_int
 
+    chains, repeats = check_int("chains", chains, 2), 400
+    # w2_floor's own memory check (3 float64 arrays of repeats x n x d) would name its n: named chains here
+    check_fits("chains", 3 * repeats * chains * problem.dim * 8, "cpu",
+               f"the exact-draw floor ({repeats} repeats of {chains} draws of d = {problem.dim})", "use fewer chains")
     mean, cov = target_moments(problem)
-    return w2_floor(mean, cov, chains, repeats=400, seed=seed)
+    return w2_floor(mean, cov, chains, repeats=repeats, seed=seed)
 
 
 def exact_first_below(problem, step_size, k, eps, max_rounds: int | None = None, chunk: int = 2000) -> int | None:

@@ -21,9 +21,27 @@ from typing import Any, Sequence
 
 import torch
 
-from fedlangevin._validation import check_int, check_tensor
+from fedlangevin._validation import check_int, check_tensor, gib, memory_bytes
 
-__all__ = ["ClientSubset", "FederatedProblem", "QuadraticForm", "check_client_indices", "check_problem", "check_weights"]
+__all__ = ["ClientSubset", "FederatedProblem", "QuadraticForm", "check_client_indices", "check_count_fits",
+           "check_problem", "check_weights"]
+
+
+def check_count_fits(name: str, value: Any, minimum: int, unit_bytes: int, what: str) -> int:
+    """``value`` as an integer >= ``minimum`` whose ``value`` units of ``unit_bytes`` bytes each
+    (``what``) fit in this machine's memory; otherwise a ValueError naming ``name`` with the
+    range that fits, raised before anything is allocated (a size such as 10**30 would fail
+    inside torch, with its C++ frames)."""
+    value = check_int(name, value, minimum)
+    total = memory_bytes("cpu")
+    if total is not None and value * unit_bytes > total:
+        most = max(total // unit_bytes, minimum)
+        try:
+            check_int(name, value, minimum, most)
+        except ValueError as exc:
+            raise ValueError(f"{exc} ({what}: {unit_bytes} bytes each, and this machine has {gib(total)} of memory)") \
+                from None
+    return value
 
 
 @dataclass(frozen=True)

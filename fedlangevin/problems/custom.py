@@ -32,6 +32,7 @@ import torch
 
 from fedlangevin._validation import check_bool, check_int
 from fedlangevin.problems._autodiff import AutodiffProblem, ClientData, _flatten, _unflatten
+from fedlangevin.problems.base import check_count_fits
 
 __all__ = ["CustomProblem"]
 
@@ -122,6 +123,9 @@ class CustomProblem(AutodiffProblem):
             raise ValueError(f"dim, param_shapes and init disagree on the parameter dimension: {sizes}")
         d = next(iter(sizes.values()))
         data = ClientData.from_clients(client_data)
+        # theta, its gradient and one copy per client (the probe's (1, N, d)), float64, before any allocation
+        check_count_fits("dim" if "dim" in sizes else "param_shapes (their total size d)", d, 1,
+                         8 * (data.num_clients + 2), f"an entry of theta for each of {data.num_clients} clients")
         self._setup(data, d, weights, vectorize, chunk_size)
         if var_names is not None:
             var_names = [str(v) for v in var_names]

@@ -21,7 +21,13 @@ from typing import Sequence
 import torch
 
 from fedlangevin._validation import check_fits, check_int, check_names, check_real, check_seed, check_tensor
-from fedlangevin.problems.base import FederatedProblem, QuadraticForm, check_client_indices, check_weights
+from fedlangevin.problems.base import (
+    FederatedProblem,
+    QuadraticForm,
+    check_client_indices,
+    check_count_fits,
+    check_weights,
+)
 
 __all__ = ["QuadraticProblem", "GaussianSimulation", "CurvatureSimulation", "PAPER_COV", "draw_client_data"]
 
@@ -329,9 +335,13 @@ class CurvatureSimulation(QuadraticProblem):
         curvature_spread: float = 1.5,
         seed: int = 0,
     ) -> None:
-        n_clients = check_int("num_clients", num_clients, 2)
+        d = len(PAPER_COV)
+        # per client: its centre, mean, shift and (d, d) Hessian, and per point its data, noise and a temporary
+        n_clients = check_count_fits("num_clients", num_clients, 2, 8 * (d * d + 3 * d + 3 * d),
+                                     "a client's data and Hessian (float64)")
         alpha = check_real("alpha", alpha, low=0.0)
-        n_c = check_int("samples_per_client", samples_per_client, 1)
+        n_c = check_count_fits("samples_per_client", samples_per_client, 1, 3 * 8 * n_clients * d,
+                               f"a data point on each of {n_clients} clients (float64, with two temporaries)")
         spread = check_real("curvature_spread", curvature_spread, low=1.0)
         seed = check_int("seed", seed, 0)
         sigma = torch.tensor(PAPER_COV, dtype=torch.float64)

@@ -33,7 +33,7 @@ from typing import Sequence
 import torch
 
 from fedlangevin._validation import check_index_parts, check_int, check_real, check_tensor
-from fedlangevin.problems.base import FederatedProblem, check_client_indices
+from fedlangevin.problems.base import FederatedProblem, check_client_indices, check_count_fits
 
 __all__ = ["LogisticRegression"]
 
@@ -113,10 +113,13 @@ class LogisticRegression(FederatedProblem):
         top = int(y_all.max()) + 1
         if num_classes is None:
             num_classes = max(top, 2)
-        self.num_classes = check_int("num_classes", num_classes, max(top, 2))
+        p1 = p + 1 if bias else p
+        n_max = max(len(y) for y in ys)
+        # per class and chain: its p1 weights on every client and its logits over the clients' padded rows
+        self.num_classes = check_count_fits("num_classes", num_classes, max(top, 2), 8 * len(xs) * (p1 + n_max),
+                                            f"a class's weights and logits on {len(xs)} clients (float64)")
         self.num_features = p
         self.bias = bias
-        p1 = p + 1 if bias else p
 
         sizes = torch.tensor([len(y) for y in ys], dtype=torch.int64)
         n_clients, n_max = len(xs), int(sizes.max())

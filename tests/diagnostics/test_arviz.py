@@ -247,6 +247,35 @@ def test_ess_rejects_bad_method():
         dg.ess(np.zeros((2, 10, 1)), method="mean")
 
 
+@pytest.mark.filterwarnings("ignore:More chains:UserWarning")  # ArviZ 0.x on to_arviz of (4, 3, 3)
+@pytest.mark.parametrize("shape", [(4, 1, 3), (4, 3, 3), (1, 3, 2), (2, 2)])
+@pytest.mark.parametrize("name", ["rhat", "ess", "summary"])
+def test_too_few_draws_are_refused_naming_the_minimum(name, shape):
+    """Both ArviZ families return NaN (with only a log line) below 4 draws per chain: each half
+    of a split chain needs 2 draws. Refused by name instead; 4 draws give numbers."""
+    fn = getattr(dg, name)
+    x = np.random.default_rng(9).standard_normal(shape)
+    with pytest.raises(ValueError, match=rf"samples have {shape[1]} draws per chain; {name} needs at least 4"):
+        fn(x)
+    with pytest.raises(ValueError, match="at least 4 draws"):
+        fn(dg.to_arviz(x))  # ArviZ data too, not only raw arrays
+    enough = np.random.default_rng(9).standard_normal((shape[0], 4, *shape[2:]))
+    result = fn(enough)
+    values = result["ess_bulk"].to_numpy() if name == "summary" else result
+    if name == "rhat" and shape[0] == 1:
+        assert np.isnan(values).all()  # R-hat needs 2 chains (documented NaN, as in ArviZ)
+    else:
+        assert np.isfinite(values).all()
+
+
+@pytest.mark.parametrize("relative", ["yes", 1, 0, None, np.array([True])])
+def test_ess_relative_must_be_a_bool(relative):
+    with pytest.raises(ValueError, match="relative must be True or False"):
+        dg.ess(np.random.default_rng(0).standard_normal((2, 10, 1)), relative=relative)
+    x = np.random.default_rng(0).standard_normal((2, 10, 1))
+    assert dg.ess(x, relative=np.bool_(True)) == pytest.approx(dg.ess(x) / 20)
+
+
 # -- R-hat and ESS against theory ------------------------------------------------------------
 
 
@@ -323,3 +352,18 @@ def test_plots_cap_entries_and_chains():
         dg.trace_plot(x, max_vars=0)
     with pytest.raises(ValueError, match="bins"):
         dg.rank_plot(x, bins=0)
+
+
+@pytest.mark.parametrize("plot", ["trace_plot", "rank_plot"])
+@pytest.mark.parametrize("path", [".", "", "sub/", "sub", "sub/.", "sub/.."])
+def test_plot_path_must_name_a_file(plot, path, tmp_path, monkeypatch):
+    """A folder (or a path whose file name is empty, "." or "..") is refused by name; matplotlib
+    would write a hidden '.png' into it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    x = np.random.default_rng(10).standard_normal((2, 20, 1))
+    with pytest.raises(ValueError, match=r"^path .* (is a folder|names no file)"):
+        getattr(dg, plot)(x, path=path)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["sub"]  # nothing written
+    getattr(dg, plot)(x, path="sub/plot.png")
+    assert _is_png(tmp_path / "sub" / "plot.png")

@@ -65,6 +65,24 @@ def test_validate_command_prints_a_row_per_run(capsys):
     assert code == 0 and [r.split("|")[2].strip() for r in rows] == ["FA-LD", "FA-LD+CV rho=1"]
 
 
+def test_validate_command_refuses_rounds_that_leave_under_4_draws(capsys, monkeypatch):
+    """Half the rounds are warm-up and the ESS needs 4 draws per chain (diagnostics.MIN_DRAWS):
+    --rounds 6 keeps 3, refused before any run; 7 keeps 4."""
+    from fedlangevin.cli import main
+    from fedlangevin.experiments import posteriordb
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("validate ran before the input was checked")
+
+    monkeypatch.setattr(posteriordb, "validate", forbidden)
+    argv = ["validate", "--root", str(BUNDLED), "--names", "kilpisjarvi_mod-kilpisjarvi", "--chains", "2", "--rounds"]
+    assert main([*argv, "6"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "error: --rounds must be >= 7" in err[0] and "4 draws" in err[0], err
+    with pytest.raises(AssertionError, match="validate ran"):
+        main([*argv, "7"])
+
+
 def test_a_recipe_that_is_not_a_recipe_record_is_refused_before_any_work():
     with pytest.raises(ValueError, match="recipe must be a Recipe"):
         validate(load("earnings-logearn_interaction_z", BUNDLED), rounds=10, recipe="corrected")

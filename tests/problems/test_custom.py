@@ -106,6 +106,17 @@ def test_nan_energy_at_the_start_is_a_clear_error():
     CustomProblem(log_energy, clients, init=[1.0])  # fine inside the domain
 
 
+@pytest.mark.parametrize("kwargs, name", [(dict(dim=10**30), "dim"),
+                                          (dict(param_shapes={"w": (10**15, 10**15)}), "param_shapes")])
+def test_dimension_beyond_memory_is_refused_by_name(kwargs, name):
+    """dim=10**30 failed inside torch.zeros with its C++ frames: refused by name with the range
+    that fits this machine's memory, before anything is allocated."""
+    clients = [torch.ones(3, 2, dtype=F64)] * 2
+    with pytest.raises(ValueError, match=rf"^{name}.* must be an integer in \[1, \d+\]") as info:
+        CustomProblem(lambda t, b: (t**2).sum() * b.sum(), clients, **kwargs)
+    assert "frame #" not in str(info.value)
+
+
 def test_non_scalar_energy_and_argument_errors():
     clients = [torch.ones(3, 2, dtype=F64)]
     with pytest.raises(ValueError, match="scalar"):

@@ -77,6 +77,16 @@ def test_invalid_simulation_arguments(kwargs, name):
         GaussianSimulation(**base)
 
 
+@pytest.mark.parametrize("kwargs, name, low", [(dict(num_clients=10**30), "num_clients", 2),
+                                               (dict(samples_per_client=10**30), "samples_per_client", 1)])
+def test_curvature_simulation_sizes_beyond_memory_are_refused_with_a_range(kwargs, name, low):
+    """10**30 clients failed inside torch with its C++ frames: refused by name with the range
+    that fits this machine's memory, before anything is allocated."""
+    with pytest.raises(ValueError, match=rf"^{name} must be an integer in \[{low}, \d+\]") as info:
+        CurvatureSimulation(**kwargs)
+    assert "frame #" not in str(info.value) and "GiB of memory" in str(info.value)
+
+
 @pytest.mark.parametrize(
     "weights,match",
     [([0.5, 0.6], "sum to 1"), ([1.2, -0.2], "> 0"), ([0.5, 0.5, 0.0], "one entry per client"), ([[0.5, 0.5]], "1-d")],

@@ -197,6 +197,14 @@ def test_invalid_arguments(kwargs, match):
         LogisticRegression(**kwargs)
 
 
+def test_num_classes_beyond_memory_is_refused_by_name():
+    """num_classes=10**30 was accepted and the sampler's memory check then named chains."""
+    clients = [(torch.zeros(2, 2), torch.tensor([0, 1]))] * 2
+    with pytest.raises(ValueError, match=r"^num_classes must be an integer in \[2, \d+\]"):
+        LogisticRegression(clients, num_classes=10**30)
+    assert LogisticRegression(clients, num_classes=5).dim == 15
+
+
 def test_batch_size_is_checked_against_the_smallest_client():
     prob = LogisticRegression(_clients(sizes=(5, 3)), num_classes=3)
     with pytest.raises(ValueError, match="batch_size"):
