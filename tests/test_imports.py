@@ -82,7 +82,7 @@ LAYERS = {
     "contracts": {"contracts"},
     "core": {"noise", "participation", "local", "steppers", "kernel", "engine", "streams", "schedules", "extensions",
              "preconditioning"},
-    "warm-up and corrections": {"adaptation", "mode", "corrections", "control_variates", "conducive", "qlsd", "drift"},
+    "warm-up and corrections": {"curvature", "adaptation", "mode", "corrections", "control_variates", "conducive", "qlsd", "drift"},
     "io and results": {"store", "checkpoint", "streaming", "trace", "settings"},
     "runner": {"sampler", "runs", "resume", "replay"},
 }

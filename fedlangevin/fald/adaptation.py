@@ -52,6 +52,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fedlangevin.fald.curvature import gradient_difference
 from fedlangevin.fald.preconditioning import (
     as_preconditioner, broadcast_floats, is_identity, placed, preconditioner_from_record, preconditioner_record,
     spectral_norm,
@@ -126,15 +127,13 @@ def max_curvature(problem, theta: torch.Tensor, pre=None, *, per_client: bool, i
     r, d = theta.shape
     n = problem.num_clients
     weights = problem.weights.to(device=theta.device, dtype=theta.dtype)
-    base = theta[:, None, :].expand(r, n, d)
     shape = (r, n, d) if per_client else (r, 1, d)
     u = torch.randn(shape, generator=generator, dtype=theta.dtype, device="cpu").to(theta.device)
     u = u / torch.linalg.vector_norm(u, dim=-1, keepdim=True)
     scale = 1e-5 * (1.0 + torch.linalg.vector_norm(theta, dim=-1))[:, None, None]
     lam = torch.zeros(shape[:2], dtype=theta.dtype, device=theta.device)
     for _ in range(iterations):
-        step = scale * u
-        hu = (problem.grad(base + step) - problem.grad(base - step)) / (2 * scale)
+        hu = gradient_difference(problem, theta[:, None, :], scale * u) / (2 * scale)
         if not per_client:
             hu = (weights[None, :, None] * hu).sum(1, keepdim=True)
         mhu = hu if pre is None else pre.drift(hu)
@@ -153,15 +152,13 @@ def mean_hessian(problem, theta: torch.Tensor) -> torch.Tensor:
     central gradient differences along the d coordinate axes (2 d gradient calls per chain,
     batched); ``problem`` in float64."""
     r, d = theta.shape
-    n = problem.num_clients
     weights = problem.weights.to(device=theta.device, dtype=theta.dtype)
     h = 1e-5 * (1.0 + theta.abs())  # (R, d) per-coordinate step
     eye = torch.eye(d, dtype=theta.dtype, device=theta.device)
     step = h[:, :, None] * eye  # (R, d, d): row j moves coordinate j
     base = theta[:, None, :].expand(r, d, d)
-    plus = (base + step).reshape(r * d, 1, d).expand(r * d, n, d)
-    minus = (base - step).reshape(r * d, 1, d).expand(r * d, n, d)
-    diff = ((problem.grad(plus) - problem.grad(minus)) * weights[None, :, None]).sum(1).reshape(r, d, d)
+    diff = gradient_difference(problem, base.reshape(r * d, 1, d), step.reshape(r * d, 1, d))
+    diff = (diff * weights[None, :, None]).sum(1).reshape(r, d, d)
     hess = (diff / (2 * h[:, :, None])).mean(0)
     return 0.5 * (hess + hess.T)
 

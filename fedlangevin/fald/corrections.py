@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from fedlangevin.fald.adaptation import DENSE_MAX_DIM
+from fedlangevin.fald.curvature import gradient_difference
 from fedlangevin.fald.mode import client_derivatives, find_map, global_energy
 
 __all__ = ["SetupCost", "check_fraction", "check_rounds", "client_curvature", "client_gradients", "find_reference"]
@@ -84,9 +85,7 @@ def client_curvature(problem, theta: torch.Tensor, dense: bool) -> torch.Tensor:
         h = 1e-5 * (1.0 + theta[idx].abs())
         step = torch.zeros(len(idx), d, dtype=theta.dtype, device=theta.device)
         step[torch.arange(len(idx)), idx] = h
-        plus = (theta + step)[:, None, :].expand(len(idx), n, d).clone()
-        minus = (theta - step)[:, None, :].expand(len(idx), n, d).clone()
-        diff = (problem.grad(plus) - problem.grad(minus)) / (2 * h[:, None, None])  # (j, N, d)
+        diff = gradient_difference(problem, theta[None, None, :], step[:, None, :]) / (2 * h[:, None, None])  # (j, N, d)
         out[:, idx] = diff[torch.arange(len(idx)), :, idx].T
     return out
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from fedlangevin.fald.adaptation import DENSE_MAX_DIM
+from fedlangevin.fald.curvature import gradient_difference
 
 __all__ = ["MapResult", "client_derivatives", "find_map", "global_energy", "resolve_init"]
 
@@ -52,9 +53,7 @@ def client_derivatives(problem, theta: torch.Tensor, dense: bool) -> tuple[torch
     grad = problem.grad(theta.expand(1, n, d).clone())[0]
     h = 1e-5 * (1.0 + theta.abs())  # (d,)
     step = torch.diag(h)  # row j moves coordinate j
-    plus = (theta + step)[:, None, :].expand(d, n, d)
-    minus = (theta - step)[:, None, :].expand(d, n, d)
-    diff = (problem.grad(plus.clone()) - problem.grad(minus.clone())) / (2 * h[:, None, None])  # (d_j, N, d)
+    diff = gradient_difference(problem, theta[None, None, :], step[:, None, :]) / (2 * h[:, None, None])  # (d_j, N, d)
     hess = diff.permute(1, 0, 2)  # (N, j, i): d grad_i / d theta_j
     if dense:
         return grad, 0.5 * (hess + hess.transpose(1, 2))
