@@ -32,6 +32,8 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import torch
 
+from fedlangevin._validation import check_real
+
 __all__ = [
     "DriftCorrection", "FactorPreconditioner", "IdentityPreconditioner", "InProcessGroup", "LocalTransport",
     "Preconditioner", "Transport",
@@ -157,7 +159,10 @@ class InProcessGroup:
     kernel built with each and run in its own thread (same seed) gives the samples of one
     kernel holding every client, up to the order of the summation over clients (the
     partial sums are added in group order). ``reduce`` waits for every group (a barrier),
-    like ``torch.distributed.all_reduce``; ``timeout`` seconds bound the wait.
+    like ``torch.distributed.all_reduce``; ``timeout`` (seconds > 0, default 60) bounds the
+    wait: a group whose peers do not reach the same round's synchronisation in time raises
+    :class:`fedlangevin.distributed.RankFailure` naming them (e.g. one group run alone,
+    without threads for the others), and the group is then broken for good.
     """
 
     def __init__(self, groups: Sequence[Sequence[int]], timeout: float = 60.0) -> None:
@@ -167,22 +172,43 @@ class InProcessGroup:
         flat = [c for g in self.groups for c in g]
         if len(set(flat)) != len(flat):
             raise ValueError(f"groups must not share clients; got {groups!r}")
-        self._barrier = threading.Barrier(len(self.groups), timeout=timeout)
+        self.timeout = check_real("timeout", timeout, low=0.0, low_open=True)
+        self._barrier = threading.Barrier(len(self.groups), timeout=self.timeout)
         self._partials: list = [None] * len(self.groups)
+        self._rounds = [0] * len(self.groups)  # synchronisations each group has entered
         self._total = None
         self.transports = [_GroupTransport(self, rank) for rank in range(len(self.groups))]
 
     def _reduce(self, rank: int, partial: torch.Tensor) -> torch.Tensor:
+        self._rounds[rank] += 1
         self._partials[rank] = partial
-        if self._barrier.wait() == 0:
-            total = self._partials[0].clone()
-            for p in self._partials[1:]:
-                total.add_(p)
-            self._total = total
-        self._barrier.wait()
-        total = self._total.clone()
-        self._barrier.wait()  # everyone has read the total before the next round overwrites it
+        try:
+            if self._barrier.wait() == 0:
+                total = self._partials[0].clone()
+                for p in self._partials[1:]:
+                    total.add_(p)
+                self._total = total
+            self._barrier.wait()
+            total = self._total.clone()
+            self._barrier.wait()  # everyone has read the total before the next round overwrites it
+        except threading.BrokenBarrierError:
+            raise self._failure(rank) from None
         return total
+
+    def _failure(self, rank: int):
+        """The error of a broken barrier: names the groups that had not reached this round."""
+        from fedlangevin.distributed.transport import RankFailure
+
+        mine = self._rounds[rank]
+        missing = [r for r in range(len(self.groups)) if self._rounds[r] < mine]
+        where = f"InProcessGroup: rank {rank} (clients {self.groups[rank]}) in round {mine}"
+        if not missing:
+            return RankFailure(f"{where}: the group's barrier is broken (a group timed out or failed earlier; "
+                               "an InProcessGroup cannot be reused after that: make a new one)")
+        names = ", ".join(f"rank {r} (clients {self.groups[r]}, in round {self._rounds[r]})" for r in missing)
+        return RankFailure(f"{where} waited {self.timeout:g} s (timeout) for {names}, which did not reach the "
+                           "synchronisation: run every group's kernel in its own thread (see InProcessGroup)",
+                           ranks=missing)
 
 
 class _GroupTransport:

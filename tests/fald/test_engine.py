@@ -4,6 +4,7 @@ point's default bit-identical to the plain round."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import torch
@@ -224,3 +225,30 @@ def test_client_round_is_the_kernels_round_for_one_client():
 def test_build_rejects_bad_arguments_naming_them(kwargs, name):
     with pytest.raises(ValueError, match=name):
         build(_quadratic(), **kwargs)
+
+
+def test_in_process_group_names_the_groups_that_never_synchronise():
+    """One group's kernel run without the others used to wait 60 s and raise a bare
+    BrokenBarrierError (the sweep saw a hang): the wait is bounded by ``timeout`` and the error
+    names the groups that did not reach the round's synchronisation."""
+    from fedlangevin.distributed import RankFailure
+
+    problem = fl.problems.GaussianSimulation(num_clients=5, samples_per_client=5, seed=0)
+    group = InProcessGroup([[0, 1], [2, 3, 4]], timeout=0.5)
+    assert group.timeout == 0.5
+    sampler = fl.FALD(problem, 1e-3, seed=0, transport=group.transports[0])
+    start = time.monotonic()
+    with pytest.raises(RankFailure, match=r"rank 0 .*round 1.* waited 0.5 s .*rank 1 \(clients \[2, 3, 4\]") as info:
+        sampler.run(2)
+    assert time.monotonic() - start < 10
+    assert info.value.ranks == (1,)
+    assert sampler.state.round == 0
+    # the group is broken for good: a later call says so at once
+    with pytest.raises(RankFailure, match="broken"):
+        group.transports[1].reduce(torch.zeros(1, 2, dtype=F64))
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, float("nan"), float("inf"), "5", True])
+def test_in_process_group_timeout_must_be_a_positive_number(timeout):
+    with pytest.raises(ValueError, match="timeout"):
+        InProcessGroup([[0], [1]], timeout=timeout)
