@@ -79,6 +79,11 @@ class FactorPreconditioner:
         self.factor = a
         self.matrix = a @ a.T
 
+    @property
+    def dim(self) -> int:
+        """d, the dimension this preconditioner is for."""
+        return int(self.factor.shape[0])
+
     def to(self, device=None, dtype=None) -> "FactorPreconditioner":
         new = object.__new__(FactorPreconditioner)
         new.factor = self.factor.to(device=device, dtype=dtype)
@@ -93,6 +98,34 @@ class FactorPreconditioner:
 
     def __repr__(self) -> str:
         return f"FactorPreconditioner(d={self.factor.shape[0]})"
+
+
+#: the values ``build(preconditioner=...)`` accepts, for its error message
+PRECONDITIONERS = ("None, IdentityPreconditioner(), FactorPreconditioner(A), DiagonalPreconditioner(m) "
+                   "(fedlangevin.fald.preconditioning) or an object with drift(grad) and noise(xi) methods")
+
+
+def check_preconditioner(pre: Any, dim: int, dtype: torch.dtype, device: torch.device) -> None:
+    """``pre`` (already moved to ``device`` and ``dtype``) is a preconditioner for d = ``dim``:
+    one that states its ``dim`` must match, and ``drift`` and ``noise`` must map a (1, 1, d)
+    tensor to one of the same shape, dtype and device (``ValueError`` naming ``preconditioner``).
+    Once, when a kernel is built."""
+    own = getattr(pre, "dim", None)
+    if isinstance(own, int) and own != dim:
+        raise ValueError(f"preconditioner: {pre!r} is for d = {own}; the problem has d = {dim}")
+    probe = torch.zeros(1, 1, dim, dtype=dtype, device=device)
+    for method in ("drift", "noise"):
+        want = f"a tensor of shape {tuple(probe.shape)}, {dtype} on {probe.device} (like its input)"
+        try:
+            out = getattr(pre, method)(probe)
+        except Exception as exc:  # noqa: BLE001 - any failure on the probe is reported by name
+            raise ValueError(f"preconditioner: its {method}() must return {want}; it failed with "
+                             f"{type(exc).__name__}: {exc}") from exc
+        if (not isinstance(out, torch.Tensor) or out.shape != probe.shape or out.dtype != dtype
+                or out.device != probe.device):
+            got = (f"shape {tuple(out.shape)}, {out.dtype} on {out.device}" if isinstance(out, torch.Tensor)
+                   else type(out).__name__)
+            raise ValueError(f"preconditioner: its {method}() must return {want}; got {got}")
 
 
 @runtime_checkable

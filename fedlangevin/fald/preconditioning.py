@@ -49,6 +49,11 @@ class DiagonalPreconditioner:
         self.diagonal = m
         self.root = m.sqrt()
 
+    @property
+    def dim(self) -> int:
+        """d, the dimension this preconditioner is for."""
+        return int(self.diagonal.numel())
+
     def to(self, device=None, dtype=None) -> "DiagonalPreconditioner":
         new = object.__new__(DiagonalPreconditioner)
         new.diagonal = self.diagonal.to(device=device, dtype=dtype)
@@ -75,10 +80,20 @@ def _describe(t: torch.Tensor) -> str:
 def as_preconditioner(matrix: Any, dim: int | None = None):
     """A preconditioner for M: a (d, d) symmetric positive-definite matrix (dense, A = chol(M))
     or a (d,) positive vector (diagonal). M = I (exactly) gives the identity, i.e. the plain
-    kernel. ``dim``: the problem's d, checked. ``ValueError`` naming ``matrix`` otherwise."""
+    kernel. A preconditioner object (identity, factor, diagonal) is returned as it is, its d
+    checked. ``dim``: the problem's d, checked. ``ValueError`` naming ``matrix`` (or
+    ``preconditioner``) otherwise."""
     if isinstance(matrix, (IdentityPreconditioner, FactorPreconditioner, DiagonalPreconditioner)):
+        own = getattr(matrix, "dim", None)
+        if dim is not None and own is not None and own != dim:
+            raise ValueError(f"preconditioner: {matrix!r} is for d = {own}; the problem has d = {dim}")
         return matrix
-    m = torch.as_tensor(matrix, dtype=torch.float64)
+    try:
+        m = torch.as_tensor(matrix, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError("preconditioner must be None, a (d, d) symmetric positive-definite matrix M, a (d,) vector "
+                         "of positive numbers (M diagonal), or an IdentityPreconditioner, FactorPreconditioner or "
+                         f"DiagonalPreconditioner; got {type(matrix).__name__} {matrix!r:.80}") from None
     d = m.shape[0] if m.dim() >= 1 else None
     if m.dim() not in (1, 2) or (m.dim() == 2 and m.shape[0] != m.shape[1]) or (dim is not None and d != dim):
         want = "(d,) or (d, d)" if dim is None else f"({dim},) or ({dim}, {dim})"
