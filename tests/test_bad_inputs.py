@@ -76,7 +76,7 @@ ARGS = [
     Arg("thin", lambda v: _run(thin=v), "int", 2, 1, optional=True),
     Arg("warmup", lambda v: _run(warmup=v), "int", 1, 0, 2, optional=True),
     Arg("keep_samples", lambda v: _run(keep_samples=v), "bool", True, optional=True),
-    Arg("num_sampled", lambda v: fl.SchemeI(v).num_sampled, "int", 2, 1),
+    Arg("num_sampled", lambda v: fl.SchemeI(v).num_sampled, "int", 2, 1, 2**24),
     Arg("a", lambda v: fl.Polynomial(v).a, "real", 1e-3, 0.0, None, True),
     Arg("gamma", lambda v: fl.Polynomial(1e-3, gamma=v).gamma, "real", 0.5, 0.0, 1.0),
     # problems and data

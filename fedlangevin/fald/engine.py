@@ -34,11 +34,11 @@ from typing import Callable, NamedTuple, Sequence
 
 import torch
 
-from fedlangevin._validation import check_real
+from fedlangevin._validation import check_device, check_dtype, check_real, check_step_sizes, refuse_complex
 from fedlangevin.fald.contracts import (
     CORRECTION_SETTINGS, DRIFT_CORRECTION, TRANSPORT, UPLOAD_CODEC, check_conforms,
 )
-from fedlangevin.fald.extensions import LocalTransport
+from fedlangevin.fald.extensions import PRECONDITIONERS, LocalTransport, check_preconditioner
 from fedlangevin.fald.kernel import FALDState, UploadCodec, aggregate
 from fedlangevin.fald.local import local_step
 from fedlangevin.fald.noise import noise_scales
@@ -47,7 +47,7 @@ from fedlangevin.fald.preconditioning import as_preconditioner, is_identity, pla
 from fedlangevin.fald.steppers import AffineStepper, make_stepper
 from fedlangevin.problems.base import FederatedProblem, check_client_indices, check_problem, check_weights
 
-__all__ = ["Kernel", "RoundInfo", "build", "client_round"]
+__all__ = ["Kernel", "RoundInfo", "build", "check_gradient", "client_round", "initial_theta"]
 
 
 @dataclass(frozen=True)
@@ -99,9 +99,13 @@ def build(
     preconditioner, correction, transport, upload : the extension points
     (:mod:`fedlangevin.fald.extensions`); ``None`` is the plain round.
 
-    Arguments are validated here (``ValueError`` naming the argument); ``validated=True``
-    skips the checks of the participation rule and the batch size against the problem (the
-    runner :class:`fedlangevin.FALD` has made them, with their warnings, already).
+    Arguments are validated here (``ValueError`` naming the argument), among them the
+    problem's gradient (:func:`check_gradient`: one evaluation) and the preconditioner (its d
+    and the shapes of ``drift`` and ``noise``), once; ``init(theta0)`` checks ``theta0`` (shape
+    (R, d) with R >= 1, finite, not requiring grad) and ``step`` its ``step_sizes`` (a non-empty
+    sequence of finite numbers > 0). ``validated=True`` skips the checks of the participation
+    rule and the batch size against the problem and of each round's step sizes (the runner
+    :class:`fedlangevin.FALD` has made them, with their warnings, already).
     """
     check_problem(problem)
     temperature = check_real("temperature", temperature, low=0.0, low_open=True)
@@ -111,13 +115,20 @@ def build(
     if not validated:
         rule.validate(weights)
         batch_size = problem.check_batch_size(batch_size)
-    device = torch.device(device)
+    dtype = check_dtype("dtype", dtype)
+    noise_dtype = None if noise_dtype is None else check_dtype("noise_dtype", noise_dtype)
+    device = check_device("device", device)
     transport = LocalTransport() if transport is None else check_conforms(transport, TRANSPORT, "transport")
     if upload is not None:
         check_conforms(upload, UPLOAD_CODEC, "upload")
+    if preconditioner is not None and not (hasattr(preconditioner, "drift") or hasattr(preconditioner, "noise")):
+        raise ValueError(f"preconditioner must be {PRECONDITIONERS}; got {type(preconditioner).__name__} "
+                         f"{preconditioner!r:.80}")
     if preconditioner is not None:
         preconditioner = as_preconditioner(preconditioner, problem.dim, "preconditioner")
     preconditioner = None if is_identity(preconditioner) else placed(preconditioner, device, dtype)
+    if preconditioner is not None:
+        check_preconditioner(preconditioner, problem.dim, dtype, device)
     if callable(getattr(transport, "bind", None)):  # a transport that splits the clients itself (distributed)
         transport.bind(problem.num_clients)
     held = None if transport.clients is None else check_client_indices(transport.clients, problem.num_clients)
@@ -141,15 +152,16 @@ def build(
     if held is not None:
         work = work.clients(held.tolist())
         held = held.to(device)
+    check_gradient(work, dtype, device, batch_size, problem)
 
     def init(theta0: torch.Tensor) -> FALDState:
-        theta = torch.as_tensor(theta0, dtype=dtype, device=device)
-        if theta.dim() != 2 or theta.shape[1] != problem.dim:
-            raise ValueError(f"theta0 must have shape (R, d = {problem.dim}); got {tuple(theta.shape)}")
+        theta = initial_theta(theta0, problem.dim, dtype, device)
         cstate = None if correction is None else correction.init(theta)
-        return FALDState(theta=theta.clone(), step=0, round=0, correction=cstate)
+        return FALDState(theta=theta, step=0, round=0, correction=cstate)
 
     def step(state: FALDState, step_sizes: Sequence[float], generator: torch.Generator | None, on_step=None):
+        if not validated:
+            step_sizes = check_step_sizes("step_sizes", step_sizes)
         theta = state.theta
         r, d = theta.shape
         if stepper is not None:
@@ -178,6 +190,61 @@ def build(
         return new, RoundInfo(weights=w)
 
     return Kernel(init, step, isinstance(stepper, AffineStepper))
+
+
+def initial_theta(theta0, dim: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A kernel's initial global parameters: ``theta0`` of shape (R, d) with R >= 1, finite, not
+    requiring grad (the state is plain data), as a new tensor in ``dtype`` on ``device``
+    (``ValueError`` naming ``theta0`` otherwise)."""
+    if getattr(theta0, "requires_grad", False):
+        raise ValueError("theta0 must not require grad (the kernel's state is plain data); pass theta0.detach()")
+    refuse_complex("theta0", theta0)
+    try:
+        theta = torch.as_tensor(theta0, dtype=dtype, device=device)
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(f"theta0 must be an array of numbers of shape (R, d = {dim}); got "
+                         f"{type(theta0).__name__}") from None
+    if theta.dim() != 2 or theta.shape[1] != dim:
+        raise ValueError(f"theta0 must have shape (R, d = {dim}); got {tuple(theta.shape)}")
+    if theta.shape[0] == 0:
+        raise ValueError(f"theta0 must hold at least one chain (R >= 1); got shape {tuple(theta.shape)}")
+    if not bool(torch.isfinite(theta).all()):
+        raise ValueError("theta0 must be finite")
+    return theta.clone()
+
+
+def check_gradient(work: FederatedProblem, dtype: torch.dtype, device: torch.device, batch_size: int | None = None,
+                   problem: FederatedProblem | None = None) -> None:
+    """The gradient of ``work`` (the kernel's copy of ``problem`` on ``device`` in ``dtype``) at one
+    probe point must have the shape of its theta (R, n, d), the state's dtype and its device: a
+    gradient of another shape would be broadcast into the samples and one of another dtype
+    added silently. Evaluated once, when a kernel is built, at ``problem.initial_params``
+    (where the problem has one, e.g. :class:`~fedlangevin.problems.CustomProblem`) or zeros,
+    with its own generator (the run's random stream is untouched). ``ValueError`` naming the
+    problem's ``grad``. A gradient that raises at the probe point is left to the run (which
+    reports it where it happens), so that a problem defined away from the probe point is not
+    refused."""
+    problem = work if problem is None else problem
+    n, d = work.num_clients, work.dim
+    theta = torch.zeros(1, n, d, dtype=dtype, device=device)
+    start = getattr(problem, "initial_params", None)
+    if isinstance(start, torch.Tensor) and start.shape == (d,):
+        theta.copy_(start.to(device=device, dtype=dtype))
+    generator = None if batch_size is None else torch.Generator(device=device).manual_seed(0)
+    try:
+        grad = work.grad(theta, batch_size=batch_size, generator=generator)
+    except Exception:  # noqa: BLE001 - see the docstring: not this check's to report
+        return
+    if (isinstance(grad, torch.Tensor) and grad.shape == theta.shape and grad.dtype == dtype
+            and grad.device == theta.device):
+        return
+    got = (f"shape {tuple(grad.shape)}, {grad.dtype} on device {grad.device}" if isinstance(grad, torch.Tensor)
+           else f"{type(grad).__name__}")
+    raise ValueError(
+        f"problem.grad ({type(problem).__name__}.grad) must return a tensor of shape {tuple(theta.shape)}, {dtype} "
+        f"on {theta.device} (like its theta: one gradient per chain, client and coordinate, in the state's dtype "
+        f"on its device); got {got}. Check the problem's grad() and to(device, dtype)"
+    )
 
 
 def client_round(

@@ -33,6 +33,7 @@ from typing import Any, Sequence
 
 import torch
 
+from fedlangevin._validation import check_real
 from fedlangevin.fald.contracts import DriftCorrection, Preconditioner, Transport
 
 __all__ = [
@@ -73,6 +74,11 @@ class FactorPreconditioner:
         self.factor = a
         self.matrix = a @ a.T
 
+    @property
+    def dim(self) -> int:
+        """d, the dimension this preconditioner is for."""
+        return int(self.factor.shape[0])
+
     def to(self, device=None, dtype=None) -> "FactorPreconditioner":
         new = object.__new__(FactorPreconditioner)
         new.factor = self.factor.to(device=device, dtype=dtype)
@@ -96,6 +102,35 @@ class FactorPreconditioner:
         return f"FactorPreconditioner(d={self.factor.shape[0]})"
 
 
+#: the values ``build(preconditioner=...)`` accepts, for its error message
+PRECONDITIONERS = ("None, IdentityPreconditioner(), FactorPreconditioner(A), DiagonalPreconditioner(m) "
+                   "(fedlangevin.fald.preconditioning) or an object implementing the preconditioner contract "
+                   "(drift(grad), noise(xi), matrix: fedlangevin.fald.contracts.PRECONDITIONER)")
+
+
+def check_preconditioner(pre: Any, dim: int, dtype: torch.dtype, device: torch.device) -> None:
+    """``pre`` (already moved to ``device`` and ``dtype``) is a preconditioner for d = ``dim``:
+    one that states its ``dim`` must match, and ``drift`` and ``noise`` must map a (1, 1, d)
+    tensor to one of the same shape, dtype and device (``ValueError`` naming ``preconditioner``).
+    Once, when a kernel is built."""
+    own = getattr(pre, "dim", None)
+    if isinstance(own, int) and own != dim:
+        raise ValueError(f"preconditioner: {pre!r} is for d = {own}; the problem has d = {dim}")
+    probe = torch.zeros(1, 1, dim, dtype=dtype, device=device)
+    for method in ("drift", "noise"):
+        want = f"a tensor of shape {tuple(probe.shape)}, {dtype} on {probe.device} (like its input)"
+        try:
+            out = getattr(pre, method)(probe)
+        except Exception as exc:  # noqa: BLE001 - any failure on the probe is reported by name
+            raise ValueError(f"preconditioner: its {method}() must return {want}; it failed with "
+                             f"{type(exc).__name__}: {exc}") from exc
+        if (not isinstance(out, torch.Tensor) or out.shape != probe.shape or out.dtype != dtype
+                or out.device != probe.device):
+            got = (f"shape {tuple(out.shape)}, {out.dtype} on {out.device}" if isinstance(out, torch.Tensor)
+                   else type(out).__name__)
+            raise ValueError(f"preconditioner: its {method}() must return {want}; got {got}")
+
+
 class LocalTransport:
     """One process holding every client: the weighted sum is the synchronisation (default)."""
 
@@ -115,7 +150,10 @@ class InProcessGroup:
     kernel built with each and run in its own thread (same seed) gives the samples of one
     kernel holding every client, up to the order of the summation over clients (the
     partial sums are added in group order). ``reduce`` waits for every group (a barrier),
-    like ``torch.distributed.all_reduce``; ``timeout`` seconds bound the wait.
+    like ``torch.distributed.all_reduce``; ``timeout`` (seconds > 0, default 60) bounds the
+    wait: a group whose peers do not reach the same round's synchronisation in time raises
+    :class:`fedlangevin.distributed.RankFailure` naming them (e.g. one group run alone,
+    without threads for the others), and the group is then broken for good.
     """
 
     def __init__(self, groups: Sequence[Sequence[int]], timeout: float = 60.0) -> None:
@@ -125,22 +163,43 @@ class InProcessGroup:
         flat = [c for g in self.groups for c in g]
         if len(set(flat)) != len(flat):
             raise ValueError(f"groups must not share clients; got {groups!r}")
-        self._barrier = threading.Barrier(len(self.groups), timeout=timeout)
+        self.timeout = check_real("timeout", timeout, low=0.0, low_open=True)
+        self._barrier = threading.Barrier(len(self.groups), timeout=self.timeout)
         self._partials: list = [None] * len(self.groups)
+        self._rounds = [0] * len(self.groups)  # synchronisations each group has entered
         self._total = None
         self.transports = [_GroupTransport(self, rank) for rank in range(len(self.groups))]
 
     def _reduce(self, rank: int, partial: torch.Tensor) -> torch.Tensor:
+        self._rounds[rank] += 1
         self._partials[rank] = partial
-        if self._barrier.wait() == 0:
-            total = self._partials[0].clone()
-            for p in self._partials[1:]:
-                total.add_(p)
-            self._total = total
-        self._barrier.wait()
-        total = self._total.clone()
-        self._barrier.wait()  # everyone has read the total before the next round overwrites it
+        try:
+            if self._barrier.wait() == 0:
+                total = self._partials[0].clone()
+                for p in self._partials[1:]:
+                    total.add_(p)
+                self._total = total
+            self._barrier.wait()
+            total = self._total.clone()
+            self._barrier.wait()  # everyone has read the total before the next round overwrites it
+        except threading.BrokenBarrierError:
+            raise self._failure(rank) from None
         return total
+
+    def _failure(self, rank: int):
+        """The error of a broken barrier: names the groups that had not reached this round."""
+        from fedlangevin.distributed.transport import RankFailure
+
+        mine = self._rounds[rank]
+        missing = [r for r in range(len(self.groups)) if self._rounds[r] < mine]
+        where = f"InProcessGroup: rank {rank} (clients {self.groups[rank]}) in round {mine}"
+        if not missing:
+            return RankFailure(f"{where}: the group's barrier is broken (a group timed out or failed earlier; "
+                               "an InProcessGroup cannot be reused after that: make a new one)")
+        names = ", ".join(f"rank {r} (clients {self.groups[r]}, in round {self._rounds[r]})" for r in missing)
+        return RankFailure(f"{where} waited {self.timeout:g} s (timeout) for {names}, which did not reach the "
+                           "synchronisation: run every group's kernel in its own thread (see InProcessGroup)",
+                           ranks=missing)
 
 
 class _GroupTransport:

@@ -52,6 +52,11 @@ class DiagonalPreconditioner:
         self.diagonal = m
         self.root = m.sqrt()
 
+    @property
+    def dim(self) -> int:
+        """d, the dimension this preconditioner is for."""
+        return int(self.diagonal.numel())
+
     def to(self, device=None, dtype=None) -> "DiagonalPreconditioner":
         new = object.__new__(DiagonalPreconditioner)
         new.diagonal = self.diagonal.to(device=device, dtype=dtype)
@@ -104,25 +109,27 @@ def is_identity(pre) -> bool:
 def as_preconditioner(matrix: Any, dim: int | None = None, name: str = "matrix"):
     """A preconditioner for M: a (d, d) symmetric positive-definite matrix (dense, A = chol(M))
     or a (d,) positive vector (diagonal), or an object implementing the preconditioner contract
-    (:data:`~fedlangevin.fald.contracts.PRECONDITIONER`: ``drift``, ``noise``, ``matrix``; a class of
-    your own is returned as it is, after checking that its M is (d, d)). M = I (exactly) gives the
-    identity, i.e. the plain kernel. ``dim``: the problem's d, checked. ``ValueError`` naming
-    ``name`` otherwise."""
+    (:data:`~fedlangevin.fald.contracts.PRECONDITIONER`: ``drift``, ``noise``, ``matrix``; the built-in
+    ones and a class of your own are returned as they are, after checking that M is (d, d)). M = I
+    (exactly) gives the identity, i.e. the plain kernel. ``dim``: the problem's d, checked.
+    ``ValueError`` naming ``name`` otherwise."""
     if isinstance(matrix, IdentityPreconditioner):
         return matrix
     if hasattr(matrix, "drift") or hasattr(matrix, "noise"):  # an object: it must implement the contract
         check_conforms(matrix, PRECONDITIONER, name)
         if dim is not None:
-            m = preconditioner_matrix(matrix, dim)
-            if m.shape != (dim, dim):
-                raise ValueError(f"{name}: the preconditioner's M has shape {tuple(m.shape)}; the problem has "
-                                 f"d = {dim}, so M must be ({dim}, {dim})")
+            shape = tuple(preconditioner_matrix(matrix, dim).shape)
+            if shape != (dim, dim):
+                raise ValueError(f"{name}: {matrix!r} is for d = {shape[0] if shape else 0}; the problem has d = {dim} "
+                                 f"(its M has shape {shape}, it must be ({dim}, {dim}))")
         return matrix
     try:
         m = torch.as_tensor(matrix, dtype=torch.float64)
     except (TypeError, ValueError, RuntimeError):
-        raise ValueError(f"{name} must be a (d, d) positive-definite matrix, a (d,) positive vector or a "
-                         f"preconditioner object (drift, noise, matrix); got {type(matrix).__name__}") from None
+        raise ValueError(f"{name} must be None, a (d, d) symmetric positive-definite matrix M, a (d,) vector of "
+                         "positive numbers (M diagonal), an IdentityPreconditioner, FactorPreconditioner or "
+                         "DiagonalPreconditioner, or an object implementing the preconditioner contract (drift, "
+                         f"noise, matrix); got {type(matrix).__name__} {matrix!r:.80}") from None
     d = m.shape[0] if m.dim() >= 1 else None
     if m.dim() not in (1, 2) or (m.dim() == 2 and m.shape[0] != m.shape[1]) or (dim is not None and d != dim):
         want = "(d,) or (d, d)" if dim is None else f"({dim},) or ({dim}, {dim})"

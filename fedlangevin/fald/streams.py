@@ -31,7 +31,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from fedlangevin.fald.engine import Kernel, RoundInfo, client_round
+from fedlangevin.fald.engine import Kernel, RoundInfo, check_gradient, client_round, initial_theta
 from fedlangevin.fald.kernel import FALDState, aggregate
 from fedlangevin.fald.participation import Participation, as_participation
 from fedlangevin.problems.base import FederatedProblem, check_weights
@@ -104,15 +104,13 @@ def build_per_client(
         raise ValueError(f"private_seeds must have one seed per client ({n}); got {len(seeds)}")
     device = torch.device(device)
     work = problem.to(device=device, dtype=dtype)
+    check_gradient(work, dtype, device, batch_size, problem)
     singles = [work.clients([c]) for c in range(n)]
     p = weights.to(device=device, dtype=dtype)
     p_c = [float(x) for x in weights.tolist()]
 
     def init(theta0: torch.Tensor) -> FALDState:
-        theta = torch.as_tensor(theta0, dtype=dtype, device=device)
-        if theta.dim() != 2 or theta.shape[1] != problem.dim:
-            raise ValueError(f"theta0 must have shape (R, d = {problem.dim}); got {tuple(theta.shape)}")
-        return FALDState(theta=theta.clone())
+        return FALDState(theta=initial_theta(theta0, problem.dim, dtype, device))
 
     def step(state: FALDState, step_sizes: Sequence[float], generator=None, on_step=None):
         theta, t = state.theta, int(state.round)

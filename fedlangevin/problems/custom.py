@@ -60,7 +60,8 @@ class CustomProblem(AutodiffProblem):
     Parameters
     ----------
     client_energy : callable (theta (d,), batch) -> scalar tensor, the negative
-        log-likelihood of the batch's rows (summed over rows). ``batch`` has the structure
+        log-likelihood of the batch's rows (summed over rows), computed from theta with torch
+        operations (an energy that does not depend on theta is a ``ValueError``). ``batch`` has the structure
         of one client's dataset (tensor, tuple/list or dict of tensors, rows on axis 0).
     client_data : one dataset per client, e.g. ``[(X_1, y_1), (X_2, y_2), ...]``.
     prior : the negative log prior U_0(theta) as a callable, or a torch Distribution over
@@ -140,6 +141,7 @@ class CustomProblem(AutodiffProblem):
         self.var_names = var_names
         self.initial_params = init_t if init_t is not None else torch.zeros(d, dtype=torch.float64)
         self._probe(self.initial_params)
+        self._check_depends_on_theta(self.initial_params)
 
     @staticmethod
     def _check_shapes(param_shapes) -> dict[str, tuple[int, ...]] | None:
@@ -154,6 +156,21 @@ class CustomProblem(AutodiffProblem):
                 raise ValueError(f"param_shapes[{name!r}] must be a tuple of positive ints; got {shape}")
             out[str(name)] = tuple(int(s) for s in shape)
         return out
+
+    def _check_depends_on_theta(self, theta0: torch.Tensor) -> None:
+        """``client_energy`` must be a function of theta: autograd must reach theta from its value
+        on client 0's data (a constant, the data alone or a detached theta would make FA-LD
+        sample the prior, or a flat target, whatever the data). Once, at construction."""
+        theta = theta0.to(self.dtype).clone().requires_grad_(True)
+        with torch.enable_grad():
+            e = self.client_energy(theta, self.data.client(0))
+        if not (isinstance(e, torch.Tensor) and e.requires_grad):
+            raise ValueError(
+                "client_energy(theta, batch) does not depend on theta (autograd finds no path from theta to its "
+                f"value {e!r} on client 0's data: a constant, the data alone, or theta cut off by .detach(), .item() "
+                "or numpy); the sampler would ignore the data. Return the batch's negative log-likelihood computed "
+                "from theta with torch operations"
+            )
 
     def _energy(self, theta, data, mask, scale):
         # mask (n_max,): only with rowwise=True (_can_mask), where clients of different sizes are padded

@@ -4,6 +4,7 @@ point's default bit-identical to the plain round."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import torch
@@ -220,7 +221,137 @@ def test_client_round_is_the_kernels_round_for_one_client():
     (dict(temperature=0.0), "temperature"), (dict(correlation=1.5), "correlation"),
     (dict(participation="scheme"), "participation"), (dict(batch_size=2), "batch_size"),
     (dict(transport=object()), "transport"), (dict(transport=InProcessGroup([[0, 7]]).transports[0]), "indices"),
+    (dict(dtype=torch.int64), "dtype"), (dict(dtype="half"), "dtype"), (dict(noise_dtype=torch.int32), "noise_dtype"),
+    (dict(device="tpu"), "device"),
 ])
 def test_build_rejects_bad_arguments_naming_them(kwargs, name):
     with pytest.raises(ValueError, match=name):
         build(_quadratic(), **kwargs)
+
+
+def test_in_process_group_names_the_groups_that_never_synchronise():
+    """One group's kernel run without the others used to wait 60 s and raise a bare
+    BrokenBarrierError (the sweep saw a hang): the wait is bounded by ``timeout`` and the error
+    names the groups that did not reach the round's synchronisation."""
+    from fedlangevin.distributed import RankFailure
+
+    problem = fl.problems.GaussianSimulation(num_clients=5, samples_per_client=5, seed=0)
+    group = InProcessGroup([[0, 1], [2, 3, 4]], timeout=0.5)
+    assert group.timeout == 0.5
+    sampler = fl.FALD(problem, 1e-3, seed=0, transport=group.transports[0])
+    start = time.monotonic()
+    with pytest.raises(RankFailure, match=r"rank 0 .*round 1.* waited 0.5 s .*rank 1 \(clients \[2, 3, 4\]") as info:
+        sampler.run(2)
+    assert time.monotonic() - start < 10
+    assert info.value.ranks == (1,)
+    assert sampler.state.round == 0
+    # the group is broken for good: a later call says so at once
+    with pytest.raises(RankFailure, match="broken"):
+        group.transports[1].reduce(torch.zeros(1, 2, dtype=F64))
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, float("nan"), float("inf"), "5", True])
+def test_in_process_group_timeout_must_be_a_positive_number(timeout):
+    with pytest.raises(ValueError, match="timeout"):
+        InProcessGroup([[0], [1]], timeout=timeout)
+
+
+# -- the public kernel checks its arguments by name (bad-input sweep, issue 31) -------------------------
+@pytest.mark.parametrize("etas, match", [
+    ([float("nan")], "step_sizes at step 0 must be finite and > 0"),
+    ([1e-3, -1e-3], "step_sizes at step 1 must be finite and > 0"),
+    ([float("inf")], "step_sizes at step 0"),
+    (1e-3, "step_sizes must be a number or a non-empty 1-d sequence"),  # a scalar where a sequence is expected
+    ([], "step_sizes must be a number or a non-empty 1-d sequence"),
+    (["x"], "step_sizes must be a sequence of real numbers"),
+])
+def test_step_refuses_bad_step_sizes_naming_them(etas, match):
+    """NaN or negative step sizes used to run (NaN draws) or fail inside with 'math domain error',
+    a scalar with a TypeError and an empty list silently counted a round of no steps."""
+    kernel = build(_quadratic())
+    state = kernel.init(torch.zeros(2, 3, dtype=F64))
+    with pytest.raises(ValueError, match=match):
+        kernel.step(state, etas, torch.Generator().manual_seed(0))
+    # valid step sizes in any sequence form give the same round
+    ref, _ = kernel.step(state, [1e-3, 2e-3], torch.Generator().manual_seed(0))
+    for form in ((1e-3, 2e-3), torch.tensor([1e-3, 2e-3], dtype=F64)):
+        got, _ = kernel.step(state, form, torch.Generator().manual_seed(0))
+        assert torch.equal(got.theta, ref.theta) and got.step == 2
+
+
+@pytest.mark.parametrize("theta0, match", [
+    (torch.zeros(0, 3, dtype=F64), r"theta0 must hold at least one chain \(R >= 1\)"),
+    (torch.zeros(2, 3, dtype=F64, requires_grad=True), "theta0 must not require grad"),
+    (torch.full((2, 3), float("nan"), dtype=F64), "theta0 must be finite"),
+    (torch.zeros(2, 2, dtype=F64), r"theta0 must have shape \(R, d = 3\)"),
+    ("x", "theta0 must be an array of numbers"),
+])
+def test_init_refuses_bad_initial_states_naming_theta0(theta0, match):
+    with pytest.raises(ValueError, match=match):
+        build(_quadratic()).init(theta0)
+
+
+def test_preconditioner_of_another_dimension_or_type_is_refused_at_build():
+    """FactorPreconditioner(I_3) for d = 2 used to fail on the first step with a matrix-shape
+    RuntimeError, and preconditioner='x' with a TypeError from torch."""
+    from fedlangevin.fald.preconditioning import DiagonalPreconditioner
+
+    problem = _quadratic(d=2)
+    for pre in (FactorPreconditioner(torch.eye(3)), DiagonalPreconditioner(torch.ones(3))):
+        with pytest.raises(ValueError, match=r"preconditioner: .* is for d = 3; the problem has d = 2"):
+            build(problem, preconditioner=pre)
+        with pytest.raises(ValueError, match=r"preconditioner: .* is for d = 3; the problem has d = 2"):
+            fl.FALD(problem, 1e-3, preconditioner=pre)
+
+    class Wrong:  # an object implementing the preconditioner contract whose drift returns the wrong shape
+        matrix = torch.eye(2, dtype=torch.float64)
+
+        def drift(self, grad):
+            return grad[..., :1]
+
+        def noise(self, xi):
+            return xi
+
+    with pytest.raises(ValueError, match=r"preconditioner: its drift\(\) must return .* shape \(1, 1, 2\).*got shape \(1, 1, 1\)"):
+        build(problem, preconditioner=Wrong())
+    for bad in ("x", 3, object()):
+        with pytest.raises(ValueError, match=r"preconditioner must be None, IdentityPreconditioner\(\), "
+                                             r"FactorPreconditioner\(A\), DiagonalPreconditioner\(m\)"):
+            build(problem, preconditioner=bad)
+    with pytest.raises(ValueError, match=r"preconditioner must be None, a \(d, d\) symmetric positive-definite"):
+        fl.FALD(problem, 1e-3, preconditioner="x")
+    build(problem, preconditioner=FactorPreconditioner(torch.eye(2)))  # the right d is fine
+
+
+class _GradProblem(fl.problems.FederatedProblem):
+    """Two clients, d = 2, with a given gradient function (e.g. a wrong one)."""
+
+    def __init__(self, grad):
+        self.num_clients, self.dim, self._grad = 2, 2, grad
+        self.weights = torch.tensor([0.5, 0.5], dtype=F64)
+
+    def grad(self, theta, *, batch_size=None, generator=None):
+        return self._grad(theta)
+
+    def to(self, device=None, dtype=None):
+        return self
+
+
+@pytest.mark.parametrize("grad, match", [
+    (lambda t: t[..., :1], r"shape \(1, 2, 1\)"),
+    (lambda t: t.sum(), r"shape \(\)"),
+    (lambda t: t.long(), "torch.int64"),
+    (lambda t: t.float(), "torch.float32"),
+    (lambda t: torch.empty(t.shape, dtype=t.dtype, device="meta"), "device meta"),
+    (lambda t: t.numpy(), "ndarray"),
+])
+@pytest.mark.parametrize("streams", ["single", "per_client"])
+def test_a_gradient_of_the_wrong_shape_dtype_or_device_is_refused_before_the_first_round(grad, match, streams):
+    """theta[..., :1] or theta.sum() used to be broadcast into the samples, an integer gradient
+    added silently: the first gradient is checked once, when the kernel is built."""
+    expected = r"problem\.grad .* must return a tensor of shape \(1, 2, 2\), torch.float64 on cpu \(like its theta.*; got"
+    with pytest.raises(ValueError, match=expected + ".*" + match):
+        fl.FALD(_GradProblem(grad), 1e-3, seed=0, streams=streams)
+    with pytest.raises(ValueError, match=expected):
+        build(_GradProblem(grad))
+    fl.FALD(_GradProblem(lambda t: t.clone()), 1e-3, seed=0, streams=streams).run(2)  # a right gradient runs

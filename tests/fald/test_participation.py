@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import fedlangevin as fl
+from fedlangevin.fald import participation
 from fedlangevin.fald.participation import synchronize
 from fedlangevin.problems import QuadraticProblem
 from tests.targets import fald_moments
@@ -114,3 +115,13 @@ def test_every_rule_exposes_its_scheme_and_s_as_read_only_settings():
             with pytest.raises(AttributeError):
                 setattr(rule, name, "changed")
     assert {r.scheme for r, _, _ in rules} == {"full", "I", "II"}
+
+
+@pytest.mark.parametrize("rule", [fl.SchemeI, fl.SchemeII])
+@pytest.mark.parametrize("s", [10**30, 10**400, participation.MAX_NUM_SAMPLED + 1])
+def test_num_sampled_beyond_the_bound_is_refused_naming_it(rule, s):
+    """SchemeI(10**30) used to hang in its block loop and SchemeI(10**400) overflowed 1 / S: S is
+    bounded (Scheme I's weights with S beyond it are p_c to within 1/sqrt(S) ~ 2.4e-4)."""
+    with pytest.raises(ValueError, match=rf"num_sampled must be an integer in \[1, {participation.MAX_NUM_SAMPLED}\]"):
+        rule(s)
+    assert rule(participation.MAX_NUM_SAMPLED).num_sampled == participation.MAX_NUM_SAMPLED

@@ -205,3 +205,20 @@ def test_rowwise_energy_takes_one_call_for_clients_of_different_sizes():
 def test_rowwise_must_be_a_bool():
     with pytest.raises(ValueError, match="rowwise must be True or False"):
         CustomProblem(_lognormal_energy, _positive_regression([3, 4]), dim=4, rowwise="yes")
+
+
+@pytest.mark.parametrize("energy", [
+    lambda t, b: 3,  # a constant: FA-LD sampled a flat target (pure noise) silently
+    lambda t, b: torch.tensor(3.0, dtype=F64),
+    lambda t, b: b.sum(),  # the data alone
+    lambda t, b: ((t.detach() - b) ** 2).sum(),  # theta cut off from autograd
+])
+@pytest.mark.parametrize("prior", [None, lambda t: 0.5 * (t * t).sum()])
+def test_an_energy_that_does_not_depend_on_theta_is_refused(energy, prior):
+    """With a likelihood that ignores theta the sampler draws from the prior (or a flat target)
+    whatever the data: refused at construction, naming client_energy."""
+    clients = [torch.ones(3, 2, dtype=F64), torch.ones(4, 2, dtype=F64)]
+    with pytest.raises(ValueError, match="client_energy.* does not depend on theta"):
+        CustomProblem(energy, clients, dim=2, prior=prior)
+    # an energy that depends on theta but not on the data is a valid (if odd) model
+    CustomProblem(lambda t, b: (t * t).sum(), clients, dim=2, prior=prior)
