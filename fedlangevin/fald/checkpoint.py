@@ -73,6 +73,16 @@ def check_target(path: Path) -> Path:
     from fedlangevin._paths import check_output_file
 
     check_output_file("checkpoint", path)
+    if os.path.lexists(path) and not path.is_file():
+        try:
+            os.stat(path)
+        except FileNotFoundError:  # a dangling link: replaced by the checkpoint, like a missing file
+            pass
+        except OSError as exc:  # a link loop
+            raise ValueError(f"checkpoint {str(path)!r} cannot be used: {exc.strerror or exc}") from None
+        else:  # a FIFO, a device, a socket
+            raise ValueError(f"checkpoint {str(path)!r} exists and is not a regular file; it would be replaced: "
+                             "give the path of a file")
     if path.is_file():
         with open(path, "rb") as f:
             head = f.read(len(MAGIC))
@@ -142,7 +152,7 @@ def write_file(path: str | os.PathLike, obj: dict, keep_previous: bool = True) -
         fsync_dir(path.parent)
         stamp = _stamp(path)
         if stamp is not None:
-            _WRITTEN[str(path.resolve())] = stamp
+            _WRITTEN[_key(path)] = stamp
     except OSError as exc:
         try:
             tmp.unlink()
@@ -156,6 +166,14 @@ def write_file(path: str | os.PathLike, obj: dict, keep_previous: bool = True) -
 
 #: (size, mtime_ns) of the files this process wrote, by path: those need no re-reading
 _WRITTEN: dict[str, tuple[int, int]] = {}
+
+
+def _key(path: Path) -> str:
+    """The key of ``path`` in :data:`_WRITTEN` (its resolved path; a link loop resolves to nothing)."""
+    try:
+        return str(path.resolve())
+    except (OSError, RuntimeError):  # RuntimeError: a symbolic-link loop (Python < 3.13)
+        return str(path.absolute())
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:
@@ -173,46 +191,64 @@ def _intact(path: Path) -> bool:
     taken as intact without reading it again.
     """
     stamp = _stamp(path)
-    if stamp is not None and _WRITTEN.get(str(path.resolve())) == stamp:
+    if stamp is not None and _WRITTEN.get(_key(path)) == stamp:
         return True
     try:
-        data = path.read_bytes()
-    except OSError:
+        _payload(path)
+    except CheckpointError:
         return False
-    if len(data) < _HEADER.size:
-        return False
-    magic, version, length, digest = _HEADER.unpack_from(data)
-    payload = memoryview(data)[_HEADER.size :]
-    return magic == MAGIC and len(payload) == length and hashlib.sha256(payload).digest() == digest
+    return True
+
+
+def _size_limit() -> int | None:
+    """The largest checkpoint file read: this machine's memory (a larger one could not be loaded)."""
+    from fedlangevin._validation import cpu_memory_bytes
+
+    return cpu_memory_bytes()
+
+
+def _payload(path: Path) -> memoryview:
+    """The checked payload of the checkpoint file ``path``: a regular file (checked before it is
+    opened: a FIFO, a device or a link loop is refused, never read), no larger than this
+    machine's memory, of the length its header gives, whose checksum matches."""
+    from fedlangevin._paths import check_input_file
+
+    size = check_input_file("checkpoint", path, max_bytes=_size_limit(), error=CheckpointError,
+                            missing=f"no checkpoint file at {str(path)!r}").st_size
+    if size < _HEADER.size:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} is truncated: {size} bytes, shorter than the {_HEADER.size}-byte header"
+        )
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_HEADER.size)
+            magic, version, length, digest = _HEADER.unpack_from(head)
+            if magic != MAGIC:
+                raise CheckpointError(f"{str(path)!r} is not a fedlangevin checkpoint (wrong file signature)")
+            if version > VERSION:
+                raise CheckpointError(f"checkpoint {str(path)!r} has format version {version}; this fedlangevin "
+                                      f"reads up to {VERSION} (upgrade it)")
+            present = size - _HEADER.size
+            if present < length:
+                raise CheckpointError(
+                    f"checkpoint {str(path)!r} is truncated: {present} of {length} payload bytes present"
+                )
+            if present > length:
+                raise CheckpointError(
+                    f"checkpoint {str(path)!r} is corrupted: {present - length} unexpected bytes at the end"
+                )
+            data = f.read(length + 1)
+    except OSError as exc:
+        raise CheckpointError(f"checkpoint {str(path)!r} cannot be read: {exc}") from exc
+    if len(data) != length:  # changed while it was read
+        raise CheckpointError(f"checkpoint {str(path)!r} changed while it was read ({len(data)} of {length} bytes)")
+    if hashlib.sha256(data).digest() != digest:
+        raise CheckpointError(f"checkpoint {str(path)!r} is corrupted: its SHA-256 checksum does not match its contents")
+    return memoryview(data)
 
 
 def _read_raw(path: Path) -> dict:
-    if not path.exists():
-        raise CheckpointError(f"no checkpoint file at {str(path)!r}")
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise CheckpointError(f"checkpoint {str(path)!r} cannot be read: {exc}") from exc
-    if len(data) < _HEADER.size:
-        raise CheckpointError(
-            f"checkpoint {str(path)!r} is truncated: {len(data)} bytes, shorter than the {_HEADER.size}-byte header"
-        )
-    magic, version, length, digest = _HEADER.unpack_from(data)
-    if magic != MAGIC:
-        raise CheckpointError(f"{str(path)!r} is not a fedlangevin checkpoint (wrong file signature)")
-    if version > VERSION:
-        raise CheckpointError(
-            f"checkpoint {str(path)!r} has format version {version}; this fedlangevin reads up to {VERSION} (upgrade it)"
-        )
-    payload = memoryview(data)[_HEADER.size :]
-    if len(payload) < length:
-        raise CheckpointError(
-            f"checkpoint {str(path)!r} is truncated: {len(payload)} of {length} payload bytes present"
-        )
-    if len(payload) > length:
-        raise CheckpointError(f"checkpoint {str(path)!r} is corrupted: {len(payload) - length} unexpected bytes at the end")
-    if hashlib.sha256(payload).digest() != digest:
-        raise CheckpointError(f"checkpoint {str(path)!r} is corrupted: its SHA-256 checksum does not match its contents")
+    payload = _payload(path)
     try:
         obj = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
     except Exception as exc:  # the checksum matched, so this is a format problem, not damage
@@ -235,9 +271,9 @@ def read_file(path: str | os.PathLike, fallback: bool = False) -> tuple[dict, Pa
     try:
         return _read_raw(path), path
     except CheckpointError as exc:
-        _WRITTEN.pop(str(path.resolve()), None)  # found damaged: never trusted without reading again
+        _WRITTEN.pop(_key(path), None)  # found damaged: never trusted without reading again
         prev = path.with_name(path.name + PREV_SUFFIX)
-        if not prev.exists():
+        if not os.path.lexists(prev):  # (a link loop is reported, not taken for a missing file)
             raise
         try:
             record = _read_raw(prev)

@@ -46,6 +46,8 @@ _SAMPLES = "samples.bin"
 _ROUNDS = "draw_rounds.bin"
 _META = "meta.json"
 _CRC_BLOCK = 1 << 24  # bytes read at a time when checking a CRC
+#: the largest meta.json read (it holds names and ids: a few bytes per chain and coordinate)
+META_MAX_BYTES = 1 << 28
 
 
 class StoreError(ValueError):
@@ -148,10 +150,13 @@ class SampleStore:
 
     @classmethod
     def open(cls, path: str | os.PathLike, writable: bool = False) -> "SampleStore":
+        from fedlangevin._paths import check_input_file
+
         path = Path(path)
         meta_path = path / _META
-        if not meta_path.is_file():
-            raise StoreError(f"{str(path)!r} is not a sample store (no {_META})")
+        # every file is checked before it is opened: a FIFO, a device or a link loop is refused, never read
+        check_input_file(f"sample store {str(path)!r}: {_META}", meta_path, max_bytes=META_MAX_BYTES,
+                         error=StoreError, missing=f"{str(path)!r} is not a sample store (no {_META})")
         try:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
@@ -161,8 +166,8 @@ class SampleStore:
         if meta.get("version") != VERSION:
             raise StoreError(f"sample store {str(path)!r} has version {meta.get('version')}; this fedlangevin reads {VERSION}")
         for name in (_SAMPLES, _ROUNDS):
-            if not (path / name).is_file():
-                raise StoreError(f"sample store {str(path)!r} is missing {name}")
+            check_input_file(f"sample store {str(path)!r}: {name}", path / name, error=StoreError,
+                             missing=f"sample store {str(path)!r} is missing {name}")
         return cls(path, meta, writable)
 
     # -- sizes ------------------------------------------------------------------------------

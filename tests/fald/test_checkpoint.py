@@ -513,3 +513,70 @@ def _interrupt(sampler, folder):
         sampler.run(40, store=folder / "samples", checkpoint=folder / "run.ckpt", checkpoint_every=10, progress=False)
     finally:
         sampler._kernel = kernel
+
+
+# -- special files: refused before they are opened (issue 31, item 5) ----------------------------
+def _special(kind: str, path: Path) -> Path:
+    """Make ``path`` a FIFO, a link to /dev/zero, or a symbolic-link loop (path -> loop -> path)."""
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        if not os.path.exists("/dev/zero"):
+            pytest.skip("no /dev/zero")
+        os.symlink("/dev/zero", path)
+    else:
+        os.symlink(path.with_name(path.name + ".loop"), path)
+        os.symlink(path, path.with_name(path.name + ".loop"))
+    return path
+
+
+SPECIAL = {"fifo": "FIFO", "dev-zero": "character device", "loop": "symbolic link loop"}
+
+
+@pytest.mark.parametrize("kind", sorted(SPECIAL))
+def test_special_files_are_refused_before_they_are_opened(kind, tmp_path, deadline):
+    """A FIFO used to block forever, /dev/zero to exhaust memory, a link loop to be a raw RuntimeError."""
+    path = _special(kind, tmp_path / "c")
+    for read in (fl.FALD.resume, checkpoint_info):
+        with pytest.raises(CheckpointError, match=rf"checkpoint '.*c' is .*{SPECIAL[kind]}"):
+            read(path)
+    with pytest.raises(ValueError, match=r"checkpoint '.*c' "):  # as a target for writing: before any work
+        fl.FALD(_problem(), 1e-3).run(2, checkpoint=path)
+
+
+def test_dev_zero_itself_is_refused(deadline):
+    if not os.path.exists("/dev/zero"):
+        pytest.skip("no /dev/zero")
+    with pytest.raises(CheckpointError, match=r"'/dev/zero' is a character device, not a regular file"):
+        fl.FALD.resume("/dev/zero")
+
+
+@pytest.mark.parametrize("kind", sorted(SPECIAL))
+def test_special_prev_and_problem_files_are_refused(kind, tmp_path, deadline):
+    _checkpointed(tmp_path, rounds=10, every=5)
+    problem_file = tmp_path / "c.problem"
+    problem_file.unlink()
+    _special(kind, problem_file)
+    with pytest.raises(CheckpointError, match=rf"c.problem' is .*{SPECIAL[kind]}"):
+        fl.FALD.resume(tmp_path / "c")
+    (tmp_path / "c").write_bytes(b"damaged")
+    (tmp_path / "c.prev").unlink()
+    _special(kind, tmp_path / "c.prev")
+    with pytest.raises(CheckpointError, match=rf"previous checkpoint is unusable too: .*c.prev' is .*{SPECIAL[kind]}"):
+        fl.FALD.resume(tmp_path / "c", fallback=True)
+
+
+def test_a_checkpoint_larger_than_memory_is_refused_before_it_is_read(tmp_path):
+    """A (sparse) file claiming more bytes than this machine's memory is refused by its size."""
+    from fedlangevin._validation import cpu_memory_bytes
+    from fedlangevin.fald.checkpoint import _HEADER, MAGIC
+
+    total = cpu_memory_bytes()
+    if total is None:
+        pytest.skip("this system does not report its memory")
+    path = tmp_path / "c"
+    with open(path, "wb") as f:
+        f.write(_HEADER.pack(MAGIC, 1, total, bytes(32)))
+        f.truncate(_HEADER.size + total + 1)  # no disk blocks: the file is sparse
+    with pytest.raises(CheckpointError, match=r"checkpoint '.*c' is .* GiB .*more than the .* GiB"):
+        fl.FALD.resume(path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import tracemalloc
 from pathlib import Path
 
@@ -189,3 +190,32 @@ def test_open_store_verifies_the_crc_of_every_committed_byte(tmp_path, name, off
         assert not np.array_equal(unchecked.samples(), clean)
     with pytest.raises(ValueError, match="verify"):
         open_store(tmp_path / "s", verify="yes")
+
+
+# -- special files: refused before they are opened (issue 31, item 5) ----------------------------
+@pytest.mark.parametrize("name", ["meta.json", "samples.bin", "draw_rounds.bin"])
+@pytest.mark.parametrize("kind, what", [("fifo", "FIFO"), ("dev-zero", "character device"),
+                                        ("loop", "symbolic link loop")])
+def test_special_store_files_are_refused_naming_the_file(name, kind, what, tmp_path, deadline):
+    """A FIFO would block the open, /dev/zero never end, a link loop be a raw error: each is a
+    StoreError naming the file, for the reader and for a resumed run alike."""
+    from tests.fald.test_checkpoint import _special
+
+    store = SampleStore.create(tmp_path / "s", [0, 1], 2, np.float64)
+    store.write(np.zeros((3, 2, 2)), np.arange(1, 4))
+    store.sync()
+    store.close()
+    (tmp_path / "s" / name).unlink()
+    _special(kind, tmp_path / "s" / name)
+    for opener in (open_store, lambda p: SampleStore.open(p, writable=True)):
+        with pytest.raises(StoreError, match=rf"sample store '.*s': {name} '.*{name}' is .*{what}"):
+            opener(tmp_path / "s")
+
+
+def test_an_oversized_meta_json_is_refused_before_it_is_read(tmp_path):
+    from fedlangevin.fald.store import META_MAX_BYTES
+
+    SampleStore.create(tmp_path / "s", [0], 2, np.float64).close()
+    os.truncate(tmp_path / "s" / "meta.json", 4 * META_MAX_BYTES)  # sparse: no disk blocks
+    with pytest.raises(StoreError, match=r"meta.json '.*' is 1 GiB .*more than the 0.25 GiB"):
+        open_store(tmp_path / "s")
