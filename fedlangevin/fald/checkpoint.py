@@ -9,9 +9,11 @@ A checkpoint is one file:
     bytes 60-    payload: ``torch.save`` of a dict of tensors and plain values
 
 and is loaded with ``torch.load(..., weights_only=True)``: no pickled code runs, only
-tensors, numbers, strings, lists and dicts come back. Objects of fedlangevin's own classes
-(the built-in problems, schedules, participation rules) are stored as their class name and
-attribute values and rebuilt from the fedlangevin package itself; any other object (a user's
+tensors, numbers, strings, lists and dicts come back. Objects of an explicit allow-list of
+fedlangevin's classes (:func:`stored_classes`: the built-in problems, schedules, participation
+rules) are stored as their class name and attribute values and rebuilt from that table (the
+settings records through their constructors, which check them); a file naming any other class
+is refused, nothing is imported by a name read from a file. Any other object (a user's
 problem or step-size function) is not stored and must be given again on resume.
 
 Writes are atomic: the new checkpoint goes to ``<path>.tmp``, is fsynced, the current file
@@ -27,8 +29,8 @@ format), since its data can be large; the checkpoint records its digest.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-import importlib
 import io
 import os
 import shutil
@@ -305,9 +307,42 @@ def checkpoint_info(path: str | os.PathLike) -> dict:
 _KIND = "__kind__"
 
 
-def _is_own_class(cls: type) -> bool:
-    module = getattr(cls, "__module__", "") or ""
-    return (module == "fedlangevin" or module.startswith("fedlangevin.")) and "<locals>" not in cls.__qualname__
+def stored_classes() -> dict[str, type]:
+    """The classes a checkpoint stores as class name + attribute values, by the name it records.
+
+    An explicit allow-list: decoding rebuilds an object only of these classes (looked up in this
+    table, never imported by a name the file gives); any other object is not stored (it must
+    be given again on resume) and a checkpoint naming another class is refused.
+    """
+    from fedlangevin.fald.adaptation import AdaptedSteps
+    from fedlangevin.fald.participation import Full, SchemeI, SchemeII
+    from fedlangevin.fald.schedules import Constant, PaperDecay, Polynomial, Sequence
+    from fedlangevin.problems.base import ClientSubset
+    from fedlangevin.problems.gaussian import CurvatureSimulation, GaussianSimulation, QuadraticProblem
+    from fedlangevin.problems.logistic import LogisticRegression
+
+    classes = (Constant, PaperDecay, Polynomial, Sequence, AdaptedSteps, Full, SchemeI, SchemeII, QuadraticProblem,
+               GaussianSimulation, CurvatureSimulation, LogisticRegression, ClientSubset)
+    return {cls.__qualname__: cls for cls in classes}
+
+
+#: object entries of checkpoints written before the allow-list named their class by module and
+#: qualified name: each (module, qualname) written then -> the name it has in stored_classes()
+_ALIASES = {
+    ("fedlangevin.fald.schedules", "Constant"): "Constant",
+    ("fedlangevin.fald.schedules", "PaperDecay"): "PaperDecay",
+    ("fedlangevin.fald.schedules", "Polynomial"): "Polynomial",
+    ("fedlangevin.fald.schedules", "Sequence"): "Sequence",
+    ("fedlangevin.fald.adaptation", "AdaptedSteps"): "AdaptedSteps",
+    ("fedlangevin.fald.participation", "Full"): "Full",
+    ("fedlangevin.fald.participation", "SchemeI"): "SchemeI",
+    ("fedlangevin.fald.participation", "SchemeII"): "SchemeII",
+    ("fedlangevin.problems.gaussian", "QuadraticProblem"): "QuadraticProblem",
+    ("fedlangevin.problems.gaussian", "GaussianSimulation"): "GaussianSimulation",
+    ("fedlangevin.problems.gaussian", "CurvatureSimulation"): "CurvatureSimulation",
+    ("fedlangevin.problems.logistic", "LogisticRegression"): "LogisticRegression",
+    ("fedlangevin.problems.base", "ClientSubset"): "ClientSubset",
+}
 
 
 def _plain_tensor(t: torch.Tensor) -> torch.Tensor:
@@ -339,9 +374,10 @@ def encode(obj: Any, where: str = "value") -> Any:
     if isinstance(obj, dict):
         return {_KIND: "dict", "items": [[encode(k, f"{where} key"), encode(v, f"{where}[{k!r}]")] for k, v in obj.items()]}
     cls = type(obj)
-    if _is_own_class(cls) and hasattr(obj, "__dict__") and not isinstance(obj, type):
+    name = cls.__qualname__
+    if stored_classes().get(name) is cls and hasattr(obj, "__dict__"):
         state = {k: encode(v, f"{where}.{k}") for k, v in vars(obj).items()}
-        return {_KIND: "object", "module": cls.__module__, "qualname": cls.__qualname__, "state": state}
+        return {_KIND: "object", "class": name, "state": state}
     raise NotEncodable(f"{where}: an object of type {cls.__module__}.{cls.__qualname__} cannot be stored as plain values")
 
 
@@ -366,26 +402,45 @@ def decode(obj: Any) -> Any:
     if kind == "dict":
         return {decode(k): decode(v) for k, v in obj["items"]}
     if kind == "object":
-        module, qualname = str(obj["module"]), str(obj["qualname"])
-        if not (module == "fedlangevin" or module.startswith("fedlangevin.")) or "<" in qualname:
-            raise CheckpointError(f"checkpoint names class {module}.{qualname}, which is not part of fedlangevin")
-        try:
-            target: Any = importlib.import_module(module)
-            for part in qualname.split("."):
-                target = getattr(target, part)
-        except (ImportError, AttributeError) as exc:
-            raise CheckpointError(
-                f"checkpoint names class {module}.{qualname}, which this fedlangevin version does not have"
-            ) from exc
-        if not isinstance(target, type):
-            raise CheckpointError(f"checkpoint names {module}.{qualname}, which is not a class")
-        inst = target.__new__(target)
-        for key, value in obj["state"].items():
-            object.__setattr__(inst, key, decode(value))
-        return inst
+        return _decode_object(obj)
     if kind is None:
         return {k: decode(v) for k, v in obj.items()}
     raise CheckpointError(f"checkpoint holds an unknown value kind {kind!r}")
+
+
+def _decode_object(obj: dict) -> Any:
+    """An object of a class of :func:`stored_classes` from its entry (never any other class)."""
+    classes = stored_classes()
+    if "class" in obj:
+        name = obj["class"]
+        shown = repr(name)
+    else:  # the entry of a checkpoint written before the allow-list: (module, qualname)
+        module, qualname = obj.get("module"), obj.get("qualname")
+        name = _ALIASES.get((module, qualname)) if isinstance(module, str) and isinstance(qualname, str) else None
+        shown = f"{module}.{qualname}" if isinstance(module, str) and isinstance(qualname, str) else repr(obj.get("module"))
+    if not isinstance(name, str) or name not in classes:
+        raise CheckpointError(f"checkpoint names class {shown}, which is not one a checkpoint stores "
+                              f"(only {', '.join(sorted(classes))}); the file was not written by fedlangevin")
+    target, state = classes[name], obj.get("state")
+    if not isinstance(state, dict) or not all(
+            isinstance(k, str) and k.isidentifier() and not k.startswith("__") for k in state):
+        raise CheckpointError(f"checkpoint: the stored {name} has no valid attribute record (a dict of names)")
+    values = {k: decode(v) for k, v in state.items()}
+    if dataclasses.is_dataclass(target):  # a record of a few settings: rebuilt by its constructor, which checks them
+        fields = {f.name: f for f in dataclasses.fields(target) if f.init}
+        required = {n for n, f in fields.items()
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+        if not required <= set(values) <= set(fields):
+            raise CheckpointError(f"checkpoint: the stored {name} has the attributes {sorted(values)}; "
+                                  f"{name} takes {sorted(fields)} (required: {sorted(required)})")
+        try:
+            return target(**values)
+        except (ValueError, TypeError) as exc:
+            raise CheckpointError(f"checkpoint: the stored {name} is invalid: {exc}") from None
+    inst = target.__new__(target)
+    for key, value in values.items():
+        object.__setattr__(inst, key, value)
+    return inst
 
 
 # -- digests of problems --------------------------------------------------------------------

@@ -580,3 +580,54 @@ def test_a_checkpoint_larger_than_memory_is_refused_before_it_is_read(tmp_path):
         f.truncate(_HEADER.size + total + 1)  # no disk blocks: the file is sparse
     with pytest.raises(CheckpointError, match=r"checkpoint '.*c' is .* GiB .*more than the .* GiB"):
         fl.FALD.resume(path)
+
+
+# -- object entries: an explicit allow-list, nothing imported by name (issue 31, item 2) ---------
+def _rewrap(path: Path, change) -> None:
+    """Apply ``change(record)`` to the checkpoint at ``path`` and write it back with a valid checksum."""
+    from fedlangevin.fald.checkpoint import read_file, write_file
+
+    record, _ = read_file(path)
+    change(record)
+    write_file(path, record, keep_previous=False)
+
+
+@pytest.mark.parametrize("module, qualname", [
+    ("fedlangevin.__main__", "main"), ("fedlangevin.distributed.__main__", "main"),
+    ("fedlangevin.fald.settings", "Settings"), ("os", "system"),
+])
+@pytest.mark.parametrize("entry", ["schedule", "problem"])
+def test_a_checkpoint_naming_any_other_class_imports_nothing(module, qualname, entry, tmp_path, capsys):
+    """A valid checksum over an object entry naming fedlangevin.__main__ used to import it: the CLI
+    printed its help and raised SystemExit. Only the allow-listed classes are rebuilt."""
+    _checkpointed(tmp_path, rounds=5, every=5)
+    legacy = {"__kind__": "object", "module": module, "qualname": qualname, "state": {}}
+    new = {"__kind__": "object", "class": f"{module}.{qualname}", "state": {}}
+    for bad in (legacy, new, dict(new, **{"class": qualname})):
+        if entry == "schedule":
+            _rewrap(tmp_path / "c", lambda r: r.__setitem__("schedule", bad))
+        else:
+            _rewrap(tmp_path / "c.problem", lambda r: r.__setitem__("problem", bad))
+        before = set(sys.modules)
+        with pytest.raises(CheckpointError, match=r"names class .*which is not one a checkpoint stores"):
+            fl.FALD.resume(tmp_path / "c")
+        assert set(sys.modules) == before  # nothing was imported
+        assert capsys.readouterr().out == ""
+
+
+def test_stored_objects_are_rebuilt_through_their_checks(tmp_path):
+    """An allow-listed settings record is rebuilt by its constructor: a schedule with eta = -5 or
+    a record with unknown attributes is a CheckpointError, not a sampler with a negative step."""
+    _checkpointed(tmp_path, rounds=5, every=5)
+    for state, message in (({"eta": -5.0}, r"stored Constant is invalid: step_size must be"),
+                           ({"eta": 1e-3, "x": 1}, r"stored Constant has the attributes \['eta', 'x'\]"),
+                           ({}, r"stored Constant has the attributes \[\]"),
+                           ({"__class__": 1}, r"no valid attribute record"),
+                           ("eta", r"no valid attribute record")):
+        _rewrap(tmp_path / "c", lambda r: r.__setitem__(
+            "schedule", {"__kind__": "object", "class": "Constant", "state": state}))
+        with pytest.raises(CheckpointError, match=message):
+            fl.FALD.resume(tmp_path / "c")
+    _rewrap(tmp_path / "c", lambda r: r.__setitem__(
+        "schedule", {"__kind__": "object", "class": "Constant", "state": {"eta": 2e-3}}))
+    assert fl.FALD.resume(tmp_path / "c").schedule(0) == 2e-3
