@@ -3,10 +3,15 @@
 A checkpoint is one file:
 
     bytes 0-15   b"FEDLANGEVIN-CKPT"
-    bytes 16-19  format version (uint32, little endian)
+    bytes 16-19  format version (uint32, little endian): 2
     bytes 20-27  payload length (uint64, little endian)
-    bytes 28-59  SHA-256 of the payload
+    bytes 28-59  SHA-256 of bytes 0-27 followed by the payload (signature, version and length
+                 are covered: a changed version byte is detected like any other damage)
     bytes 60-    payload: ``torch.save`` of a dict of tensors and plain values
+
+Format version 1 (written before) is the same except that its SHA-256 covers the payload
+alone; it is still read. A version-2 file whose version byte changed to 1 (or the reverse)
+fails its checksum, and any other version is refused.
 
 and is loaded with ``torch.load(..., weights_only=True)``: no pickled code runs, only
 tensors, numbers, strings, lists and dicts come back. Objects of an explicit allow-list of
@@ -46,7 +51,9 @@ from fedlangevin.fald.store import fsync_dir
 __all__ = ["CheckpointError", "write_file", "read_file", "checkpoint_info", "encode", "decode", "NotEncodable", "digest"]
 
 MAGIC = b"FEDLANGEVIN-CKPT"
-VERSION = 1
+VERSION = 2
+#: the format versions read: 1 (checksum of the payload), 2 (checksum of header fields and payload)
+VERSIONS = (1, 2)
 _HEADER = struct.Struct("<16sIQ32s")
 PREV_SUFFIX = ".prev"
 TMP_SUFFIX = ".tmp"
@@ -130,7 +137,7 @@ def write_file(path: str | os.PathLike, obj: dict, keep_previous: bool = True) -
     """Write ``obj`` to ``path`` atomically (temporary file, fsync, rename); see the module docstring."""
     path = Path(path)
     payload = _payload_bytes(obj)
-    header = _HEADER.pack(MAGIC, VERSION, len(payload), hashlib.sha256(payload).digest())
+    header = _HEADER.pack(MAGIC, VERSION, len(payload), _checksum(VERSION, len(payload), payload))
     tmp = path.with_name(path.name + TMP_SUFFIX)
     try:
         with open(tmp, "wb") as f:
@@ -202,6 +209,16 @@ def _intact(path: Path) -> bool:
     return True
 
 
+def _checksum(version: int, length: int, payload) -> bytes:
+    """The SHA-256 a header of format ``version`` records: over the signature, version and length
+    fields and the payload (version 2), or over the payload alone (version 1, read only)."""
+    h = hashlib.sha256()
+    if version >= 2:
+        h.update(_HEADER.pack(MAGIC, version, length, bytes(32))[:-32])
+    h.update(payload)
+    return h.digest()
+
+
 def _size_limit() -> int | None:
     """The largest checkpoint file read: this machine's memory (a larger one could not be loaded)."""
     from fedlangevin._validation import cpu_memory_bytes
@@ -229,7 +246,10 @@ def _payload(path: Path) -> memoryview:
                 raise CheckpointError(f"{str(path)!r} is not a fedlangevin checkpoint (wrong file signature)")
             if version > VERSION:
                 raise CheckpointError(f"checkpoint {str(path)!r} has format version {version}; this fedlangevin "
-                                      f"reads up to {VERSION} (upgrade it)")
+                                      f"reads up to {VERSION} (upgrade it, or the file is corrupted)")
+            if version not in VERSIONS:
+                raise CheckpointError(f"checkpoint {str(path)!r} is corrupted: format version {version} does not "
+                                      f"exist (versions {', '.join(map(str, VERSIONS))} do)")
             present = size - _HEADER.size
             if present < length:
                 raise CheckpointError(
@@ -244,7 +264,7 @@ def _payload(path: Path) -> memoryview:
         raise CheckpointError(f"checkpoint {str(path)!r} cannot be read: {exc}") from exc
     if len(data) != length:  # changed while it was read
         raise CheckpointError(f"checkpoint {str(path)!r} changed while it was read ({len(data)} of {length} bytes)")
-    if hashlib.sha256(data).digest() != digest:
+    if _checksum(version, length, data) != digest:
         raise CheckpointError(f"checkpoint {str(path)!r} is corrupted: its SHA-256 checksum does not match its contents")
     return memoryview(data)
 
@@ -292,15 +312,94 @@ def read_file(path: str | os.PathLike, fallback: bool = False) -> tuple[dict, Pa
 
 
 def checkpoint_info(path: str | os.PathLike) -> dict:
-    """Plain facts of a checkpoint without building a sampler: round, step, run progress, settings."""
-    record, _ = read_file(path)
-    run = record.get("run")
+    """Plain facts of an FA-LD checkpoint without building a sampler: round, step, run progress,
+    settings. A file that is not one (or whose entries are not valid) is a :class:`CheckpointError`."""
+    from fedlangevin._validation import check_path
+    from fedlangevin.fald.resume import load_record
+
+    record, _, settings = load_record(Path(check_path("path", path)), fallback=False)
+    run = record["run"]
     return {
-        "round": int(record["round"]),
-        "step": int(record["step"]),
-        "settings": decode(record["settings"]),
+        "round": record["round"],
+        "step": record["step"],
+        "settings": settings,
         "run": None if run is None else {k: run[k] for k in ("rounds", "done", "warmup", "thin", "finished")},
     }
+
+
+# -- checks of a record's contents ----------------------------------------------------------
+class Entries:
+    """Checks of a decoded checkpoint record's entries, for the readers of the two runners.
+
+    A file with a valid checksum may still hold the wrong things (written by another program,
+    or by hand): every check raises :class:`CheckpointError` naming the file and the entry
+    (``round``, ``run['done']``, ...) and what it must be, instead of a ``KeyError`` or a
+    ``TypeError`` later. The scalar checks are the package's (:func:`fedlangevin._validation.check_int`, ...).
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+
+    def fail(self, what: str):
+        raise CheckpointError(f"checkpoint {str(self.path)!r} is not a valid record: {what}")
+
+    def _checked(self, check, name: str, value: Any, *args, **kwargs) -> Any:
+        try:
+            return check(name, value, *args, **kwargs)
+        except ValueError as exc:
+            self.fail(str(exc))
+
+    def dict(self, name: str, value: Any, keys: tuple = ()) -> dict:
+        """``value`` is a dict holding ``keys``."""
+        if not isinstance(value, dict):
+            self.fail(f"{name} must be a dictionary; got {type(value).__name__}")
+        missing = [k for k in keys if k not in value]
+        if missing:
+            self.fail(f"{name} lacks the entries {', '.join(map(repr, missing))}")
+        return value
+
+    def int(self, name: str, value: Any, low: int | None = 0, high: int | None = None) -> int:
+        from fedlangevin._validation import check_int
+
+        if not isinstance(value, int):  # a stored integer is a Python int: no floats, strings or bools
+            self.fail(f"{name} must be an integer; got {type(value).__name__} {value!r:.60}")
+        return self._checked(check_int, name, value, low, high)
+
+    def real(self, name: str, value: Any, **interval) -> float:
+        from fedlangevin._validation import check_real
+
+        if not isinstance(value, (int, float)):
+            self.fail(f"{name} must be a real number; got {type(value).__name__} {value!r:.60}")
+        return self._checked(check_real, name, value, **interval)
+
+    def bool(self, name: str, value: Any) -> bool:
+        if not isinstance(value, bool):
+            self.fail(f"{name} must be True or False; got {type(value).__name__} {value!r:.60}")
+        return value
+
+    def str(self, name: str, value: Any, choices: tuple | None = None) -> str:
+        if not isinstance(value, str):
+            self.fail(f"{name} must be a string; got {type(value).__name__} {value!r:.60}")
+        if choices is not None and value not in choices:
+            self.fail(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r:.60}")
+        return value
+
+    def list(self, name: str, value: Any) -> list:
+        if not isinstance(value, list):
+            self.fail(f"{name} must be a list; got {type(value).__name__}")
+        return value
+
+    def tensor(self, name: str, value: Any, ndim: int | None = None, kind: str | None = None) -> torch.Tensor:
+        """A tensor of ``ndim`` dimensions; ``kind``: "float" (floating point), "int" (integers) or "uint8"."""
+        if not isinstance(value, torch.Tensor):
+            self.fail(f"{name} must be a tensor; got {type(value).__name__}")
+        if ndim is not None and value.dim() != ndim:
+            self.fail(f"{name} must be a {ndim}-d tensor; got shape {tuple(value.shape)}")
+        ok = {None: True, "float": value.is_floating_point(), "uint8": value.dtype == torch.uint8,
+              "int": not value.is_floating_point() and not value.is_complex() and value.dtype != torch.bool}[kind]
+        if not ok:
+            self.fail(f"{name} must be a tensor of {kind} values; got {value.dtype}")
+        return value
 
 
 # -- plain-value encoding ---------------------------------------------------------------------

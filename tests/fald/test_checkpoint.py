@@ -631,3 +631,115 @@ def test_stored_objects_are_rebuilt_through_their_checks(tmp_path):
     _rewrap(tmp_path / "c", lambda r: r.__setitem__(
         "schedule", {"__kind__": "object", "class": "Constant", "state": {"eta": 2e-3}}))
     assert fl.FALD.resume(tmp_path / "c").schedule(0) == 2e-3
+
+
+# -- the format version is checksummed; wrong contents are named (issue 31, item 4) ----------------
+def _flip_version(path: Path, version: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[16] = version
+    path.write_bytes(bytes(data))
+
+
+def test_the_format_version_byte_is_covered_by_the_checksum(tmp_path):
+    """Byte 16 (the format version) was outside the SHA-256: changing it went unnoticed."""
+    import shutil
+
+    from fedlangevin.fald.checkpoint import VERSION
+
+    _checkpointed(tmp_path, rounds=5, every=5)
+    path = tmp_path / "c"
+    assert path.read_bytes()[16] == VERSION == 2
+    _flip_version(path, 1)
+    with pytest.raises(CheckpointError, match="corrupted: its SHA-256 checksum does not match"):
+        checkpoint_info(path)
+    _flip_version(path, 0)
+    with pytest.raises(CheckpointError, match="corrupted: format version 0 does not exist"):
+        checkpoint_info(path)
+    _flip_version(path, 2)
+    assert checkpoint_info(path)["round"] == 5
+    # a version-1 file (checksum of the payload alone) is still read, and its version byte is guarded too
+    data = Path(__file__).parent / "data"
+    for name in ("v1_run.ckpt", "v1_run.ckpt.problem"):
+        shutil.copy(data / name, tmp_path / name)
+    old = tmp_path / "v1_run.ckpt"
+    assert old.read_bytes()[16] == 1 and checkpoint_info(old)["round"] > 0
+    _flip_version(old, 2)
+    with pytest.raises(CheckpointError, match="corrupted: its SHA-256 checksum does not match"):
+        checkpoint_info(old)
+    _flip_version(old, 0)
+    with pytest.raises(CheckpointError, match="format version 0 does not exist"):
+        fl.FALD.resume(old)
+
+
+def _settings(change):
+    """A change of the record's settings (stored encoded)."""
+    from fedlangevin.fald.checkpoint import decode, encode
+
+    def apply(record):
+        settings = decode(record["settings"])
+        change(settings)
+        record["settings"] = encode(settings)
+    return apply
+
+
+def _run(change):
+    return lambda record: change(record["run"])
+
+
+BAD_CONTENTS = {
+    "no round": (lambda r: r.pop("round"), r"the record lacks the entries 'round'"),
+    "no settings": (lambda r: r.pop("settings"), r"the record lacks the entries 'settings'"),
+    "round -5": (lambda r: r.__setitem__("round", -5), r"round must be an integer >= 0; got -5"),
+    "round 'x'": (lambda r: r.__setitem__("round", "x"), r"round must be an integer; got str 'x'"),
+    "round 2.0": (lambda r: r.__setitem__("round", 2.0), r"round must be an integer; got float"),
+    "step None": (lambda r: r.__setitem__("step", None), r"step must be an integer; got NoneType"),
+    "version 'x'": (lambda r: r.__setitem__("version", "x"), r"version must be an integer; got str"),
+    "settings a string": (lambda r: r.__setitem__("settings", "x"), r"settings must be a dictionary; got str"),
+    "settings without chains": (_settings(lambda s: s.pop("chains")), r"settings lacks the entries 'chains'"),
+    "chains '2'": (_settings(lambda s: s.__setitem__("chains", "2")), r"settings\['chains'\] must be an integer; got str"),
+    "chains 0": (_settings(lambda s: s.__setitem__("chains", 0)), r"settings\['chains'\] must be an integer >= 1"),
+    "temperature nan": (_settings(lambda s: s.__setitem__("temperature", float("nan"))),
+                        r"settings\['temperature'\] must be a finite real number > 0"),
+    "dtype int8": (_settings(lambda s: s.__setitem__("dtype", "int8")), r"settings\['dtype'\] must be one of"),
+    "theta a list": (lambda r: r.__setitem__("theta", [0.0]), r"theta must be a tensor; got list"),
+    "theta's shape": (lambda r: r.__setitem__("theta", torch.zeros(3, 7, dtype=torch.float64)),
+                      r"theta has shape \(3, 7\); with 3 active chains and d = 2 it must be \(3, 2\)"),
+    "generator float": (lambda r: r.__setitem__("generator", torch.zeros(3)), r"generator must be a tensor of uint8"),
+    "ledger 'x'": (lambda r: r.__setitem__("ledger", "x"), r"ledger must be a dictionary; got str"),
+    "problem file '../x'": (lambda r: r["problem"].__setitem__("file", "../x"),
+                            r"problem\['file'\] must be a file name beside the checkpoint"),
+    "problem None": (lambda r: r.__setitem__("problem", None), r"problem must be a dictionary; got NoneType"),
+    "run 'x'": (lambda r: r.__setitem__("run", "x"), r"run must be a dictionary; got str"),
+    "run done > rounds": (_run(lambda run: run.__setitem__("done", 99)), r"run\['done'\] = 99 is more than"),
+    "run without thin": (_run(lambda run: run.pop("thin")), r"run lacks the entries 'thin'"),
+    "run draws kind": (_run(lambda run: run.__setitem__("draws", {"kind": "cloud"})),
+                       r"run\['draws'\]\['kind'\] must be one of 'memory', 'disk', 'none'; got 'cloud'"),
+    "schedule probe": (lambda r: r.__setitem__("schedule_probe", [[0, "x"]]),
+                       r"schedule_probe step size must be a real number; got str"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CONTENTS))
+def test_a_valid_checksum_over_wrong_contents_is_a_checkpoint_error_naming_the_entry(case, tmp_path):
+    """These gave KeyError 'round' / 'settings', 'invalid literal for int()', TypeError or
+    AttributeError, and round = -5 was accepted."""
+    change, message = BAD_CONTENTS[case]
+    _checkpointed(tmp_path, rounds=5, every=5)
+    _rewrap(tmp_path / "c", change)
+    for read in (fl.FALD.resume, checkpoint_info):
+        with pytest.raises(CheckpointError, match=rf"checkpoint '.*c' is not a valid record: {message}"):
+            read(tmp_path / "c")
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda r: r.__setitem__("generator", torch.zeros(3, dtype=torch.uint8)), r"RuntimeError"),
+    (lambda r: r.__setitem__("correction", {"settings": {"kind": "nope"}, "state": None}), r"KeyError: 'nope'"),
+    (lambda r: r.__setitem__("preconditioner", {"kind": "nope"}), r"cannot be rebuilt: .*unknown kind 'nope'"),
+    (_settings(lambda s: s.__setitem__("noise_dtype", "float32") or s.__setitem__("streams", "sideways")),
+     r"cannot be rebuilt: streams must be"),
+])
+def test_what_the_record_checks_cannot_see_is_still_a_checkpoint_error(change, message, tmp_path):
+    _checkpointed(tmp_path, rounds=5, every=5)
+    _rewrap(tmp_path / "c", change)
+    with pytest.raises(CheckpointError, match=rf"checkpoint '.*c'.*{message}"):
+        fl.FALD.resume(tmp_path / "c")
