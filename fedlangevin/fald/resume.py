@@ -26,14 +26,14 @@ from fedlangevin.fald import checkpoint as ckpt
 from fedlangevin.fald import drift
 from fedlangevin.fald.participation import Participation, as_participation
 from fedlangevin.fald.preconditioning import preconditioner_record
+from fedlangevin.fald.records import RECORD_KIND, RECORD_VERSION, check_fald_record
+from fedlangevin.fald.runs import Run
 from fedlangevin.fald.schedules import as_schedule
 from fedlangevin.problems.base import FederatedProblem, check_problem
 
 __all__ = ["RECORD_KIND", "RECORD_VERSION", "CheckpointWriter", "encoded_or_none", "load_record", "main_path",
            "resume_device", "resume_participation", "resume_problem", "resume_schedule"]
 
-RECORD_KIND = "fedlangevin.FALD"
-RECORD_VERSION = 2
 
 
 class CheckpointWriter:
@@ -123,135 +123,10 @@ def schedule_probe(schedule: Any, step: int, local_steps: int) -> list[list[floa
 def load_record(path: Path, fallback: bool) -> tuple[dict, Path, dict]:
     """The checkpoint record at ``path`` (or ``<path>.prev`` with ``fallback``), the file used and
     its settings (a plain dictionary), checked to be an FA-LD record of a known version whose
-    entries have the structure :func:`check_record` describes (a ``CheckpointError`` naming the
-    entry otherwise)."""
+    entries have the structure :func:`~fedlangevin.fald.records.check_fald_record` describes (a
+    ``CheckpointError`` naming the entry otherwise)."""
     record, used = ckpt.read_file(path, fallback=fallback)
-    if record.get("kind") != RECORD_KIND:
-        raise ckpt.CheckpointError(f"{str(used)!r} is not a checkpoint of an FA-LD sampler")
-    version = record.get("version")
-    if isinstance(version, int) and not isinstance(version, bool) and version > RECORD_VERSION:
-        raise ckpt.CheckpointError(f"{str(used)!r} was written by a newer fedlangevin (record version {record['version']})")
-    return record, used, check_record(record, used)
-
-
-#: the settings a resumed sampler is built from, and their checks (name -> (check, arguments))
-_SETTINGS = {
-    "local_steps": ("int", dict(low=1)), "temperature": ("real", dict(low=0.0, low_open=True)),
-    "correlation": ("real", dict(low=0.0, high=1.0)), "chains": ("int", dict(low=1)),
-    "num_clients": ("int", dict(low=1)), "dim": ("int", dict(low=1)), "seed": ("int", dict(low=0, high=2**64 - 1)),
-    "device": ("str", {}), "dtype": ("str", dict(choices=("float32", "float64"))),
-    "noise_dtype": ("str", dict(choices=("float32", "float64"))),
-}
-_RUN_INTS = {"rounds": 1, "done": 0, "warmup": 0, "thin": 1, "start_round": 0, "start_step": 0}
-
-
-def check_record(record: dict, used: Path) -> dict:
-    """Check the entries of an FA-LD checkpoint record (versions 1 and 2); returns its decoded
-    settings. What is checked: ``round`` and ``step`` (integers >= 0), ``theta`` (chains x d,
-    floating point) and ``active`` (one integer per chain), the random stream, the settings
-    (present, of their types and ranges), the problem's description, the stored schedule and
-    participation entries, the ledger and the unfinished run's plan and draws. The objects
-    themselves are rebuilt (and checked) by :func:`fedlangevin.fald.checkpoint.decode`."""
-    e = ckpt.Entries(used)
-    keys = ("version", "round", "step", "settings", "schedule", "schedule_repr", "schedule_probe", "participation",
-            "participation_repr", "problem", "theta", "active", "generator", "ledger", "run")
-    e.dict("the record", record, keys)
-    e.int("version", record["version"], 1, RECORD_VERSION)
-    e.int("round", record["round"])
-    e.int("step", record["step"])
-    settings = ckpt.decode(e.dict("settings", record["settings"]))
-    e.dict("settings", settings, tuple(_SETTINGS))
-    for name, (kind, args) in _SETTINGS.items():
-        getattr(e, kind)(f"settings[{name!r}]", settings[name], **args)
-    if settings.get("batch_size") is not None:
-        e.int("settings['batch_size']", settings["batch_size"], 1)
-    if "streams" in settings:
-        e.str("settings['streams']", settings["streams"])
-    if "adapt" in settings:
-        e.bool("settings['adapt']", settings["adapt"])
-    theta = e.tensor("theta", record["theta"], 2, "float")
-    active = e.tensor("active", record["active"], 1, "int")
-    if active.numel() != theta.shape[0] or theta.shape[1] != settings["dim"]:
-        e.fail(f"theta has shape {tuple(theta.shape)}; with {active.numel()} active chains and d = {settings['dim']} "
-               f"it must be ({active.numel()}, {settings['dim']})")
-    e.tensor("generator", record["generator"], 1, "uint8")
-    e.dict("ledger", ckpt.decode(record["ledger"]))
-    problem = e.dict("problem", record["problem"], ("file", "digest", "class", "num_clients", "dim", "weights"))
-    if problem["file"] is not None:
-        name = e.str("problem['file']", problem["file"])
-        if Path(name).name != name or name in ("", ".", ".."):
-            e.fail(f"problem['file'] must be a file name beside the checkpoint; got {name!r:.60}")
-    e.str("problem['digest']", problem["digest"])
-    e.str("problem['class']", problem["class"])
-    e.int("problem['num_clients']", problem["num_clients"], 1)
-    e.int("problem['dim']", problem["dim"], 1)
-    e.tensor("problem['weights']", problem["weights"], 1, "float")
-    for name in ("schedule", "participation"):
-        if record[name] is not None:
-            e.dict(name, record[name])
-        e.str(f"{name}_repr", record[f"{name}_repr"])
-    for pair in e.list("schedule_probe", record["schedule_probe"]):
-        if not (isinstance(pair, list) and len(pair) == 2):
-            e.fail(f"schedule_probe must hold [step, step size] pairs; got {pair!r:.60}")
-        e.int("schedule_probe step", pair[0])
-        e.real("schedule_probe step size", pair[1])
-    for name in ("preconditioner", "adaptation", "correction"):
-        if record.get(name) is not None:
-            e.dict(name, record[name])
-    if "adapted" in record:
-        e.bool("adapted", record["adapted"])
-    if record["run"] is not None:
-        _check_run(e, record["run"])
-    return settings
-
-
-def _check_run(e: ckpt.Entries, run: Any) -> None:
-    """The unfinished run's plan, progress and draws (:meth:`fedlangevin.fald.runs.Run.describe`)."""
-    keys = (*_RUN_INTS, "keep_samples", "on_divergence", "checkpoint_every", "chain_ids", "alive", "dropped",
-            "uploads", "draws", "stats", "target", "finished")
-    e.dict("run", run, keys)
-    for name, low in _RUN_INTS.items():
-        e.int(f"run[{name!r}]", run[name], low)
-    if run["done"] > run["rounds"]:
-        e.fail(f"run['done'] = {run['done']} is more than run['rounds'] = {run['rounds']}")
-    e.bool("run['keep_samples']", run["keep_samples"])
-    e.bool("run['finished']", run["finished"])
-    e.str("run['on_divergence']", run["on_divergence"])
-    if run["checkpoint_every"] is not None:
-        e.int("run['checkpoint_every']", run["checkpoint_every"], 1)
-    e.tensor("run['chain_ids']", run["chain_ids"], 1, "int")
-    e.tensor("run['alive']", run["alive"], 1, "int")
-    for entry in e.list("run['dropped']", run["dropped"]):
-        if not (isinstance(entry, list) and len(entry) == 3 and all(isinstance(v, int) for v in entry)):
-            e.fail(f"run['dropped'] must hold [chain, round, step] triples of integers; got {entry!r:.60}")
-    e.real("run['uploads']", run["uploads"], low=0.0)
-    if "setup_floats" in run:
-        e.real("run['setup_floats']", run["setup_floats"], low=0.0)
-    draws = e.dict("run['draws']", run["draws"], ("kind",))
-    kind = e.str("run['draws']['kind']", draws["kind"], ("memory", "disk", "none"))
-    if kind == "memory":
-        e.dict("run['draws']", draws, ("samples", "rounds"))
-        samples = e.tensor("run['draws']['samples']", draws["samples"], 3, "float")
-        rounds = e.tensor("run['draws']['rounds']", draws["rounds"], 1, "int")
-        if samples.shape[1] != rounds.numel():
-            e.fail(f"run['draws'] holds {samples.shape[1]} draws but {rounds.numel()} draw rounds")
-    elif kind == "disk":
-        e.dict("run['draws']", draws, ("path", "relative", "draws", "crc32"))
-        e.str("run['draws']['path']", draws["path"])
-        if draws["relative"] is not None:
-            e.str("run['draws']['relative']", draws["relative"])
-        e.int("run['draws']['draws']", draws["draws"])
-        crc = e.dict("run['draws']['crc32']", draws["crc32"], ("samples", "draw_rounds"))
-        for key in ("samples", "draw_rounds"):
-            e.int(f"run['draws']['crc32'][{key!r}]", crc[key], 0, 2**32 - 1)
-    if run["stats"] is not None:
-        e.dict("run['stats']", run["stats"])
-    if run["target"] is not None:
-        target = e.list("run['target']", run["target"])
-        if len(target) != 2:
-            e.fail(f"run['target'] must be [mean, covariance]; got {len(target)} entries")
-        e.tensor("run['target'] mean", target[0], 1, "float")
-        e.tensor("run['target'] covariance", target[1], 2, "float")
+    return record, used, check_fald_record(record, used)
 
 
 @contextlib.contextmanager
@@ -270,6 +145,17 @@ def reading(used: Path, values: bool = False):
             raise ckpt.CheckpointError(f"checkpoint {str(used)!r}: the run it records cannot be rebuilt: {exc}") from exc
         raise ckpt.CheckpointError(
             f"checkpoint {str(used)!r} is not a valid record: {type(exc).__name__}: {exc}") from exc
+
+
+def pending_run(sampler: Any, rec_run: dict | None, main: Path, used: Path, transport: Any):
+    """The unfinished run of the checkpoint at ``used`` for ``sampler`` (None if it finished):
+    rank 0 (a transport that writes, or none) continues its draws and checkpoints at ``main``."""
+    if rec_run is None or rec_run["finished"]:
+        return None
+    writes = getattr(transport, "writes", True)
+    rec_run = rec_run if writes else dict(rec_run, draws={"kind": "none"}, keep_samples=False)
+    with reading(used):
+        return Run.from_record(sampler, rec_run, main if writes else None)
 
 
 def main_path(used: Path) -> Path:

@@ -489,8 +489,7 @@ class FALD:
             the same number of processes); a process that does not write (``transport.writes``
             false) continues an unfinished run without its draws or checkpoint.
         """
-        path = check_path("path", path)
-        fallback = check_bool("fallback", fallback)
+        path, fallback = check_path("path", path), check_bool("fallback", fallback)
         record, used, settings = rs.load_record(path, fallback)  # its entries' structure is checked there
         with rs.reading(used):  # what the record's checks cannot see is still a CheckpointError naming the file
             problem = rs.resume_problem(record, used, problem)
@@ -498,27 +497,21 @@ class FALD:
             rule = rs.resume_participation(record, participation)
             saved_device, new_device = rs.resume_device(settings, device)
         with rs.reading(used, values=True):  # the arguments given are checked: a ValueError here is the file's
-            correction = drift.correction_from_record((ckpt.decode(record.get("correction")) or {}).get("settings"))
             sampler = cls(
                 problem, step_size=schedule, local_steps=settings["local_steps"], temperature=settings["temperature"],
                 correlation=settings["correlation"], participation=rule, chains=settings["chains"],
                 batch_size=settings["batch_size"], device=new_device, dtype=settings["dtype"], seed=settings["seed"],
                 noise_dtype=settings["noise_dtype"], streams=settings.get("streams", "single"), transport=transport,
-                adapt=bool(settings.get("adapt", False)), correction=correction,
+                adapt=bool(settings.get("adapt", False)), correction=drift.correction_from_record(
+                    (ckpt.decode(record.get("correction")) or {}).get("settings")),
             )
             sampler.state, sampler.active = rs.resume_state(record, used, problem.dim, sampler.device, sampler.dtype)
             rs.resume_generator(sampler.generator, record, saved_device, new_device, sampler.seed)
             sampler.ledger = ckpt.decode(record["ledger"])
             drift.restore_state(sampler, ckpt.decode(record.get("correction")))
-            adaptation.restore(sampler, {k: ckpt.decode(record.get(k)) for k in ("preconditioner", "adapted", "adaptation")},
-                               settings)
+            adaptation.restore(sampler, {k: ckpt.decode(record.get(k)) for k in ("preconditioner", "adapted", "adaptation")}, settings)
         main = rs.main_path(used)
         sampler._writer.resumed(record, main)
-        rec_run = record["run"]
-        if rec_run is not None and not rec_run["finished"]:
-            writes = getattr(transport, "writes", True)  # rank 0 alone continues the draws and the checkpoint
-            rec_run = rec_run if writes else dict(rec_run, draws={"kind": "none"}, keep_samples=False)
-            with rs.reading(used):
-                sampler._pending = Run.from_record(sampler, rec_run, main if writes else None)
+        sampler._pending = rs.pending_run(sampler, record["run"], main, used, transport)
         return sampler
 
