@@ -1,17 +1,21 @@
-"""Output paths checked before any work: the command line's options and the library's
-``store=`` / ``checkpoint=`` arguments share these checks (nothing is created by them).
+"""Paths checked before any work: the command line's options and the library's ``store=`` /
+``checkpoint=`` arguments share these checks (nothing is created by them); and files the
+package reads (checkpoints, ``.prev``, ``.problem``, a store's files), checked before they are
+opened (:func:`check_input_file`).
 
-A failed check is a ``ValueError`` whose message starts with the argument's name as the user
-wrote it (``--out``, ``store``, ...).
+A failed output check is a ``ValueError`` whose message starts with the argument's name as the
+user wrote it (``--out``, ``store``, ...).
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
 
-__all__ = ["check_output_dir", "check_output_file"]
+__all__ = ["check_input_file", "check_output_dir", "check_output_file"]
 
 #: file systems whose files are not data (writing there is never what an output option means)
 _VIRTUAL = (Path("/proc"), Path("/sys"), Path("/dev"))
@@ -108,3 +112,41 @@ def check_output_file(option: str, path) -> Path:
         raise ValueError(f"{option} {given}: {str(p.parent)!r} is a file, not a folder")
     _check_folder(option, given, p.parent)
     return p
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def check_input_file(what: str, path, *, max_bytes: int | None = None, error: type[Exception] = ValueError,
+                     missing: str | None = None) -> os.stat_result:
+    """``path`` is a regular file of at most ``max_bytes`` bytes (``None``: no limit), checked
+    with ``os.stat`` before anything opens it, so that a FIFO (which would block the open), a
+    device such as ``/dev/zero`` (endless), a folder or a symbolic-link loop is refused at once.
+
+    Returns the file's ``os.stat_result``. Raises ``error`` (``ValueError`` or a subclass such as
+    :class:`~fedlangevin.fald.checkpoint.CheckpointError`) whose message starts with ``what``
+    and names the path; ``missing``: the message for a missing file (default: "no file at").
+    """
+    given = repr(str(path))
+    try:
+        st = os.stat(path)  # follows symbolic links: a loop is ELOOP, a dangling link "missing"
+    except FileNotFoundError:
+        raise error(missing or f"{what}: no file at {given}") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise error(f"{what} {given} is a symbolic link loop (too many levels of links), not a file") from None
+        raise error(f"{what} {given} cannot be read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise error(f"{what} {given} is {_kind(st.st_mode)}, not a regular file; give the path of a file")
+    if max_bytes is not None and st.st_size > max_bytes:
+        from fedlangevin._validation import gib
+
+        raise error(f"{what} {given} is {gib(st.st_size)} ({st.st_size} bytes), more than the {gib(max_bytes)} "
+                    f"({max_bytes} bytes) such a file can be; it is not one, or it is damaged")
+    return st

@@ -32,3 +32,24 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def deadline():
+    """Bounds a test that could block (opening a FIFO waits for a writer): after 20 s SIGALRM
+    raises TimeoutError in the test instead of hanging the suite. POSIX only; restored afterwards."""
+    import signal
+
+    if not hasattr(signal, "setitimer"):  # pragma: no cover - not on POSIX
+        pytest.skip("needs signal.setitimer")
+
+    def expired(signum, frame):
+        raise TimeoutError("the test blocked for 20 s (a FIFO opened for reading?)")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, 20.0)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

@@ -3,15 +3,22 @@
 A checkpoint is one file:
 
     bytes 0-15   b"FEDLANGEVIN-CKPT"
-    bytes 16-19  format version (uint32, little endian)
+    bytes 16-19  format version (uint32, little endian): 2
     bytes 20-27  payload length (uint64, little endian)
-    bytes 28-59  SHA-256 of the payload
+    bytes 28-59  SHA-256 of bytes 0-27 followed by the payload (signature, version and length
+                 are covered: a changed version byte is detected like any other damage)
     bytes 60-    payload: ``torch.save`` of a dict of tensors and plain values
 
+Format version 1 (written before) is the same except that its SHA-256 covers the payload
+alone; it is still read. A version-2 file whose version byte changed to 1 (or the reverse)
+fails its checksum, and any other version is refused.
+
 and is loaded with ``torch.load(..., weights_only=True)``: no pickled code runs, only
-tensors, numbers, strings, lists and dicts come back. Objects of fedlangevin's own classes
-(the built-in problems, schedules, participation rules) are stored as their class name and
-attribute values and rebuilt from the fedlangevin package itself; any other object (a user's
+tensors, numbers, strings, lists and dicts come back. Objects of an explicit allow-list of
+fedlangevin's classes (:func:`stored_classes`: the built-in problems, schedules, participation
+rules) are stored as their class name and attribute values and rebuilt from that table (the
+settings records through their constructors, which check them); a file naming any other class
+is refused, nothing is imported by a name read from a file. Any other object (a user's
 problem or step-size function) is not stored and must be given again on resume.
 
 Writes are atomic: the new checkpoint goes to ``<path>.tmp``, is fsynced, the current file
@@ -28,35 +35,29 @@ format), since its data can be large; the checkpoint records its digest.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import io
 import os
 import shutil
 import struct
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import torch
 
+from fedlangevin.fald.encoding import CheckpointError, Entries, NotEncodable, decode, digest, encode, stored_classes
+from fedlangevin.fald.records import check_fald_record
 from fedlangevin.fald.store import fsync_dir
 
-__all__ = ["CheckpointError", "write_file", "read_file", "checkpoint_info", "encode", "decode", "NotEncodable", "digest"]
+__all__ = ["CheckpointError", "Entries", "write_file", "read_file", "checkpoint_info", "encode", "decode", "NotEncodable",
+           "digest", "stored_classes"]
 
 MAGIC = b"FEDLANGEVIN-CKPT"
-VERSION = 1
+VERSION = 2
+#: the format versions read: 1 (checksum of the payload), 2 (checksum of header fields and payload)
+VERSIONS = (1, 2)
 _HEADER = struct.Struct("<16sIQ32s")
 PREV_SUFFIX = ".prev"
 TMP_SUFFIX = ".tmp"
 PROBLEM_SUFFIX = ".problem"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file is missing, truncated, corrupted, or from an incompatible version."""
-
-
-class NotEncodable(TypeError):
-    """An object that a checkpoint cannot store as plain values (e.g. a user's function)."""
 
 
 # -- the file format ------------------------------------------------------------------------
@@ -73,6 +74,16 @@ def check_target(path: Path) -> Path:
     from fedlangevin._paths import check_output_file
 
     check_output_file("checkpoint", path)
+    if os.path.lexists(path) and not path.is_file():
+        try:
+            os.stat(path)
+        except FileNotFoundError:  # a dangling link: replaced by the checkpoint, like a missing file
+            pass
+        except OSError as exc:  # a link loop
+            raise ValueError(f"checkpoint {str(path)!r} cannot be used: {exc.strerror or exc}") from None
+        else:  # a FIFO, a device, a socket
+            raise ValueError(f"checkpoint {str(path)!r} exists and is not a regular file; it would be replaced: "
+                             "give the path of a file")
     if path.is_file():
         with open(path, "rb") as f:
             head = f.read(len(MAGIC))
@@ -118,7 +129,7 @@ def write_file(path: str | os.PathLike, obj: dict, keep_previous: bool = True) -
     """Write ``obj`` to ``path`` atomically (temporary file, fsync, rename); see the module docstring."""
     path = Path(path)
     payload = _payload_bytes(obj)
-    header = _HEADER.pack(MAGIC, VERSION, len(payload), hashlib.sha256(payload).digest())
+    header = _HEADER.pack(MAGIC, VERSION, len(payload), _checksum(VERSION, len(payload), payload))
     tmp = path.with_name(path.name + TMP_SUFFIX)
     try:
         with open(tmp, "wb") as f:
@@ -142,7 +153,7 @@ def write_file(path: str | os.PathLike, obj: dict, keep_previous: bool = True) -
         fsync_dir(path.parent)
         stamp = _stamp(path)
         if stamp is not None:
-            _WRITTEN[str(path.resolve())] = stamp
+            _WRITTEN[_key(path)] = stamp
     except OSError as exc:
         try:
             tmp.unlink()
@@ -156,6 +167,14 @@ def write_file(path: str | os.PathLike, obj: dict, keep_previous: bool = True) -
 
 #: (size, mtime_ns) of the files this process wrote, by path: those need no re-reading
 _WRITTEN: dict[str, tuple[int, int]] = {}
+
+
+def _key(path: Path) -> str:
+    """The key of ``path`` in :data:`_WRITTEN` (its resolved path; a link loop resolves to nothing)."""
+    try:
+        return str(path.resolve())
+    except (OSError, RuntimeError):  # RuntimeError: a symbolic-link loop (Python < 3.13)
+        return str(path.absolute())
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:
@@ -173,46 +192,77 @@ def _intact(path: Path) -> bool:
     taken as intact without reading it again.
     """
     stamp = _stamp(path)
-    if stamp is not None and _WRITTEN.get(str(path.resolve())) == stamp:
+    if stamp is not None and _WRITTEN.get(_key(path)) == stamp:
         return True
     try:
-        data = path.read_bytes()
-    except OSError:
+        _payload(path)
+    except CheckpointError:
         return False
-    if len(data) < _HEADER.size:
-        return False
-    magic, version, length, digest = _HEADER.unpack_from(data)
-    payload = memoryview(data)[_HEADER.size :]
-    return magic == MAGIC and len(payload) == length and hashlib.sha256(payload).digest() == digest
+    return True
+
+
+def _checksum(version: int, length: int, payload) -> bytes:
+    """The SHA-256 a header of format ``version`` records: over the signature, version and length
+    fields and the payload (version 2), or over the payload alone (version 1, read only)."""
+    h = hashlib.sha256()
+    if version >= 2:
+        h.update(_HEADER.pack(MAGIC, version, length, bytes(32))[:-32])
+    h.update(payload)
+    return h.digest()
+
+
+def _size_limit() -> int | None:
+    """The largest checkpoint file read: this machine's memory (a larger one could not be loaded)."""
+    from fedlangevin._validation import cpu_memory_bytes
+
+    return cpu_memory_bytes()
+
+
+def _payload(path: Path) -> memoryview:
+    """The checked payload of the checkpoint file ``path``: a regular file (checked before it is
+    opened: a FIFO, a device or a link loop is refused, never read), no larger than this
+    machine's memory, of the length its header gives, whose checksum matches."""
+    from fedlangevin._paths import check_input_file
+
+    size = check_input_file("checkpoint", path, max_bytes=_size_limit(), error=CheckpointError,
+                            missing=f"no checkpoint file at {str(path)!r}").st_size
+    if size < _HEADER.size:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} is truncated: {size} bytes, shorter than the {_HEADER.size}-byte header"
+        )
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_HEADER.size)
+            magic, version, length, digest = _HEADER.unpack_from(head)
+            if magic != MAGIC:
+                raise CheckpointError(f"{str(path)!r} is not a fedlangevin checkpoint (wrong file signature)")
+            if version > VERSION:
+                raise CheckpointError(f"checkpoint {str(path)!r} has format version {version}; this fedlangevin "
+                                      f"reads up to {VERSION} (upgrade it, or the file is corrupted)")
+            if version not in VERSIONS:
+                raise CheckpointError(f"checkpoint {str(path)!r} is corrupted: format version {version} does not "
+                                      f"exist (versions {', '.join(map(str, VERSIONS))} do)")
+            present = size - _HEADER.size
+            if present < length:
+                raise CheckpointError(
+                    f"checkpoint {str(path)!r} is truncated: {present} of {length} payload bytes present"
+                )
+            if present > length:
+                raise CheckpointError(
+                    f"checkpoint {str(path)!r} is corrupted: {present - length} unexpected bytes at the end"
+                )
+            data = f.read(length + 1)
+    except OSError as exc:
+        raise CheckpointError(f"checkpoint {str(path)!r} cannot be read: {exc}") from exc
+    if len(data) != length:  # changed while it was read
+        raise CheckpointError(f"checkpoint {str(path)!r} changed while it was read ({len(data)} of {length} bytes)")
+    if _checksum(version, length, data) != digest:
+        raise CheckpointError(f"checkpoint {str(path)!r} is corrupted: its SHA-256 checksum does not match its contents")
+    return memoryview(data)
 
 
 def _read_raw(path: Path) -> dict:
-    if not path.exists():
-        raise CheckpointError(f"no checkpoint file at {str(path)!r}")
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise CheckpointError(f"checkpoint {str(path)!r} cannot be read: {exc}") from exc
-    if len(data) < _HEADER.size:
-        raise CheckpointError(
-            f"checkpoint {str(path)!r} is truncated: {len(data)} bytes, shorter than the {_HEADER.size}-byte header"
-        )
-    magic, version, length, digest = _HEADER.unpack_from(data)
-    if magic != MAGIC:
-        raise CheckpointError(f"{str(path)!r} is not a fedlangevin checkpoint (wrong file signature)")
-    if version > VERSION:
-        raise CheckpointError(
-            f"checkpoint {str(path)!r} has format version {version}; this fedlangevin reads up to {VERSION} (upgrade it)"
-        )
-    payload = memoryview(data)[_HEADER.size :]
-    if len(payload) < length:
-        raise CheckpointError(
-            f"checkpoint {str(path)!r} is truncated: {len(payload)} of {length} payload bytes present"
-        )
-    if len(payload) > length:
-        raise CheckpointError(f"checkpoint {str(path)!r} is corrupted: {len(payload) - length} unexpected bytes at the end")
-    if hashlib.sha256(payload).digest() != digest:
-        raise CheckpointError(f"checkpoint {str(path)!r} is corrupted: its SHA-256 checksum does not match its contents")
+    payload = _payload(path)
     try:
         obj = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
     except Exception as exc:  # the checksum matched, so this is a format problem, not damage
@@ -235,9 +285,9 @@ def read_file(path: str | os.PathLike, fallback: bool = False) -> tuple[dict, Pa
     try:
         return _read_raw(path), path
     except CheckpointError as exc:
-        _WRITTEN.pop(str(path.resolve()), None)  # found damaged: never trusted without reading again
+        _WRITTEN.pop(_key(path), None)  # found damaged: never trusted without reading again
         prev = path.with_name(path.name + PREV_SUFFIX)
-        if not prev.exists():
+        if not os.path.lexists(prev):  # (a link loop is reported, not taken for a missing file)
             raise
         try:
             record = _read_raw(prev)
@@ -254,143 +304,16 @@ def read_file(path: str | os.PathLike, fallback: bool = False) -> tuple[dict, Pa
 
 
 def checkpoint_info(path: str | os.PathLike) -> dict:
-    """Plain facts of a checkpoint without building a sampler: round, step, run progress, settings."""
-    record, _ = read_file(path)
-    run = record.get("run")
+    """Plain facts of an FA-LD checkpoint without building a sampler: round, step, run progress,
+    settings. A file that is not one (or whose entries are not valid) is a :class:`CheckpointError`."""
+    from fedlangevin._validation import check_path
+
+    record, used = read_file(check_path("path", path))
+    settings = check_fald_record(record, used)
+    run = record["run"]
     return {
-        "round": int(record["round"]),
-        "step": int(record["step"]),
-        "settings": decode(record["settings"]),
+        "round": record["round"],
+        "step": record["step"],
+        "settings": settings,
         "run": None if run is None else {k: run[k] for k in ("rounds", "done", "warmup", "thin", "finished")},
     }
-
-
-# -- plain-value encoding ---------------------------------------------------------------------
-_KIND = "__kind__"
-
-
-def _is_own_class(cls: type) -> bool:
-    module = getattr(cls, "__module__", "") or ""
-    return (module == "fedlangevin" or module.startswith("fedlangevin.")) and "<locals>" not in cls.__qualname__
-
-
-def _plain_tensor(t: torch.Tensor) -> torch.Tensor:
-    t = t.detach().cpu()
-    whole = t.untyped_storage().nbytes() == t.numel() * t.element_size()
-    return t if (t.is_contiguous() and t.storage_offset() == 0 and whole) else t.clone()
-
-
-def encode(obj: Any, where: str = "value") -> Any:
-    """Plain values (tensors, numbers, strings, lists, dicts) for ``obj``, or :class:`NotEncodable`."""
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    if isinstance(obj, torch.Tensor):
-        return _plain_tensor(obj)
-    if isinstance(obj, np.ndarray):
-        if obj.dtype == object:
-            raise NotEncodable(f"{where}: numpy arrays of objects cannot be stored")
-        return {_KIND: "ndarray", "data": torch.from_numpy(np.ascontiguousarray(obj).copy())}
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, torch.dtype):
-        return {_KIND: "dtype", "name": str(obj).replace("torch.", "")}
-    if isinstance(obj, torch.device):
-        return {_KIND: "device", "name": str(obj)}
-    if isinstance(obj, list):
-        return [encode(v, f"{where}[{i}]") for i, v in enumerate(obj)]
-    if isinstance(obj, tuple):
-        return {_KIND: "tuple", "items": [encode(v, f"{where}[{i}]") for i, v in enumerate(obj)]}
-    if isinstance(obj, dict):
-        return {_KIND: "dict", "items": [[encode(k, f"{where} key"), encode(v, f"{where}[{k!r}]")] for k, v in obj.items()]}
-    cls = type(obj)
-    if _is_own_class(cls) and hasattr(obj, "__dict__") and not isinstance(obj, type):
-        state = {k: encode(v, f"{where}.{k}") for k, v in vars(obj).items()}
-        return {_KIND: "object", "module": cls.__module__, "qualname": cls.__qualname__, "state": state}
-    raise NotEncodable(f"{where}: an object of type {cls.__module__}.{cls.__qualname__} cannot be stored as plain values")
-
-
-def decode(obj: Any) -> Any:
-    """Inverse of :func:`encode`."""
-    if isinstance(obj, list):
-        return [decode(v) for v in obj]
-    if not isinstance(obj, dict):
-        return obj
-    kind = obj.get(_KIND)
-    if kind == "ndarray":
-        return obj["data"].numpy()
-    if kind == "dtype":
-        dtype = getattr(torch, obj["name"], None)
-        if not isinstance(dtype, torch.dtype):
-            raise CheckpointError(f"checkpoint names an unknown torch dtype {obj['name']!r}")
-        return dtype
-    if kind == "device":
-        return torch.device(obj["name"])
-    if kind == "tuple":
-        return tuple(decode(v) for v in obj["items"])
-    if kind == "dict":
-        return {decode(k): decode(v) for k, v in obj["items"]}
-    if kind == "object":
-        module, qualname = str(obj["module"]), str(obj["qualname"])
-        if not (module == "fedlangevin" or module.startswith("fedlangevin.")) or "<" in qualname:
-            raise CheckpointError(f"checkpoint names class {module}.{qualname}, which is not part of fedlangevin")
-        try:
-            target: Any = importlib.import_module(module)
-            for part in qualname.split("."):
-                target = getattr(target, part)
-        except (ImportError, AttributeError) as exc:
-            raise CheckpointError(
-                f"checkpoint names class {module}.{qualname}, which this fedlangevin version does not have"
-            ) from exc
-        if not isinstance(target, type):
-            raise CheckpointError(f"checkpoint names {module}.{qualname}, which is not a class")
-        inst = target.__new__(target)
-        for key, value in obj["state"].items():
-            object.__setattr__(inst, key, decode(value))
-        return inst
-    if kind is None:
-        return {k: decode(v) for k, v in obj.items()}
-    raise CheckpointError(f"checkpoint holds an unknown value kind {kind!r}")
-
-
-# -- digests of problems --------------------------------------------------------------------
-def digest(obj: Any) -> str:
-    """SHA-256 over an object's tensors, arrays and plain attributes (recursively).
-
-    Functions and other opaque members contribute their qualified names only. Used to check
-    that a problem given on resume is the one the checkpointed run sampled.
-    """
-    h = hashlib.sha256()
-    _feed(h, obj, set())
-    return h.hexdigest()
-
-
-def _feed(h, obj: Any, seen: set) -> None:
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        h.update(repr(obj).encode())
-    elif isinstance(obj, torch.Tensor):
-        t = obj.detach().cpu().contiguous()
-        h.update(f"tensor{t.dtype}{tuple(t.shape)}".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    elif isinstance(obj, np.ndarray) and obj.dtype != object:
-        a = np.ascontiguousarray(obj)
-        h.update(f"ndarray{a.dtype}{a.shape}".encode())
-        h.update(a.tobytes())
-    elif isinstance(obj, np.generic):
-        h.update(repr(obj.item()).encode())
-    elif isinstance(obj, (list, tuple)):
-        h.update(f"{type(obj).__name__}{len(obj)}".encode())
-        for v in obj:
-            _feed(h, v, seen)
-    elif isinstance(obj, dict):
-        h.update(f"dict{len(obj)}".encode())
-        for k in sorted(obj, key=repr):
-            h.update(repr(k).encode())
-            _feed(h, obj[k], seen)
-    elif id(obj) in seen:
-        h.update(b"<cycle>")
-    elif hasattr(obj, "__dict__") and not callable(obj) and not isinstance(obj, type):
-        seen.add(id(obj))
-        h.update(f"{type(obj).__module__}.{type(obj).__qualname__}".encode())
-        _feed(h, {k: v for k, v in vars(obj).items() if not k.startswith("_cache")}, seen)
-    else:
-        h.update(f"<{type(obj).__module__}.{getattr(type(obj), '__qualname__', '?')}>".encode())

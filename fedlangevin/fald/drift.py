@@ -61,6 +61,8 @@ def correction_from_record(stored: dict | None, given: Any = None):
         return None
     fields = dict(stored)
     kind = fields.pop("kind", None)
+    if not isinstance(kind, str):  # a malformed record (the reader makes this a CheckpointError naming the file)
+        raise TypeError(f"the correction's settings record names no kind: {dict(stored)!r}")
     if kind in CORRECTIONS:
         return CORRECTIONS[kind](**fields)
     if given is None:

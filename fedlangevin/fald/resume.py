@@ -13,6 +13,7 @@ total), 2 (the full settings record; communication derived from the ledger). Bot
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,8 @@ from fedlangevin._validation import check_bool, check_device, check_path
 from fedlangevin.fald import checkpoint as ckpt
 from fedlangevin.fald import adaptation, drift
 from fedlangevin.fald.participation import Participation, as_participation
-from fedlangevin.fald.preconditioning import preconditioner_record
+from fedlangevin.fald.preconditioning import preconditioner_from_record, preconditioner_record
+from fedlangevin.fald.records import RECORD_KIND, RECORD_VERSION, check_fald_record
 from fedlangevin.fald.runs import Run
 from fedlangevin.fald.schedules import as_schedule
 from fedlangevin.problems.base import FederatedProblem, check_problem
@@ -32,8 +34,6 @@ from fedlangevin.problems.base import FederatedProblem, check_problem
 __all__ = ["RECORD_KIND", "RECORD_VERSION", "CheckpointWriter", "encoded_or_none", "load_record", "main_path",
            "resume_device", "resume_participation", "resume_problem", "resume_sampler", "resume_schedule"]
 
-RECORD_KIND = "fedlangevin.FALD"
-RECORD_VERSION = 2
 
 
 class CheckpointWriter:
@@ -122,13 +122,40 @@ def schedule_probe(schedule: Any, step: int, local_steps: int) -> list[list[floa
 
 def load_record(path: Path, fallback: bool) -> tuple[dict, Path, dict]:
     """The checkpoint record at ``path`` (or ``<path>.prev`` with ``fallback``), the file used and
-    its settings (a plain dictionary), checked to be an FA-LD record of a known version."""
+    its settings (a plain dictionary), checked to be an FA-LD record of a known version whose
+    entries have the structure :func:`~fedlangevin.fald.records.check_fald_record` describes (a
+    ``CheckpointError`` naming the entry otherwise)."""
     record, used = ckpt.read_file(path, fallback=fallback)
-    if record.get("kind") != RECORD_KIND:
-        raise ckpt.CheckpointError(f"{str(used)!r} is not a checkpoint of an FA-LD sampler")
-    if int(record.get("version", 0)) > RECORD_VERSION:
-        raise ckpt.CheckpointError(f"{str(used)!r} was written by a newer fedlangevin (record version {record['version']})")
-    return record, used, ckpt.decode(record["settings"])
+    return record, used, check_fald_record(record, used)
+
+
+@contextlib.contextmanager
+def reading(used: Path, values: bool = False):
+    """Rebuilding a sampler from the checked record at ``used``: an error that only a malformed
+    record can cause there (``KeyError``, ``TypeError``, ``AttributeError``, ``IndexError``, a
+    torch ``RuntimeError``; with ``values``, also a ``ValueError`` of a value it holds) becomes a
+    :class:`~fedlangevin.fald.checkpoint.CheckpointError` naming the file and the original error."""
+    kinds = (KeyError, TypeError, AttributeError, IndexError, RuntimeError) + ((ValueError,) if values else ())
+    try:
+        yield
+    except ckpt.CheckpointError:
+        raise
+    except kinds as exc:
+        if isinstance(exc, ValueError):
+            raise ckpt.CheckpointError(f"checkpoint {str(used)!r}: the run it records cannot be rebuilt: {exc}") from exc
+        raise ckpt.CheckpointError(
+            f"checkpoint {str(used)!r} is not a valid record: {type(exc).__name__}: {exc}") from exc
+
+
+def pending_run(sampler: Any, rec_run: dict | None, main: Path, used: Path, transport: Any):
+    """The unfinished run of the checkpoint at ``used`` for ``sampler`` (None if it finished):
+    rank 0 (a transport that writes, or none) continues its draws and checkpoints at ``main``."""
+    if rec_run is None or rec_run["finished"]:
+        return None
+    writes = getattr(transport, "writes", True)
+    rec_run = rec_run if writes else dict(rec_run, draws={"kind": "none"}, keep_samples=False)
+    with reading(used):
+        return Run.from_record(sampler, rec_run, main if writes else None)
 
 
 def main_path(used: Path) -> Path:
@@ -167,6 +194,8 @@ def resume_problem(record: dict, used: Path, problem: Any) -> FederatedProblem:
         if not sidecar.exists():  # read from <path>.prev: the problem file is named after <path>
             sidecar = used.with_name(used.name.removesuffix(ckpt.PREV_SUFFIX) + ckpt.PROBLEM_SUFFIX)
         side, _ = ckpt.read_file(sidecar)
+        if side.get("kind") != "fedlangevin.problem" or "problem" not in side:
+            raise ckpt.CheckpointError(f"{str(sidecar)!r} is not the problem file of an FA-LD checkpoint")
         if side.get("digest") != info["digest"]:
             raise ckpt.CheckpointError(
                 f"the problem file {str(sidecar)!r} belongs to another run (digest differs); pass the problem: "
@@ -175,6 +204,10 @@ def resume_problem(record: dict, used: Path, problem: Any) -> FederatedProblem:
         problem = ckpt.decode(side["problem"])
         if not isinstance(problem, FederatedProblem):
             raise ckpt.CheckpointError(f"{str(sidecar)!r} does not hold a federated problem")
+        try:
+            check_problem(problem)
+        except ValueError as exc:
+            raise ckpt.CheckpointError(f"{str(sidecar)!r} does not hold a usable problem: {exc}") from None
         return problem
     check_problem(problem)
     name = f"{type(problem).__module__}.{type(problem).__qualname__}"
@@ -267,32 +300,36 @@ def resume_sampler(cls, path, *, problem=None, step_size=None, participation=Non
     """``cls.resume(path, ...)`` (:meth:`fedlangevin.FALD.resume`, which documents the arguments): the
     sampler rebuilt from the checkpoint's settings, then its state, stream, ledger, correction,
     preconditioner and adaptation, and the unfinished run, put back."""
-    path = check_path("path", path)
-    fallback = check_bool("fallback", fallback)
-    record, used, settings = load_record(path, fallback)
-    problem = resume_problem(record, used, problem)
-    schedule = resume_schedule(record, step_size, problem)
-    rule = resume_participation(record, participation)
-    saved_device, new_device = resume_device(settings, device)
-    sampler = cls(
-        problem, step_size=schedule, local_steps=settings["local_steps"], temperature=settings["temperature"],
-        correlation=settings["correlation"], participation=rule, chains=settings["chains"],
-        batch_size=settings["batch_size"], device=new_device, dtype=settings["dtype"], seed=settings["seed"],
-        noise_dtype=settings["noise_dtype"], streams=settings.get("streams", "single"), transport=transport,
-        adapt=bool(settings.get("adapt", False)), correction=drift.correction_from_record(
-            (ckpt.decode(record.get("correction")) or {}).get("settings"), correction),
-    )
-    sampler.state, sampler.active = resume_state(record, used, problem.dim, sampler.device, sampler.dtype)
-    resume_generator(sampler.generator, record, saved_device, new_device, sampler.seed)
-    sampler.ledger = ckpt.decode(record["ledger"])
-    drift.restore_state(sampler, ckpt.decode(record.get("correction")))
-    adaptation.restore(sampler, {k: ckpt.decode(record.get(k)) for k in ("preconditioner", "adapted", "adaptation")},
-                       settings, preconditioner)
+    path, fallback = check_path("path", path), check_bool("fallback", fallback)
+    record, used, settings = load_record(path, fallback)  # its entries' structure is checked there
+    with reading(used):  # what the record's checks cannot see is still a CheckpointError naming the file
+        problem = resume_problem(record, used, problem)
+        schedule = resume_schedule(record, step_size, problem)
+        rule = resume_participation(record, participation)
+        saved_device, new_device = resume_device(settings, device)
+    with reading(used):  # a ValueError here is about the correction given (or missing), not the file
+        stored_correction = (ckpt.decode(record.get("correction")) or {}).get("settings")
+        correction = drift.correction_from_record(stored_correction, correction)
+    with reading(used, values=True):  # the arguments given are checked: a ValueError here is the file's
+        sampler = cls(
+            problem, step_size=schedule, local_steps=settings["local_steps"], temperature=settings["temperature"],
+            correlation=settings["correlation"], participation=rule, chains=settings["chains"],
+            batch_size=settings["batch_size"], device=new_device, dtype=settings["dtype"], seed=settings["seed"],
+            noise_dtype=settings["noise_dtype"], streams=settings.get("streams", "single"), transport=transport,
+            adapt=bool(settings.get("adapt", False)), correction=correction,
+        )
+        sampler.state, sampler.active = resume_state(record, used, problem.dim, sampler.device, sampler.dtype)
+        resume_generator(sampler.generator, record, saved_device, new_device, sampler.seed)
+        sampler.ledger = ckpt.decode(record["ledger"])
+        drift.restore_state(sampler, ckpt.decode(record.get("correction")))
+    with reading(used):
+        stored = {k: ckpt.decode(record.get(k)) for k in ("preconditioner", "adapted", "adaptation")}
+    for entry in (stored["preconditioner"], (stored["adaptation"] or {}).get("preconditioner")):
+        if isinstance(entry, dict) and entry.get("kind") == "user":  # the user's own class: given again, and checked
+            preconditioner_from_record(entry, preconditioner)
+    with reading(used, values=True):
+        adaptation.restore(sampler, stored, settings, preconditioner)
     main = main_path(used)
     sampler._writer.resumed(record, main)
-    rec_run = record["run"]
-    if rec_run is not None and not rec_run["finished"]:
-        writes = getattr(transport, "writes", True)  # rank 0 alone continues the draws and the checkpoint
-        rec_run = rec_run if writes else dict(rec_run, draws={"kind": "none"}, keep_samples=False)
-        sampler._pending = Run.from_record(sampler, rec_run, main if writes else None)
+    sampler._pending = pending_run(sampler, record["run"], main, used, transport)
     return sampler

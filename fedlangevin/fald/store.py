@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
 import zlib
 from pathlib import Path
 from typing import Any, Sequence
@@ -46,6 +45,8 @@ _SAMPLES = "samples.bin"
 _ROUNDS = "draw_rounds.bin"
 _META = "meta.json"
 _CRC_BLOCK = 1 << 24  # bytes read at a time when checking a CRC
+#: the largest meta.json read (it holds names and ids: a few bytes per chain and coordinate)
+META_MAX_BYTES = 1 << 28
 
 
 class StoreError(ValueError):
@@ -148,21 +149,27 @@ class SampleStore:
 
     @classmethod
     def open(cls, path: str | os.PathLike, writable: bool = False) -> "SampleStore":
+        from fedlangevin._paths import check_input_file
+
         path = Path(path)
         meta_path = path / _META
-        if not meta_path.is_file():
-            raise StoreError(f"{str(path)!r} is not a sample store (no {_META})")
+        # every file is checked before it is opened: a FIFO, a device or a link loop is refused, never read
+        check_input_file(f"sample store {str(path)!r}: {_META}", meta_path, max_bytes=META_MAX_BYTES,
+                         error=StoreError, missing=f"{str(path)!r} is not a sample store (no {_META})")
         try:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise StoreError(f"sample store {str(path)!r}: {_META} is unreadable ({exc})") from exc
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        if not isinstance(meta, dict):
+            raise StoreError(f"sample store {str(path)!r}: {_META} must hold a JSON object; got {type(meta).__name__}")
+        if meta.get("format") != FORMAT:
             raise StoreError(f"{str(path)!r} is not a fedlangevin sample store (format {meta.get('format')!r})")
         if meta.get("version") != VERSION:
             raise StoreError(f"sample store {str(path)!r} has version {meta.get('version')}; this fedlangevin reads {VERSION}")
+        _check_meta(path, meta)
         for name in (_SAMPLES, _ROUNDS):
-            if not (path / name).is_file():
-                raise StoreError(f"sample store {str(path)!r} is missing {name}")
+            check_input_file(f"sample store {str(path)!r}: {name}", path / name, error=StoreError,
+                             missing=f"sample store {str(path)!r} is missing {name}")
         return cls(path, meta, writable)
 
     # -- sizes ------------------------------------------------------------------------------
@@ -321,6 +328,46 @@ class SampleStore:
         return f"SampleStore({str(self.path)!r}, chains={self.chains}, draws={self.draws}, dim={self.dim}, dtype={self.dtype})"
 
 
+#: the value types a store holds (little-endian floats)
+DTYPES = ("<f2", "<f4", "<f8")
+
+
+def _check_meta(path: Path, meta: dict) -> None:
+    """``meta.json``'s entries have their types and ranges; a StoreError naming the entry otherwise."""
+    from fedlangevin._validation import check_int
+
+    def fail(what: str):
+        raise StoreError(f"sample store {str(path)!r}: {_META}{what}")
+
+    for key in ("chains", "dim", "dtype", "chain_ids", "draws", "crc32"):
+        if key not in meta:
+            fail(f" lacks {key!r}: it is damaged")
+    for key, low in (("chains", 1), ("dim", 1), ("draws", 0)):
+        try:
+            meta[key] = check_int(key, meta[key], low)
+        except ValueError as exc:
+            fail(f": {exc}")
+    chains, dim = meta["chains"], meta["dim"]
+    if meta["dtype"] not in DTYPES:
+        fail(f": dtype must be one of {', '.join(map(repr, DTYPES))}; got {meta['dtype']!r:.60}")
+    ids = meta["chain_ids"]
+    if not (isinstance(ids, list) and len(ids) == chains and all(type(c) is int for c in ids)):
+        fail(f": chain_ids must be a list of {chains} integers (one per chain); got {ids!r:.60}")
+    names = meta.get("var_names")
+    if names is not None and not (isinstance(names, list) and len(names) == dim and all(isinstance(n, str) for n in names)):
+        fail(f": var_names must be null or a list of {dim} strings; got {names!r:.60}")
+    crc = meta["crc32"]
+    if not (isinstance(crc, dict) and all(type(crc.get(k)) is int and 0 <= crc[k] < 2**32 for k in ("samples", "draw_rounds"))):
+        fail(f": crc32 must be {{'samples': ..., 'draw_rounds': ...}}, two integers in [0, 2**32); got {crc!r:.60}")
+    dropped = meta.get("dropped", {})
+    if not (isinstance(dropped, dict) and all(
+            isinstance(k, str) and k.lstrip("-").isdigit() and isinstance(v, list) and len(v) == 2
+            and all(type(x) is int for x in v) for k, v in dropped.items())):
+        fail(f": dropped must be {{'chain id': [round, step], ...}}; got {dropped!r:.60}")
+    if not isinstance(meta.get("settings", {}), dict):
+        fail(f": settings must be an object; got {type(meta['settings']).__name__}")
+
+
 def _file_crc(path: Path, size: int) -> int:
     crc = 0
     with open(path, "rb") as f:
@@ -337,30 +384,33 @@ def _file_crc(path: Path, size: int) -> int:
 def open_store(path: str | os.PathLike, verify: bool = True) -> SampleStore:
     """Open a sample store for reading.
 
-    If the process that wrote it was killed, ``meta.json`` may count fewer draws than the
-    files hold (the tail after the last sync is not committed) — readers see the committed
-    draws; or, after a crash of the storage itself, more than the files hold — then the
-    complete rows are used and a warning says so.
+    ``meta.json`` is checked first (a damaged one — not a JSON object, a count that is not an
+    integer >= 0, entries of the wrong types — is a :class:`StoreError` naming it). The files
+    must hold every draw ``meta.json`` commits: if the process that wrote them was killed they
+    may hold more (the tail after the last sync is not committed, and readers see the committed
+    draws); if they hold fewer (a file truncated or emptied, or a count in ``meta.json`` that
+    was changed), the store is refused with a :class:`StoreError` naming ``meta.json``, the
+    short file and both counts — never read with fewer draws.
 
     ``verify`` (default ``True``): check the committed draws against the CRC-32 values in
     ``meta.json`` before returning, so a flipped byte on disk is a :class:`StoreError` naming
     the file instead of altered values. It reads the whole store once (at disk speed, about
-    1 s per GB here); ``verify=False`` skips it for very large stores. A store whose files
-    hold fewer draws than recorded cannot be checked against the recorded values (they cover
-    the missing rows too): it is read with the warning above, unverified.
+    1 s per GB here); ``verify=False`` skips it for very large stores (the sizes are checked
+    either way).
     """
     from fedlangevin._validation import check_bool
 
     verify = check_bool("verify", verify)
     store = SampleStore.open(check_path("path", path), writable=False)
-    available = store._readable_draws()
-    if available < store.draws:
-        warnings.warn(
-            f"sample store {str(store.path)!r} records {store.draws} draws but its files hold {available} "
-            f"complete ones; reading {available} (not verified: the recorded CRC-32 covers the missing rows)",
-            stacklevel=2,
-        )
-        store.meta["draws"] = available
-    elif verify:
+    n = store.draws
+    for name, row in ((_SAMPLES, store._row_bytes), (_ROUNDS, 8)):
+        size = (store.path / name).stat().st_size
+        if size // row < n:
+            raise StoreError(
+                f"sample store {str(store.path)!r}: {_META} records {n} committed draws but {name} holds "
+                f"{size // row} complete ones ({size} bytes; {n * row} needed): {name} was truncated, or "
+                f"{_META} is damaged"
+            )
+    if verify:
         store.verify()
     return store

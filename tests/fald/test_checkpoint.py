@@ -514,3 +514,243 @@ def _interrupt(sampler, folder):
         sampler.run(40, store=folder / "samples", checkpoint=folder / "run.ckpt", checkpoint_every=10, progress=False)
     finally:
         sampler._kernel = kernel
+
+
+# -- special files: refused before they are opened (issue 31, item 5) ----------------------------
+def _special(kind: str, path: Path) -> Path:
+    """Make ``path`` a FIFO, a link to /dev/zero, or a symbolic-link loop (path -> loop -> path)."""
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        if not os.path.exists("/dev/zero"):
+            pytest.skip("no /dev/zero")
+        os.symlink("/dev/zero", path)
+    else:
+        os.symlink(path.with_name(path.name + ".loop"), path)
+        os.symlink(path, path.with_name(path.name + ".loop"))
+    return path
+
+
+SPECIAL = {"fifo": "FIFO", "dev-zero": "character device", "loop": "symbolic link loop"}
+
+
+@pytest.mark.parametrize("kind", sorted(SPECIAL))
+def test_special_files_are_refused_before_they_are_opened(kind, tmp_path, deadline):
+    """A FIFO used to block forever, /dev/zero to exhaust memory, a link loop to be a raw RuntimeError."""
+    path = _special(kind, tmp_path / "c")
+    for read in (fl.FALD.resume, checkpoint_info):
+        with pytest.raises(CheckpointError, match=rf"checkpoint '.*c' is .*{SPECIAL[kind]}"):
+            read(path)
+    with pytest.raises(ValueError, match=r"checkpoint '.*c' "):  # as a target for writing: before any work
+        fl.FALD(_problem(), 1e-3).run(2, checkpoint=path)
+
+
+def test_dev_zero_itself_is_refused(deadline):
+    if not os.path.exists("/dev/zero"):
+        pytest.skip("no /dev/zero")
+    with pytest.raises(CheckpointError, match=r"'/dev/zero' is a character device, not a regular file"):
+        fl.FALD.resume("/dev/zero")
+
+
+@pytest.mark.parametrize("kind", sorted(SPECIAL))
+def test_special_prev_and_problem_files_are_refused(kind, tmp_path, deadline):
+    _checkpointed(tmp_path, rounds=10, every=5)
+    problem_file = tmp_path / "c.problem"
+    problem_file.unlink()
+    _special(kind, problem_file)
+    with pytest.raises(CheckpointError, match=rf"c.problem' is .*{SPECIAL[kind]}"):
+        fl.FALD.resume(tmp_path / "c")
+    (tmp_path / "c").write_bytes(b"damaged")
+    (tmp_path / "c.prev").unlink()
+    _special(kind, tmp_path / "c.prev")
+    with pytest.raises(CheckpointError, match=rf"previous checkpoint is unusable too: .*c.prev' is .*{SPECIAL[kind]}"):
+        fl.FALD.resume(tmp_path / "c", fallback=True)
+
+
+def test_a_checkpoint_larger_than_memory_is_refused_before_it_is_read(tmp_path):
+    """A (sparse) file claiming more bytes than this machine's memory is refused by its size."""
+    from fedlangevin._validation import cpu_memory_bytes
+    from fedlangevin.fald.checkpoint import _HEADER, MAGIC
+
+    total = cpu_memory_bytes()
+    if total is None:
+        pytest.skip("this system does not report its memory")
+    path = tmp_path / "c"
+    with open(path, "wb") as f:
+        f.write(_HEADER.pack(MAGIC, 1, total, bytes(32)))
+        f.truncate(_HEADER.size + total + 1)  # no disk blocks: the file is sparse
+    with pytest.raises(CheckpointError, match=r"checkpoint '.*c' is .* GiB .*more than the .* GiB"):
+        fl.FALD.resume(path)
+
+
+# -- object entries: an explicit allow-list, nothing imported by name (issue 31, item 2) ---------
+def _rewrap(path: Path, change) -> None:
+    """Apply ``change(record)`` to the checkpoint at ``path`` and write it back with a valid checksum."""
+    from fedlangevin.fald.checkpoint import read_file, write_file
+
+    record, _ = read_file(path)
+    change(record)
+    write_file(path, record, keep_previous=False)
+
+
+@pytest.mark.parametrize("module, qualname", [
+    ("fedlangevin.__main__", "main"), ("fedlangevin.distributed.__main__", "main"),
+    ("fedlangevin.fald.settings", "Settings"), ("os", "system"),
+])
+@pytest.mark.parametrize("entry", ["schedule", "problem"])
+def test_a_checkpoint_naming_any_other_class_imports_nothing(module, qualname, entry, tmp_path, capsys):
+    """A valid checksum over an object entry naming fedlangevin.__main__ used to import it: the CLI
+    printed its help and raised SystemExit. Only the allow-listed classes are rebuilt."""
+    _checkpointed(tmp_path, rounds=5, every=5)
+    legacy = {"__kind__": "object", "module": module, "qualname": qualname, "state": {}}
+    new = {"__kind__": "object", "class": f"{module}.{qualname}", "state": {}}
+    for bad in (legacy, new, dict(new, **{"class": qualname})):
+        if entry == "schedule":
+            _rewrap(tmp_path / "c", lambda r: r.__setitem__("schedule", bad))
+        else:
+            _rewrap(tmp_path / "c.problem", lambda r: r.__setitem__("problem", bad))
+        before = set(sys.modules)
+        with pytest.raises(CheckpointError, match=r"names class .*which is not one a checkpoint stores"):
+            fl.FALD.resume(tmp_path / "c")
+        assert set(sys.modules) == before  # nothing was imported
+        assert capsys.readouterr().out == ""
+
+
+def test_stored_objects_are_rebuilt_through_their_checks(tmp_path):
+    """An allow-listed settings record is rebuilt by its constructor: a schedule with eta = -5 or
+    a record with unknown attributes is a CheckpointError, not a sampler with a negative step."""
+    _checkpointed(tmp_path, rounds=5, every=5)
+    for state, message in (({"eta": -5.0}, r"stored Constant is invalid: step_size must be"),
+                           ({"eta": 1e-3, "x": 1}, r"stored Constant has the attributes \['eta', 'x'\]"),
+                           ({}, r"stored Constant has the attributes \[\]"),
+                           ({"__class__": 1}, r"no valid attribute record"),
+                           ("eta", r"no valid attribute record")):
+        _rewrap(tmp_path / "c", lambda r: r.__setitem__(
+            "schedule", {"__kind__": "object", "class": "Constant", "state": state}))
+        with pytest.raises(CheckpointError, match=message):
+            fl.FALD.resume(tmp_path / "c")
+    _rewrap(tmp_path / "c", lambda r: r.__setitem__(
+        "schedule", {"__kind__": "object", "class": "Constant", "state": {"eta": 2e-3}}))
+    assert fl.FALD.resume(tmp_path / "c").schedule(0) == 2e-3
+
+
+# -- the format version is checksummed; wrong contents are named (issue 31, item 4) ----------------
+def _flip_version(path: Path, version: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[16] = version
+    path.write_bytes(bytes(data))
+
+
+def test_the_format_version_byte_is_covered_by_the_checksum(tmp_path):
+    """Byte 16 (the format version) was outside the SHA-256: changing it went unnoticed."""
+    import shutil
+
+    from fedlangevin.fald.checkpoint import VERSION
+
+    _checkpointed(tmp_path, rounds=5, every=5)
+    path = tmp_path / "c"
+    assert path.read_bytes()[16] == VERSION == 2
+    _flip_version(path, 1)
+    with pytest.raises(CheckpointError, match="corrupted: its SHA-256 checksum does not match"):
+        checkpoint_info(path)
+    _flip_version(path, 0)
+    with pytest.raises(CheckpointError, match="corrupted: format version 0 does not exist"):
+        checkpoint_info(path)
+    _flip_version(path, 2)
+    assert checkpoint_info(path)["round"] == 5
+    # a version-1 file (checksum of the payload alone) is still read, and its version byte is guarded too
+    data = Path(__file__).parent / "data"
+    for name in ("v1_run.ckpt", "v1_run.ckpt.problem"):
+        shutil.copy(data / name, tmp_path / name)
+    old = tmp_path / "v1_run.ckpt"
+    assert old.read_bytes()[16] == 1 and checkpoint_info(old)["round"] > 0
+    _flip_version(old, 2)
+    with pytest.raises(CheckpointError, match="corrupted: its SHA-256 checksum does not match"):
+        checkpoint_info(old)
+    _flip_version(old, 0)
+    with pytest.raises(CheckpointError, match="format version 0 does not exist"):
+        fl.FALD.resume(old)
+
+
+def _settings(change):
+    """A change of the record's settings (stored encoded)."""
+    from fedlangevin.fald.checkpoint import decode, encode
+
+    def apply(record):
+        settings = decode(record["settings"])
+        change(settings)
+        record["settings"] = encode(settings)
+    return apply
+
+
+def _run(change):
+    return lambda record: change(record["run"])
+
+
+BAD_CONTENTS = {
+    "no round": (lambda r: r.pop("round"), r"the record lacks the entries 'round'"),
+    "no settings": (lambda r: r.pop("settings"), r"the record lacks the entries 'settings'"),
+    "round -5": (lambda r: r.__setitem__("round", -5), r"round must be an integer >= 0; got -5"),
+    "round 'x'": (lambda r: r.__setitem__("round", "x"), r"round must be an integer; got str 'x'"),
+    "round 2.0": (lambda r: r.__setitem__("round", 2.0), r"round must be an integer; got float"),
+    "step None": (lambda r: r.__setitem__("step", None), r"step must be an integer; got NoneType"),
+    "version 'x'": (lambda r: r.__setitem__("version", "x"), r"version must be an integer; got str"),
+    "settings a string": (lambda r: r.__setitem__("settings", "x"), r"settings must be a dictionary; got str"),
+    "settings without chains": (_settings(lambda s: s.pop("chains")), r"settings lacks the entries 'chains'"),
+    "chains '2'": (_settings(lambda s: s.__setitem__("chains", "2")), r"settings\['chains'\] must be an integer; got str"),
+    "chains 0": (_settings(lambda s: s.__setitem__("chains", 0)), r"settings\['chains'\] must be an integer >= 1"),
+    "temperature nan": (_settings(lambda s: s.__setitem__("temperature", float("nan"))),
+                        r"settings\['temperature'\] must be a finite real number > 0"),
+    "dtype int8": (_settings(lambda s: s.__setitem__("dtype", "int8")), r"settings\['dtype'\] must be one of"),
+    "theta a list": (lambda r: r.__setitem__("theta", [0.0]), r"theta must be a tensor; got list"),
+    "theta's shape": (lambda r: r.__setitem__("theta", torch.zeros(3, 7, dtype=torch.float64)),
+                      r"theta has shape \(3, 7\); with 3 active chains and d = 2 it must be \(3, 2\)"),
+    "generator float": (lambda r: r.__setitem__("generator", torch.zeros(3)), r"generator must be a tensor of uint8"),
+    "ledger 'x'": (lambda r: r.__setitem__("ledger", "x"), r"ledger must be a dictionary; got str"),
+    "problem file '../x'": (lambda r: r["problem"].__setitem__("file", "../x"),
+                            r"problem\['file'\] must be a file name beside the checkpoint"),
+    "problem None": (lambda r: r.__setitem__("problem", None), r"problem must be a dictionary; got NoneType"),
+    "run 'x'": (lambda r: r.__setitem__("run", "x"), r"run must be a dictionary; got str"),
+    "run done > rounds": (_run(lambda run: run.__setitem__("done", 99)), r"run\['done'\] = 99 is more than"),
+    "run without thin": (_run(lambda run: run.pop("thin")), r"run lacks the entries 'thin'"),
+    "run draws kind": (_run(lambda run: run.__setitem__("draws", {"kind": "cloud"})),
+                       r"run\['draws'\]\['kind'\] must be one of 'memory', 'disk', 'none'; got 'cloud'"),
+    "schedule probe": (lambda r: r.__setitem__("schedule_probe", [[0, "x"]]),
+                       r"schedule_probe step size must be a real number; got str"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CONTENTS))
+def test_a_valid_checksum_over_wrong_contents_is_a_checkpoint_error_naming_the_entry(case, tmp_path):
+    """These gave KeyError 'round' / 'settings', 'invalid literal for int()', TypeError or
+    AttributeError, and round = -5 was accepted."""
+    change, message = BAD_CONTENTS[case]
+    _checkpointed(tmp_path, rounds=5, every=5)
+    _rewrap(tmp_path / "c", change)
+    for read in (fl.FALD.resume, checkpoint_info):
+        with pytest.raises(CheckpointError, match=rf"checkpoint '.*c' is not a valid record: {message}"):
+            read(tmp_path / "c")
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda r: r.__setitem__("generator", torch.zeros(3, dtype=torch.uint8)), r"RuntimeError"),
+    (lambda r: r.__setitem__("correction", {"settings": {"strength": 1.0}, "state": None}), r"correction"),
+    (lambda r: r.__setitem__("preconditioner", {"kind": "nope"}), r"cannot be rebuilt: .*unknown kind 'nope'"),
+    (_settings(lambda s: s.__setitem__("noise_dtype", "float32") or s.__setitem__("streams", "sideways")),
+     r"cannot be rebuilt: streams must be"),
+])
+def test_what_the_record_checks_cannot_see_is_still_a_checkpoint_error(change, message, tmp_path):
+    _checkpointed(tmp_path, rounds=5, every=5)
+    _rewrap(tmp_path / "c", change)
+    with pytest.raises(CheckpointError, match=rf"checkpoint '.*c'.*{message}"):
+        fl.FALD.resume(tmp_path / "c")
+
+
+def test_a_correction_kind_the_package_does_not_know_is_asked_for_not_imported(tmp_path):
+    """A correction kind that is not built in is a user's own class: nothing is imported from the file,
+    the correction must be given again (tests/fald/test_contracts.py runs one end to end)."""
+    _checkpointed(tmp_path, rounds=5, every=5)
+    _rewrap(tmp_path / "c", lambda r: r.__setitem__("correction", {"settings": {"kind": "nope"}, "state": None}))
+    with pytest.raises(ValueError, match=r"correction: the checkpoint ran with a drift correction of your own "
+                                         r"\('nope'\); give it again"):
+        fl.FALD.resume(tmp_path / "c")

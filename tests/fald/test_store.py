@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import tracemalloc
 from pathlib import Path
 
@@ -91,12 +92,11 @@ def test_reading_a_store_after_a_crash(tmp_path):
     reader = open_store(tmp_path / "s")
     assert reader.draws == 4
     np.testing.assert_array_equal(reader.samples(), block.transpose(1, 0, 2))
-    # the storage lost the tail of a committed write: complete rows are read, with a warning
+    # the storage lost the tail of a committed write: refused, naming the file (never fewer draws silently)
     with open(tmp_path / "s" / "samples.bin", "r+b") as f:
         f.truncate(3 * 2 * 3 * 8 + 5)
-    with pytest.warns(UserWarning, match="records 4 draws but its files hold 3"):
-        damaged = open_store(tmp_path / "s")
-    np.testing.assert_array_equal(damaged.samples(), block[:3].transpose(1, 0, 2))
+    with pytest.raises(StoreError, match="meta.json records 4 committed draws but samples.bin holds 3 complete"):
+        open_store(tmp_path / "s")
     with pytest.raises(StoreError, match="not a sample store"):
         open_store(tmp_path)
 
@@ -189,3 +189,100 @@ def test_open_store_verifies_the_crc_of_every_committed_byte(tmp_path, name, off
         assert not np.array_equal(unchecked.samples(), clean)
     with pytest.raises(ValueError, match="verify"):
         open_store(tmp_path / "s", verify="yes")
+
+
+# -- special files: refused before they are opened (issue 31, item 5) ----------------------------
+@pytest.mark.parametrize("name", ["meta.json", "samples.bin", "draw_rounds.bin"])
+@pytest.mark.parametrize("kind, what", [("fifo", "FIFO"), ("dev-zero", "character device"),
+                                        ("loop", "symbolic link loop")])
+def test_special_store_files_are_refused_naming_the_file(name, kind, what, tmp_path, deadline):
+    """A FIFO would block the open, /dev/zero never end, a link loop be a raw error: each is a
+    StoreError naming the file, for the reader and for a resumed run alike."""
+    from tests.fald.test_checkpoint import _special
+
+    store = SampleStore.create(tmp_path / "s", [0, 1], 2, np.float64)
+    store.write(np.zeros((3, 2, 2)), np.arange(1, 4))
+    store.sync()
+    store.close()
+    (tmp_path / "s" / name).unlink()
+    _special(kind, tmp_path / "s" / name)
+    for opener in (open_store, lambda p: SampleStore.open(p, writable=True)):
+        with pytest.raises(StoreError, match=rf"sample store '.*s': {name} '.*{name}' is .*{what}"):
+            opener(tmp_path / "s")
+
+
+def test_an_oversized_meta_json_is_refused_before_it_is_read(tmp_path):
+    from fedlangevin.fald.store import META_MAX_BYTES
+
+    SampleStore.create(tmp_path / "s", [0], 2, np.float64).close()
+    os.truncate(tmp_path / "s" / "meta.json", 4 * META_MAX_BYTES)  # sparse: no disk blocks
+    with pytest.raises(StoreError, match=r"meta.json '.*' is 1 GiB .*more than the 0.25 GiB"):
+        open_store(tmp_path / "s")
+
+
+# -- the committed count must match the files; a damaged meta.json is named (issue 31, item 3) -----
+def _ten_draws(tmp_path):
+    store = SampleStore.create(tmp_path / "st", [0, 1, 2], 2, np.float64)
+    store.write(np.arange(10 * 3 * 2, dtype=np.float64).reshape(10, 3, 2), np.arange(1, 11))
+    store.sync()
+    store.close()
+    return tmp_path / "st"
+
+
+@pytest.mark.parametrize("name, size, holds", [
+    ("samples.bin", 240, 5), ("samples.bin", 0, 0), ("draw_rounds.bin", 79, 9), ("draw_rounds.bin", 0, 0),
+])
+def test_files_shorter_than_the_committed_draws_are_a_store_error_naming_the_file(name, size, holds, tmp_path):
+    """Half of samples.bin cut away used to give 5 draws silently (an empty file 0 draws; a short
+    draw_rounds.bin 0): now the reader refuses, naming the file and both counts."""
+    path = _ten_draws(tmp_path)
+    with open(path / name, "r+b") as f:
+        f.truncate(size)
+    for verify in (True, False):
+        with pytest.raises(StoreError, match=rf"meta.json records 10 committed draws but {name} holds {holds} complete"):
+            open_store(path, verify=verify)
+
+
+def test_uncommitted_bytes_after_the_committed_draws_are_still_ignored(tmp_path):
+    """A write cut short by a kill leaves bytes after the committed draws: readers see the committed ones."""
+    path = _ten_draws(tmp_path)
+    with open(path / "samples.bin", "ab") as f:
+        f.write(b"\x01" * 50)
+    assert open_store(path).samples().shape == (3, 10, 2)
+
+
+def _edit_meta(path, change):
+    meta_path = path / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps(change(meta)))
+
+
+BAD_META = {
+    "a list": (lambda m: [m], r"meta.json must hold a JSON object; got list"),
+    "null": (lambda m: None, r"meta.json must hold a JSON object; got NoneType"),
+    "draws 'x'": (lambda m: dict(m, draws="x"), r"meta.json: draws must be an integer >= 0; got 'x'"),
+    "draws -1": (lambda m: dict(m, draws=-1), r"meta.json: draws must be an integer >= 0; got -1"),
+    "draws 1.5": (lambda m: dict(m, draws=1.5), r"meta.json: draws must be an integer >= 0; got 1.5"),
+    "draws 10**6": (lambda m: dict(m, draws=10**6), r"meta.json records 1000000 committed draws but samples.bin holds 10"),
+    "dropped 'x'": (lambda m: dict(m, dropped="x"), r"meta.json: dropped must be"),
+    "dropped bad pair": (lambda m: dict(m, dropped={"0": [1]}), r"meta.json: dropped must be"),
+    "no chains": (lambda m: {k: v for k, v in m.items() if k != "chains"}, r"meta.json lacks 'chains'"),
+    "chains true": (lambda m: dict(m, chains=True), r"meta.json: chains must be an integer >= 1; got True"),
+    "dim 0": (lambda m: dict(m, dim=0), r"meta.json: dim must be an integer >= 1; got 0"),
+    "dtype": (lambda m: dict(m, dtype="object"), r"meta.json: dtype must be one of"),
+    "chain ids": (lambda m: dict(m, chain_ids=[0, 1]), r"meta.json: chain_ids must be a list of 3 integers"),
+    "var names": (lambda m: dict(m, var_names=[1, 2]), r"meta.json: var_names must be null or a list of 2 strings"),
+    "crc32": (lambda m: dict(m, crc32={"samples": "x"}), r"meta.json: crc32 must be"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_META))
+def test_a_damaged_meta_json_is_a_store_error_naming_it(case, tmp_path):
+    path = _ten_draws(tmp_path)
+    change, message = BAD_META[case]
+    _edit_meta(path, change)
+    with pytest.raises(StoreError, match=rf"sample store '.*st': {message}"):
+        open_store(path)
+    if case != "draws 10**6":  # a resumed run checks its own count against the files (SampleStore.truncate)
+        with pytest.raises(StoreError, match="meta.json"):
+            SampleStore.open(path, writable=True)

@@ -26,7 +26,7 @@ def load_partition(node_config) -> tuple[torch.Tensor, torch.Tensor]:
     if the node was started with ``--node-config 'data-path="..."'``, else a synthetic
     partition drawn from the node's ``partition-id``."""
     if "data-path" in node_config:
-        x, y = torch.load(str(node_config["data-path"]))
+        x, y = torch.load(str(node_config["data-path"]), weights_only=True)  # tensors only: no pickled code runs
         return x.double(), y.double()
     g = torch.Generator().manual_seed(1000 + int(node_config["partition-id"]))
     x = torch.randn(40, DIM, generator=g, dtype=torch.float64)
