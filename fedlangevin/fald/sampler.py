@@ -10,6 +10,7 @@ their on-disk store): :meth:`FALD.run` with ``checkpoint=path`` writes exactly t
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import time
@@ -51,8 +52,15 @@ from fedlangevin.problems.base import FederatedProblem, check_problem, check_wei
 
 __all__ = ["FALD"]
 
-#: Without ``checkpoint_every``: a checkpoint after the first round this many seconds after the last.
+#: Without ``checkpoint_every``: a checkpoint after the first round this many seconds after the last
+#: (where rounds run in chunks, :data:`CHUNK_ROUNDS`, after the chunk in which the time ran out).
 CHECKPOINT_SECONDS = 60.0
+
+#: Most rounds :meth:`FALD._advance` runs in one chunk (one kernel call, one saved generator state,
+#: one finiteness check, one copy of the kept draws), and most numbers of parameters (R d) the
+#: chunk's rounds hold together.
+CHUNK_ROUNDS = 256
+CHUNK_NUMBERS = 1 << 18
 
 
 class FALD:
@@ -348,46 +356,121 @@ class FALD:
     def _advance(self, run: Run, rounds: int, bar) -> None:
         """``rounds`` rounds of ``run`` with minimal per-round Python: precomputed step sizes (an adaptive
         warm-up's round by round), constant uploads where the rule fixes them, a one-reduction finiteness
-        check, the thread setting and (affine kernels) inference mode set once for the whole loop."""
-        k, generator, led = self.local_steps, self.generator, self.ledger
+        check, the thread setting and (affine kernels) inference mode set once for the whole loop.
+
+        Where the kernel runs several rounds in one call (:attr:`Kernel.rounds`: the small affine kernel
+        with full participation) and no round needs observing (no adaptive warm-up), rounds run in
+        chunks of up to :data:`CHUNK_ROUNDS` that end at every ``checkpoint_every`` boundary: one saved
+        generator state, one finiteness check and one copy of the kept draws per chunk. A chunk with a
+        non-finite value is run again round by round from its start (same generator state, so the same
+        stream and the same outcome: the divergence is found, raised or dropped at its round)."""
         fixed = self.participation.fixed_uploads(self.problem.num_clients)
         uploads_of = self.participation.uploads
-        last_save = time.monotonic()
+        clock = [time.monotonic()]  # the last checkpoint's time
         numel = len(self.active) * self.problem.num_clients * self.problem.dim
         fast = self._kernel.autograd_free and self.adapter is None  # see engine.Kernel
+        step_sizes = adaptation.round_etas(self, rounds)
+        left = rounds
         with round_threads(numel, self.device), torch.inference_mode(fast):
-            for etas in adaptation.round_etas(self, rounds):
-                gen_state = generator.get_state()
-                committed = False
-                try:
-                    state, info = self._kernel.step(self.state, etas, generator)
-                    if not math.isfinite(state.theta.sum()) and not bool(torch.isfinite(state.theta).all()):
-                        state = self._diverged(run, state, gen_state, etas)
-                    uploads = fixed if fixed is not None else uploads_of(info.weights)
-                    j = run.done + 1
-                    if run.keeps(j):
-                        run.add(state.theta, state.round)
-                    self.state = state
-                    run.done = j
-                    run.uploads += uploads
-                    committed = True
-                finally:
-                    if not committed:
-                        generator.set_state(gen_state)
-                led["steps"] += k
-                led["rounds"] += 1
-                led["eta_sum"] += sum(etas)
-                led["eta_max"] = max(led["eta_max"], max(etas))
-                led["uploads"] += uploads
-                if self.adapter is not None:
-                    adaptation.observe(self, run, state.theta)
-                if run.checkpoint is not None and run.done < run.rounds:
-                    every = run.checkpoint_every
-                    if (run.done % every == 0) if every is not None else (time.monotonic() - last_save >= CHECKPOINT_SECONDS):
-                        self._writer.write(run.checkpoint, self, run)
-                        last_save = time.monotonic()
-                if bar is not None:
-                    bar.update(1)
+            while left > 0:
+                fused = self._kernel.rounds if self.adapter is None and fixed is not None else None
+                if fused is not None:
+                    chunk = list(itertools.islice(step_sizes, self._chunk_size(run, left, clock[0])))
+                    if self._chunk(run, fused, chunk, fixed):
+                        left -= len(chunk)
+                        self._after(run, len(chunk), bar, clock)
+                        continue
+                else:
+                    chunk = [next(step_sizes)]
+                for etas in chunk:  # one round, or a chunk with a non-finite value again round by round
+                    self._round(run, etas, fixed, uploads_of)
+                    left -= 1
+                    self._after(run, 1, bar, clock)
+
+    def _chunk_size(self, run: Run, left: int, saved: float) -> int:
+        """Rounds of the next chunk: at most :data:`CHUNK_ROUNDS` (and :data:`CHUNK_NUMBERS` numbers
+        of parameters), ending at the next ``checkpoint_every`` boundary; one round when a checkpoint
+        by the clock is due already (the last one was written at ``saved``)."""
+        size = min(left, CHUNK_ROUNDS, max(1, CHUNK_NUMBERS // (len(self.active) * self.problem.dim)))
+        if run.checkpoint is not None:
+            every = run.checkpoint_every
+            if every is not None:
+                size = min(size, every - run.done % every)
+            elif time.monotonic() - saved >= CHECKPOINT_SECONDS:
+                size = 1
+        return size
+
+    def _round(self, run: Run, etas: list[float], fixed: float | None, uploads_of) -> None:
+        """One round through ``kernel.step``: the generator state is saved first, a divergence
+        handled (:meth:`_diverged`), the draw kept, the ledger and the adapter updated."""
+        generator, led = self.generator, self.ledger
+        gen_state = generator.get_state()
+        committed = False
+        try:
+            state, info = self._kernel.step(self.state, etas, generator)
+            if not math.isfinite(state.theta.sum()) and not bool(torch.isfinite(state.theta).all()):
+                state = self._diverged(run, state, gen_state, etas)
+            uploads = fixed if fixed is not None else uploads_of(info.weights)
+            j = run.done + 1
+            if run.keeps(j):
+                run.add(state.theta, state.round)
+            self.state = state
+            run.done = j
+            run.uploads += uploads
+            committed = True
+        finally:
+            if not committed:
+                generator.set_state(gen_state)
+        led["steps"] += self.local_steps
+        led["rounds"] += 1
+        led["eta_sum"] += sum(etas)
+        led["eta_max"] = max(led["eta_max"], max(etas))
+        led["uploads"] += uploads
+        if self.adapter is not None:
+            adaptation.observe(self, run, state.theta)
+
+    def _chunk(self, run: Run, rounds, chunk: list[list[float]], uploads: float) -> bool:
+        """The rounds ``chunk`` (their step sizes) in one ``rounds`` call (:attr:`Kernel.rounds`).
+        Returns False, with nothing changed and the generator as it was, where a parameter came out
+        non-finite (the caller runs the chunk again round by round)."""
+        generator, led = self.generator, self.ledger
+        gen_state = generator.get_state()
+        committed = False
+        try:
+            state, thetas = rounds(self.state, chunk, generator)
+            if not math.isfinite(thetas.sum()) and not bool(torch.isfinite(thetas).all()):
+                return False
+            start, count = run.done, len(chunk)
+            first = run.first_kept(start)  # the chunk's rounds j = start + 1, ..., start + count
+            if first <= start + count:
+                run.add_rows(thetas[first - start - 1:: run.thin], range(self.state.round + first - start,
+                                                                          state.round + 1, run.thin))
+            self.state = state
+            run.done = start + count
+            for _ in chunk:  # one addition a round, as round by round (the same float sums)
+                run.uploads += uploads
+            committed = True
+        finally:
+            if not committed:
+                generator.set_state(gen_state)
+        k = self.local_steps
+        for etas in chunk:
+            led["steps"] += k
+            led["rounds"] += 1
+            led["eta_sum"] += sum(etas)
+            led["eta_max"] = max(led["eta_max"], max(etas))
+            led["uploads"] += uploads
+        return True
+
+    def _after(self, run: Run, rounds: int, bar, clock: list[float]) -> None:
+        """After ``rounds`` rounds: a checkpoint where one is due, the progress bar."""
+        if run.checkpoint is not None and run.done < run.rounds:
+            every = run.checkpoint_every
+            if (run.done % every == 0) if every is not None else (time.monotonic() - clock[0] >= CHECKPOINT_SECONDS):
+                self._writer.write(run.checkpoint, self, run)
+                clock[0] = time.monotonic()
+        if bar is not None:
+            bar.update(rounds)
 
     # -- divergence -------------------------------------------------------------------------------
     def _diverged(self, run: Run, state: FALDState, gen_state: torch.Tensor, etas: list[float]) -> FALDState:
@@ -411,7 +494,7 @@ class FALD:
             self.active = self.active[keep_rows]
             warnings.warn(
                 f"FA-LD: chain(s) {shown} diverged in {place} ({detail}); dropped, {len(self.active)} chains continue",
-                RuntimeWarning, stacklevel=4,
+                RuntimeWarning, stacklevel=5,
             )
             return FALDState(theta=state.theta[keep].contiguous(), step=state.step, round=state.round,
                              correction=drift.keep_chains(self, state.correction, keep))
