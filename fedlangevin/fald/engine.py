@@ -188,7 +188,7 @@ def build(
             and type(transport) is LocalTransport):
         def rounds(state: FALDState, step_sizes_list: Sequence[Sequence[float]], generator: torch.Generator | None):
             thetas = stepper.rounds(state.theta, step_sizes_list, scales, generator, p)
-            steps = state.step + sum(len(etas) for etas in step_sizes_list)
+            steps = state.step + sum(map(len, step_sizes_list))
             new = FALDState(theta=thetas[-1].clone(), step=steps, round=state.round + len(step_sizes_list),
                             correction=state.correction)
             return new, thetas

@@ -447,19 +447,22 @@ class FALD:
                                                                           state.round + 1, run.thin))
             self.state = state
             run.done = start + count
-            for _ in chunk:  # one addition a round, as round by round (the same float sums)
-                run.uploads += uploads
+            total = run.uploads
+            for _ in chunk:  # one addition a round, as round by round: the same float sums
+                total += uploads
+            run.uploads = total
             committed = True
         finally:
             if not committed:
                 generator.set_state(gen_state)
-        k = self.local_steps
+        led["steps"] += self.local_steps * count
+        led["rounds"] += count
+        eta_sum, eta_max, total = led["eta_sum"], led["eta_max"], led["uploads"]
         for etas in chunk:
-            led["steps"] += k
-            led["rounds"] += 1
-            led["eta_sum"] += sum(etas)
-            led["eta_max"] = max(led["eta_max"], max(etas))
-            led["uploads"] += uploads
+            eta_sum += sum(etas)
+            eta_max = max(eta_max, max(etas))
+            total += uploads
+        led["eta_sum"], led["eta_max"], led["uploads"] = eta_sum, eta_max, total
         return True
 
     def _after(self, run: Run, rounds: int, bar, clock: list[float]) -> None:

@@ -172,6 +172,7 @@ class SmallAffineStepper(AffineStepper):
         self._xf, self._yf, self._wf = (t.view(d, r * n) for t in (self._x, self._y, self._w))
         self._z0 = torch.empty(d, r, 1, **kw) if self._shared_draw is not None else None
         self._prod = torch.empty(d, r, **kw)  # the first step's (d x d) @ (d x R) product
+        self._prod3 = self._prod.unsqueeze(2)  # ... as (d, R, 1) planes
         self._eta = None
 
     def _coefficients(self, eta: float) -> None:
@@ -218,12 +219,13 @@ class SmallAffineStepper(AffineStepper):
             if z0 is not None:
                 z0.copy_(shared_draw.t()[:, :, None])
                 w.add_(z0, alpha=self._noise0)
-            into, intof = (y, yf) if last is None or i < final else (last, last.view(d, r * n))
+            into = y if last is None or i < final else last
             if self.shared_hessian:
                 if i == 0:
-                    torch.add(w, torch.mm(self._mt, planes, out=self._prod).unsqueeze(2), out=into)
+                    torch.mm(self._mt, planes, out=self._prod)
+                    torch.add(w, self._prod3, out=into)
                 else:
-                    torch.addmm(wf, self._mt, xf, out=intof)
+                    torch.addmm(wf, self._mt, xf, out=yf if into is y else into.view(d, r * n))
             else:
                 src, m = (planes.unsqueeze(2) if i == 0 else x), self._m  # (d, R, 1) or (d, R, N) by (N,) rows
                 for e in range(d):
@@ -263,6 +265,10 @@ class SmallAffineStepper(AffineStepper):
         slots, planes = self._slots, theta.t()
         if n == 1:
             unit = bool(weights.numel() == 1 and float(weights[0]) == 1.0)
+            if (unit and self.shared_hessian and self._shared_draw is None and self._private_draw is not None
+                    and max(map(len, etas_list)) == 1):
+                self._single_steps(planes, etas_list, generator, slots)
+                return block[:count].transpose(1, 2)
             for etas, (slot, plane) in zip(etas_list, slots):
                 self._steps(planes, etas, generator, None, slot)
                 if not unit:
@@ -274,6 +280,26 @@ class SmallAffineStepper(AffineStepper):
             row.copy_(synchronize(beta, weights))
             planes = plane
         return block[:count]
+
+    def _single_steps(self, planes, etas_list, generator, slots) -> None:
+        """Rounds of one local step, N = 1, p_1 = 1, a shared Hessian and private noise only (the
+        default settings): the operations of :meth:`_steps` for K = 1 with the branches taken once
+        for all the rounds, each round's result written into its slot."""
+        w, prod, prod3, draw = self._w, self._prod, self._prod3, self._private_draw
+        xi = draw.permute(2, 0, 1)
+        normal, copy, addcmul, mm, add = draw.normal_, w.copy_, torch.addcmul, torch.mm, torch.add
+        eta = None
+        for (step,), (slot, plane) in zip(etas_list, slots):
+            if step != eta:
+                eta = step
+                self._coefficients(float(eta))
+                offset, noise, mt = self._offset, self._noise, self._mt
+            normal(generator=generator)
+            copy(xi)  # promote and transpose
+            addcmul(offset, w, noise, out=w)
+            mm(mt, planes, out=prod)
+            add(w, prod3, out=slot)
+            planes = plane
 
 
 class DenseAffineStepper(AffineStepper):
