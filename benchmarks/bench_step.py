@@ -24,6 +24,7 @@ busy machine where absolute numbers do not. Small rounds run single-threaded in 
                                     [--dtypes float64 float32]
     python benchmarks/bench_step.py --crossover     # coordinate-major vs matrix-product kernel by d
     python benchmarks/bench_step.py --engine-only   # the engine column only (compare two checkouts)
+    python benchmarks/bench_step.py --blackjax      # N = 1: K = 1 against K = 10 and BlackJAX's SGLD
 
 Rows: every shape at K = 10 and K = 1 local steps. At K = 1 every step is a round, so the
 K = 1 / K = 10 ratio printed after each shape is the share of a step the per-round work
@@ -32,13 +33,32 @@ almost nothing but that per-round work. ``--engine-only`` times only ``FALD.run`
 interleaved best-of passes; it runs against any checkout of the package
 (``PYTHONPATH=<checkout> python benchmarks/bench_step.py --engine-only``), so two versions can
 be compared alternately in one session.
+
+``--blackjax`` measures the cost of a round where it is largest, N = 1 (300 chains, d = 2, one
+client with 50 points of the paper's Gaussian simulation, float64, one thread), in one run with
+alternating, interleaved passes, best call of each kept: the engine at K = 1 against K = 10 per
+local step (goal >= 0.7x) and against BlackJAX's SGLD (``blackjax.sgld``, jit-compiled,
+``jax.lax.scan`` over the steps, the chains ``jax.vmap``-ed, float64; goal >= 1x). Both sample
+the same posterior N(A^{-1} b, A^{-1}) (A = n Sigma^{-1}, b = n Sigma^{-1} xbar: the one client's
+quadratic form; BlackJAX gets the closed-form gradient b - A theta of the log density), with the
+same step size 0.1 / L, keep every step's draw of every chain, and the script prints both
+samples' means and variances next to the exact ones. BlackJAX is not a dependency: the benchmark
+makes its own virtual environment, ``benchmarks/.venv-blackjax`` (git-ignored; ``python3 -m venv``,
+then ``pip install jax blackjax``: jax on CPU; ``--blackjax-venv DIR`` puts it elsewhere, an
+existing one is reused), writes its worker script there and runs it as a subprocess that
+compiles once and then times on request, so its passes alternate with the engine's.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -220,6 +240,151 @@ def crossover(seconds: float) -> None:
             print(f"{d:>4} {'per-client' if per_client else 'shared':>10} {out[0]:>14.0f} {out[1]:>14.0f}")
 
 
+BLACKJAX_WORKER = r"""
+# Written and run by benchmarks/bench_step.py --blackjax in its own virtual environment.
+import json
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+
+jax.config.update("jax_enable_x64", True)
+import blackjax  # noqa: E402
+
+cfg = json.loads(sys.argv[1])
+A = jnp.asarray(cfg["hessian"], dtype=jnp.float64)  # grad f = A theta - b: the energy's gradient
+b = jnp.asarray(cfg["shift"], dtype=jnp.float64)
+chains, dim, eta, steps = cfg["chains"], len(cfg["shift"]), cfg["step_size"], cfg["steps"]
+
+
+def grad_estimator(position, minibatch):  # closed form: grad log pi(theta) = b - A theta
+    return b - A @ position
+
+
+sgld = blackjax.sgld(grad_estimator)
+
+
+def one_step(positions, key):  # every chain's SGLD step, each with its own key
+    keys = jax.random.split(key, chains)
+    new = jax.vmap(lambda k, x: sgld.step(k, x, None, eta))(keys, positions)
+    return new, new  # keep every step's draws, as the engine does
+
+
+@jax.jit
+def run(key, positions):
+    return jax.lax.scan(one_step, positions, jax.random.split(key, steps))
+
+
+key = jax.random.PRNGKey(cfg["seed"])
+positions = jnp.zeros((chains, dim), dtype=jnp.float64)
+key, sub = jax.random.split(key)
+positions, draws = jax.block_until_ready(run(sub, positions))  # compile, and start from a warm state
+print(json.dumps({"ready": True, "jax": jax.__version__, "blackjax": blackjax.__version__,
+                  "devices": [str(d) for d in jax.devices()]}), flush=True)
+for line in sys.stdin:
+    repeats = int(line)
+    best = float("inf")
+    for _ in range(repeats):
+        key, sub = jax.random.split(key)
+        t0 = time.perf_counter()
+        positions, draws = jax.block_until_ready(run(sub, positions))
+        best = min(best, time.perf_counter() - t0)
+    x = draws.reshape(-1, dim)
+    print(json.dumps({"steps_per_s": steps / best, "mean": x.mean(0).tolist(), "var": x.var(0).tolist()}), flush=True)
+"""
+
+
+def blackjax_python(venv: Path) -> Path:
+    """The interpreter of ``venv``, made first (``python -m venv`` and ``pip install jax blackjax``) if missing."""
+    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    if not python.exists():
+        print(f"making {venv} (python -m venv, pip install jax blackjax) ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "jax", "blackjax"], check=True)
+    return python
+
+
+def blackjax_compare(args) -> None:
+    """N = 1, (R, d) = (300, 2), float64: engine K = 1 and K = 10 against BlackJAX's SGLD, alternating."""
+    r, steps = 300, args.steps
+    problem = fl.problems.GaussianSimulation(num_clients=1, alpha=1.0, samples_per_client=50, seed=0)
+    form = problem.quadratic()
+    eta = 0.1 / problem.smoothness
+    venv = Path(args.blackjax_venv) if args.blackjax_venv else Path(__file__).resolve().parent / ".venv-blackjax"
+    python = blackjax_python(venv)
+    script = venv / "bench_step_worker.py"
+    script.write_text(BLACKJAX_WORKER)
+    cfg = {"hessian": form.hessian.tolist(), "shift": form.shift[0].tolist(), "chains": r, "step_size": eta,
+           "steps": steps, "seed": 0}
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_cpu_multi_thread_eigen=false",
+               OMP_NUM_THREADS="1")
+    worker = subprocess.Popen([str(python), str(script), json.dumps(cfg)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=env)
+    ready = json.loads(worker.stdout.readline())
+    samplers = {k: fl.FALD(problem, step_size=eta, local_steps=k, chains=r, dtype=torch.float64, seed=0) for k in (1, 10)}
+    for sampler in samplers.values():
+        sampler.run(1000, progress=False)  # warm: buffers made, chains near the posterior
+
+    def engine(k: int, repeats: int) -> tuple[float, torch.Tensor]:
+        best, trace = float("inf"), None
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            trace = samplers[k].run(steps // k, progress=False)  # keeps every round's draw
+            best = min(best, time.perf_counter() - t0)
+        return steps / best, trace.samples
+
+    def blackjax(repeats: int) -> tuple[float, dict]:
+        worker.stdin.write(f"{repeats}\n")
+        worker.stdin.flush()
+        reply = json.loads(worker.stdout.readline())
+        return reply["steps_per_s"], reply
+
+    names = ["engine K=1", "engine K=10", "BlackJAX"]
+    best = dict.fromkeys(names, 0.0)
+    runs = {name: [] for name in names}
+    last = {}
+    try:
+        for i in range(args.passes):
+            for name in names[i % 3:] + names[: i % 3]:  # the order rotates: no contestant always first
+                rate_, last[name] = (engine(1, args.repeats) if name == "engine K=1" else
+                                     engine(10, args.repeats) if name == "engine K=10" else blackjax(args.repeats))
+                runs[name].append(rate_)
+                best[name] = max(best[name], rate_)
+    finally:
+        worker.stdin.close()
+        worker.wait()
+    print(f"torch {torch.__version__} (fedlangevin from {fl.__file__}, {torch.get_num_threads()} threads, "
+          f"rounds of <= 2^18 numbers on 1); jax {ready['jax']}, blackjax {ready['blackjax']} on {ready['devices']} "
+          f"(XLA_FLAGS=--xla_cpu_multi_thread_eigen=false)")
+    print(f"N = 1, R = {r} chains, d = 2, 50 points, float64, eta = 0.1 / L = {eta:.4g}; {steps} steps a call, "
+          f"best of {args.repeats} calls x {args.passes} alternating passes")
+    mean, cov = problem.posterior()
+
+    def numbers(values) -> str:
+        return "(" + ", ".join(f"{v:.4f}" for v in values) + ")"
+
+    print(f"{'exact':>12}: posterior mean {numbers(mean.tolist())}, variances {numbers(cov.diagonal().tolist())}")
+    for name in names:  # the draws of each sampler's last timed call, all chains
+        if name == "BlackJAX":
+            m, v = last[name]["mean"], last[name]["var"]
+        else:
+            x = last[name].reshape(-1, 2)
+            m, v = x.mean(0).tolist(), x.var(0).tolist()
+        print(f"{name:>12}: sample mean    {numbers(m)}, variances {numbers(v)}")
+    print()
+    print(f"| {'engine K=1 steps/s':>18} | {'engine K=10 steps/s':>19} | {'BlackJAX steps/s':>16} | "
+          f"{'K=1 / K=10 (goal >= 0.7x)':>25} | {'K=1 / BlackJAX (goal >= 1x)':>27} |")
+    print(f"| {'---':>18} | {'---':>19} | {'---':>16} | {'---':>25} | {'---':>27} |")
+    k1, k10, bj = best["engine K=1"], best["engine K=10"], best["BlackJAX"]
+    ratio_k, ratio_bj = k1 / k10, k1 / bj
+    print(f"| {k1:>18.4g} | {k10:>19.4g} | {bj:>16.4g} | "
+          f"{f'{ratio_k:.2f}x ' + ('met' if ratio_k >= 0.7 else 'NOT met'):>25} | "
+          f"{f'{ratio_bj:.2f}x ' + ('met' if ratio_bj >= 1.0 else 'NOT met'):>27} |")
+    print()
+    print("every pass (steps/s): " + "; ".join(f"{n}: " + ", ".join(f"{v:.4g}" for v in runs[n]) for n in names))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=2.0, help="minimum duration of each timed call")
@@ -229,7 +394,18 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=2, help="interleaved measurement passes, best kept (default: %(default)s)")
     ap.add_argument("--crossover", action="store_true", help="time the two affine kernels for d = 2..10 instead")
     ap.add_argument("--engine-only", action="store_true", help="time only the engine column (FALD.run)")
+    ap.add_argument("--blackjax", action="store_true",
+                    help="N = 1: engine K = 1 against K = 10 and BlackJAX's SGLD (makes benchmarks/.venv-blackjax)")
+    ap.add_argument("--blackjax-venv", default=None, help="the BlackJAX virtual environment (default: %(default)s = "
+                    "benchmarks/.venv-blackjax, made when missing)")
+    ap.add_argument("--steps", type=int, default=20000, help="--blackjax: local steps a timed call (default: %(default)s)")
+    ap.add_argument("--repeats", type=int, default=3, help="--blackjax: timed calls a pass (default: %(default)s)")
     args = ap.parse_args()
+    if args.blackjax:
+        if args.passes == 2 and "--passes" not in sys.argv:
+            args.passes = 5
+        blackjax_compare(args)
+        return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, K in {args.local_steps}, CPU, "
           f"fedlangevin from {fl.__file__}")
     if args.crossover:

@@ -84,7 +84,7 @@ LAYERS = {
              "preconditioning"},
     "warm-up and corrections": {"curvature", "adaptation", "mode", "corrections", "control_variates", "conducive", "qlsd", "drift"},
     "io and results": {"store", "checkpoint", "encoding", "records", "streaming", "trace", "settings"},
-    "runner": {"sampler", "runs", "resume", "replay"},
+    "runner": {"sampler", "loop", "runs", "resume", "replay"},
 }
 MAY_IMPORT = {
     "contracts": set(),

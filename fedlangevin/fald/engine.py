@@ -42,9 +42,9 @@ from fedlangevin.fald.extensions import PRECONDITIONERS, LocalTransport, check_p
 from fedlangevin.fald.kernel import FALDState, UploadCodec, aggregate
 from fedlangevin.fald.local import local_step
 from fedlangevin.fald.noise import noise_scales
-from fedlangevin.fald.participation import Participation, as_participation
+from fedlangevin.fald.participation import Full, Participation, as_participation
 from fedlangevin.fald.preconditioning import as_preconditioner, is_identity, placed
-from fedlangevin.fald.steppers import AffineStepper, make_stepper
+from fedlangevin.fald.steppers import AffineStepper, SmallAffineStepper, make_stepper
 from fedlangevin.problems.base import FederatedProblem, check_client_indices, check_problem, check_weights
 
 __all__ = ["Kernel", "RoundInfo", "build", "check_gradient", "client_round", "initial_theta"]
@@ -65,11 +65,25 @@ class Kernel(NamedTuple):
     i (a view valid during the call). ``autograd_free``: the rounds never differentiate (the
     affine kernels), so a runner may run them under ``torch.inference_mode`` (it skips
     autograd's bookkeeping in every tensor operation: ~13% of a round at N = 1).
+
+    :attr:`rounds`, where the step has one, runs several rounds in one call (see there).
     """
 
     init: Callable[[torch.Tensor], FALDState]
     step: Callable[..., tuple[FALDState, RoundInfo]]
     autograd_free: bool = False
+
+    @property
+    def rounds(self) -> Callable[..., tuple[FALDState, torch.Tensor]] | None:
+        """``rounds(state, step_sizes_list, generator) -> (state, thetas)``: ``len(step_sizes_list)``
+        consecutive rounds of :attr:`step` in one call, without a Python round-trip per round:
+        the same operations, so the same bits, as calling ``step`` round by round with that
+        generator; ``thetas`` (M, R, d) holds every round's synchronised parameters (a view of
+        the kernel's buffer, valid until the next call) and ``state`` is the last round's (its
+        own tensor). Only where the rounds need no per-round information: the small affine
+        kernel with full participation and no extension (``None`` otherwise, and for a step
+        replaced with ``Kernel._replace(step=...)``: the attribute belongs to the step)."""
+        return getattr(self.step, "rounds", None)
 
 
 def build(
@@ -189,6 +203,16 @@ def build(
         new = FALDState(theta=new_theta, step=state.step + len(step_sizes), round=state.round + 1, correction=cstate)
         return new, RoundInfo(weights=w)
 
+    if (isinstance(stepper, SmallAffineStepper) and type(rule) is Full and upload is None
+            and type(transport) is LocalTransport):
+        def rounds(state: FALDState, step_sizes_list: Sequence[Sequence[float]], generator: torch.Generator | None):
+            thetas = stepper.rounds(state.theta, step_sizes_list, scales, generator, p)
+            steps = state.step + sum(map(len, step_sizes_list))
+            new = FALDState(theta=thetas[-1].clone(), step=steps, round=state.round + len(step_sizes_list),
+                            correction=state.correction)
+            return new, thetas
+
+        step.rounds = rounds
     return Kernel(init, step, isinstance(stepper, AffineStepper))
 
 

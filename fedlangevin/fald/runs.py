@@ -151,6 +151,12 @@ class MemoryDraws:
         self.rounds[self.count] = round
         self.count += 1
 
+    def add_rows(self, rows: torch.Tensor, rounds) -> None:  # rows (b, chains, d)
+        b = rows.shape[0]
+        self.buf[:, self.count: self.count + b].copy_(rows.transpose(0, 1))
+        self.rounds[self.count: self.count + b] = rounds
+        self.count += b
+
     def sync(self, dropped: dict) -> None:
         pass
 
@@ -268,6 +274,11 @@ class Run:
     def keeps(self, j: int) -> bool:
         return j > self.warmup and (j - self.warmup) % self.thin == 0
 
+    def first_kept(self, done: int) -> int:
+        """The first round j > ``done`` whose draw is kept."""
+        after = max(done + 1 - self.warmup, 1)
+        return self.warmup + self.thin * -(-after // self.thin)
+
     @classmethod
     def start(cls, sampler, args: RunArguments) -> "Run":
         run = cls()
@@ -324,6 +335,15 @@ class Run:
             row = torch.full((len(self.chain_ids), theta.shape[1]), float("nan"), device=theta.device, dtype=theta.dtype)
             row[torch.as_tensor(self.alive, device=theta.device)] = theta
         self.draws.add(row, round)
+
+    def add_rows(self, thetas: torch.Tensor, rounds) -> None:
+        """Several kept draws at once: ``thetas`` (b, chains alive, d), made at ``rounds``; the same
+        as :meth:`add` draw by draw (one copy into a memory buffer instead of b)."""
+        if self.stats is None and self.draws.kind == "memory" and len(self.alive) == len(self.chain_ids):
+            self.draws.add_rows(thetas, rounds)
+            return
+        for theta, round in zip(thetas, rounds):
+            self.add(theta, round)
 
     def describe(self) -> dict:
         return {

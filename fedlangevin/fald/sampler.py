@@ -10,9 +10,7 @@ their on-disk store): :meth:`FALD.run` with ``checkpoint=path`` writes exactly t
 
 from __future__ import annotations
 
-import math
 import os
-import time
 import warnings
 from typing import Any, Callable, Sequence
 
@@ -32,7 +30,7 @@ from fedlangevin._validation import (
     check_seed,
 )
 from fedlangevin.fald import resume as rs
-from fedlangevin.fald import adaptation, drift
+from fedlangevin.fald import adaptation, drift, loop
 from fedlangevin.fald.contracts import TRANSPORT, UPLOAD_CODEC, check_conforms
 from fedlangevin.fald.engine import build
 from fedlangevin.fald.streams import build_per_client
@@ -43,14 +41,14 @@ from fedlangevin.fald.replay import diagnose, where
 from fedlangevin.fald.runs import Run, communication, continue_arguments, progress_bar, run_arguments
 from fedlangevin.fald.schedules import check_schedule
 from fedlangevin.fald.settings import Settings
-from fedlangevin.fald.steppers import round_threads
 from fedlangevin.fald.trace import Communication, DivergenceError, StepSizes, Trace
 from fedlangevin.problems.base import FederatedProblem, check_problem, check_weights
 
 __all__ = ["FALD"]
 
-#: Without ``checkpoint_every``: a checkpoint after the first round this many seconds after the last.
-CHECKPOINT_SECONDS = 60.0
+#: Without ``checkpoint_every``: a checkpoint after the first round this many seconds after the last
+#: (defined with the round loop, :mod:`fedlangevin.fald.loop`)
+CHECKPOINT_SECONDS = loop.CHECKPOINT_SECONDS
 
 
 class FALD:
@@ -344,48 +342,8 @@ class FALD:
             pending.close()
 
     def _advance(self, run: Run, rounds: int, bar) -> None:
-        """``rounds`` rounds of ``run`` with minimal per-round Python: precomputed step sizes (an adaptive
-        warm-up's round by round), constant uploads where the rule fixes them, a one-reduction finiteness
-        check, the thread setting and (affine kernels) inference mode set once for the whole loop."""
-        k, generator, led = self.local_steps, self.generator, self.ledger
-        fixed = self.participation.fixed_uploads(self.problem.num_clients)
-        uploads_of = self.participation.uploads
-        last_save = time.monotonic()
-        numel = len(self.active) * self.problem.num_clients * self.problem.dim
-        fast = self._kernel.autograd_free and self.adapter is None  # see engine.Kernel
-        with round_threads(numel, self.device), torch.inference_mode(fast):
-            for etas in adaptation.round_etas(self, rounds):
-                gen_state = generator.get_state()
-                committed = False
-                try:
-                    state, info = self._kernel.step(self.state, etas, generator)
-                    if not math.isfinite(state.theta.sum()) and not bool(torch.isfinite(state.theta).all()):
-                        state = self._diverged(run, state, gen_state, etas)
-                    uploads = fixed if fixed is not None else uploads_of(info.weights)
-                    j = run.done + 1
-                    if run.keeps(j):
-                        run.add(state.theta, state.round)
-                    self.state = state
-                    run.done = j
-                    run.uploads += uploads
-                    committed = True
-                finally:
-                    if not committed:
-                        generator.set_state(gen_state)
-                led["steps"] += k
-                led["rounds"] += 1
-                led["eta_sum"] += sum(etas)
-                led["eta_max"] = max(led["eta_max"], max(etas))
-                led["uploads"] += uploads
-                if self.adapter is not None:
-                    adaptation.observe(self, run, state.theta)
-                if run.checkpoint is not None and run.done < run.rounds:
-                    every = run.checkpoint_every
-                    if (run.done % every == 0) if every is not None else (time.monotonic() - last_save >= CHECKPOINT_SECONDS):
-                        self._writer.write(run.checkpoint, self, run)
-                        last_save = time.monotonic()
-                if bar is not None:
-                    bar.update(1)
+        """``rounds`` rounds of ``run`` (:func:`fedlangevin.fald.loop.advance`)."""
+        loop.advance(self, run, rounds, bar)
 
     # -- divergence -------------------------------------------------------------------------------
     def _diverged(self, run: Run, state: FALDState, gen_state: torch.Tensor, etas: list[float]) -> FALDState:
@@ -409,7 +367,7 @@ class FALD:
             self.active = self.active[keep_rows]
             warnings.warn(
                 f"FA-LD: chain(s) {shown} diverged in {place} ({detail}); dropped, {len(self.active)} chains continue",
-                RuntimeWarning, stacklevel=4,
+                RuntimeWarning, stacklevel=5,
             )
             return FALDState(theta=state.theta[keep].contiguous(), step=state.step, round=state.round,
                              correction=drift.keep_chains(self, state.correction, keep))

@@ -37,6 +37,7 @@ import torch
 
 from fedlangevin.fald.local import local_step
 from fedlangevin.fald.noise import NoiseScales
+from fedlangevin.fald.participation import synchronize
 from fedlangevin.problems.base import FederatedProblem
 
 __all__ = [
@@ -159,6 +160,7 @@ class SmallAffineStepper(AffineStepper):
     def __init__(self, problem: FederatedProblem, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__(problem, dtype, device)
         self.shift_planes = self.shift.t().contiguous()[:, None, :]  # (d, 1, N)
+        self._block, self._block_chains, self._slots = None, None, []  # the rounds of rounds()
 
     def _allocate(self, chains: int) -> None:
         r, n, d = chains, self.num_clients, self.dim
@@ -169,6 +171,8 @@ class SmallAffineStepper(AffineStepper):
         # the (d, R N) matrix views of the planes, made once (a view per step costs a dispatch)
         self._xf, self._yf, self._wf = (t.view(d, r * n) for t in (self._x, self._y, self._w))
         self._z0 = torch.empty(d, r, 1, **kw) if self._shared_draw is not None else None
+        self._prod = torch.empty(d, r, **kw)  # the first step's (d x d) @ (d x R) product
+        self._prod3 = self._prod.unsqueeze(2)  # ... as (d, R, 1) planes
         self._eta = None
 
     def _coefficients(self, eta: float) -> None:
@@ -188,42 +192,114 @@ class SmallAffineStepper(AffineStepper):
         self._eta = eta
 
     def local_steps(self, theta, etas, scales, generator, on_step=None):
-        r, d = theta.shape
-        n = self.num_clients
-        self._setup(r, scales)
+        self._setup(theta.shape[0], scales)
+        return self._steps(theta.t(), etas, generator, on_step).permute(1, 2, 0)  # (R, N, d) view
+
+    def _steps(self, planes, etas, generator, on_step=None, last=None):
+        """The K local steps of one round from the broadcast planes (d, R); returns the final
+        client planes (d, R, N): an internal buffer, or ``last`` (a (d, R, N) tensor) where
+        given, which the last step then writes instead of the buffer."""
         x, y, w, z0 = self._x, self._y, self._w, self._z0
         xf, yf, wf = self._xf, self._yf, self._wf
+        d, r, n = w.shape
+        final = len(etas) - 1
+        shared_draw, private_draw = self._shared_draw, self._private_draw
         # the broadcast is folded into the first local step: every client starts at theta, so
         # its sum over j is the same (d, R) plane for all N clients (or a broadcast outer product)
-        planes = theta.t()  # (d, R)
         for i, eta in enumerate(etas):
             self._coefficients(float(eta))
-            self._draw(generator)
-            if self._private_draw is not None:
-                w.copy_(self._private_draw.permute(2, 0, 1))  # promote and transpose
+            if shared_draw is not None:  # shared normals (R, d), then private normals (R, N, d)
+                shared_draw.normal_(generator=generator)
+            if private_draw is not None:
+                private_draw.normal_(generator=generator)
+                w.copy_(private_draw.permute(2, 0, 1))  # promote and transpose
                 torch.addcmul(self._offset, w, self._noise, out=w)
             else:
                 w.copy_(self._offset.expand(d, r, n))
             if z0 is not None:
-                z0.copy_(self._shared_draw.t()[:, :, None])
+                z0.copy_(shared_draw.t()[:, :, None])
                 w.add_(z0, alpha=self._noise0)
+            into = y if last is None or i < final else last
             if self.shared_hessian:
                 if i == 0:
-                    torch.add(w, (self._mt @ planes).unsqueeze(2), out=y)
+                    torch.mm(self._mt, planes, out=self._prod)
+                    torch.add(w, self._prod3, out=into)
                 else:
-                    torch.addmm(wf, self._mt, xf, out=yf)
+                    torch.addmm(wf, self._mt, xf, out=yf if into is y else into.view(d, r * n))
             else:
                 src, m = (planes.unsqueeze(2) if i == 0 else x), self._m  # (d, R, 1) or (d, R, N) by (N,) rows
                 for e in range(d):
-                    ye = y[e]
+                    ye = into[e]
                     torch.addcmul(w[e], src[0], m[e][0], out=ye)
                     for j in range(1, d):
                         ye.addcmul_(src[j], m[e][j])
+            if into is not y:
+                return into
             x, y, xf, yf = y, x, yf, xf
             if on_step is not None:
                 on_step(i, x.permute(1, 2, 0))
         self._x, self._y, self._xf, self._yf = x, y, xf, yf
-        return x.permute(1, 2, 0)  # (R, N, d) view
+        return x
+
+    def rounds(self, theta, etas_list, scales, generator, weights):
+        """``len(etas_list)`` rounds with full participation (synchronisation weights ``weights``,
+        (N,)) from theta (R, d), with the operations of :meth:`local_steps` and
+        :func:`~fedlangevin.fald.participation.synchronize` round by round, so the same bits;
+        returns the synchronised parameters of every round, an (M, R, d) view of an internal
+        buffer valid until the next call. With N = 1 a round's last local step writes straight
+        into its slot of that buffer (the synchronisation is the product by p_1, skipped when
+        p_1 = 1, where it is exact)."""
+        r, d = theta.shape
+        n = self.num_clients
+        self._setup(r, scales)
+        count = len(etas_list)
+        block = self._block
+        if block is None or block.shape[0] < count or self._block_chains != r:
+            size = max(count, 0 if block is None or self._block_chains != r else block.shape[0])
+            kw = dict(device=self.device, dtype=self.dtype)
+            block = self._block = torch.empty(size, d, r, **kw) if n == 1 else torch.empty(size, r, d, **kw)
+            self._block_chains = r
+            # per round: (d, R, 1) slot the last local step writes and its (d, R) plane (N = 1),
+            # or the (R, d) row and its (d, R) transposed view (N > 1)
+            self._slots = [(b.unsqueeze(2), b) for b in block] if n == 1 else [(b, b.t()) for b in block]
+        slots, planes = self._slots, theta.t()
+        if n == 1:
+            unit = bool(weights.numel() == 1 and float(weights[0]) == 1.0)
+            if (unit and self.shared_hessian and self._shared_draw is None and self._private_draw is not None
+                    and max(map(len, etas_list)) == 1):
+                self._single_steps(planes, etas_list, generator, slots)
+                return block[:count].transpose(1, 2)
+            for etas, (slot, plane) in zip(etas_list, slots):
+                self._steps(planes, etas, generator, None, slot)
+                if not unit:
+                    slot.mul_(weights)  # synchronize's w_1 beta_1, in place
+                planes = plane
+            return block[:count].transpose(1, 2)
+        for etas, (row, plane) in zip(etas_list, slots):
+            beta = self._steps(planes, etas, generator).permute(1, 2, 0)
+            row.copy_(synchronize(beta, weights))
+            planes = plane
+        return block[:count]
+
+    def _single_steps(self, planes, etas_list, generator, slots) -> None:
+        """Rounds of one local step, N = 1, p_1 = 1, a shared Hessian and private noise only (the
+        default settings): the operations of :meth:`_steps` for K = 1 with the branches taken once
+        for all the rounds, each round's result written into its slot."""
+        w, prod, prod3, draw = self._w, self._prod, self._prod3, self._private_draw
+        xi = draw.permute(2, 0, 1)
+        normal, copy, addcmul, mm, add = draw.normal_, w.copy_, torch.addcmul, torch.mm, torch.add
+        eta = None
+        for (step,), (slot, plane) in zip(etas_list, slots):
+            if step != eta:
+                eta = step
+                self._coefficients(float(eta))
+                offset, noise, mt = self._offset, self._noise, self._mt
+            normal(generator=generator)
+            copy(xi)  # promote and transpose
+            addcmul(offset, w, noise, out=w)
+            mm(mt, planes, out=prod)
+            add(w, prod3, out=slot)
+            planes = plane
 
 
 class DenseAffineStepper(AffineStepper):

@@ -378,7 +378,7 @@ def test_interrupted_in_process_the_sampler_stays_consistent(monkeypatch):
 
 def test_default_checkpoints_follow_the_clock(tmp_path, monkeypatch):
     import fedlangevin.fald.checkpoint as C
-    import fedlangevin.fald.sampler as S
+    import fedlangevin.fald.loop as S
 
     writes = []
     real = C.write_file
