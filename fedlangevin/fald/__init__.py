@@ -1,10 +1,12 @@
 """FA-LD engine: noise, participation, schedules, the reference local step and the round kernels
-(steppers), the pure kernel ``build -> (init, step)`` with its extension points, the runner
+(steppers), the pure kernel ``build -> (init, step)`` with its extension points (their contracts
+and conformance check: :mod:`fedlangevin.fald.contracts`), the runner
 (sampler, split into runs, replay and resume), drift corrections, typed settings, trace; checkpoint, store and
 streaming statistics for long runs."""
 
 from fedlangevin.fald.checkpoint import CheckpointError, checkpoint_info
 from fedlangevin.fald.conducive import Conducive, Surrogates
+from fedlangevin.fald.contracts import Contract, CorrectionSettings, check_conforms, conformance
 from fedlangevin.fald.control_variates import ControlVariates
 from fedlangevin.fald.qlsd import QLSDPlusPlus
 from fedlangevin.fald.engine import Kernel, RoundInfo, build, client_round
@@ -28,9 +30,9 @@ from fedlangevin.fald.streaming import RunStatistics
 from fedlangevin.fald.trace import Communication, DivergenceError, StepSizes, Trace
 
 __all__ = [
-    "CheckpointError", "Communication", "Conducive", "Constant", "ControlVariates", "QLSDPlusPlus", "Surrogates", "DivergenceError", "DriftCorrection", "FALD", "FALDState",
+    "CheckpointError", "Communication", "Conducive", "Constant", "Contract", "CorrectionSettings", "ControlVariates", "QLSDPlusPlus", "Surrogates", "DivergenceError", "DriftCorrection", "FALD", "FALDState",
     "FactorPreconditioner", "Full", "IdentityPreconditioner", "InProcessGroup", "Kernel", "LocalTransport",
     "PaperDecay", "Participation", "Polynomial", "Preconditioner", "RoundInfo", "RunStatistics", "SampleStore",
     "SchemeI", "SchemeII", "Settings", "StepSizes", "StoreError", "Trace", "Transport", "add_noise_", "build",
-    "checkpoint_info", "client_round", "fald_round", "local_step", "noise_scales", "open_store", "synchronize",
+    "check_conforms", "checkpoint_info", "client_round", "conformance", "fald_round", "local_step", "noise_scales", "open_store", "synchronize",
 ]
