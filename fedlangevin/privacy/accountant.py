@@ -65,7 +65,13 @@ Numerics
   "add" pair in every step, and a disjoint other-client output), realisable by datasets
   satisfying the assumptions, accounted with *optimistic* discretisation (privacy buckets
   rounded down, vectorised here; identical to dp-accounting's optimistic Gaussian PLD, which
-  the tests check): no analysis under the assumptions can certify less.
+  the tests check): no analysis under the assumptions can certify less. Its grid may be
+  coarser than the tight one's (any step, at most MAX_GRID_POINTS points): each step's loss
+  rounded down by up to a grid step makes it looser, down to 0 (true but empty) for very long
+  runs of small per-step losses; epsilon is read at delta plus the error the composition may
+  have added (truncated tails, FFT rounding), so it stays a bound at any delta.
+- **Work**: compositions are FFT powers (logarithmic in the number of rounds or steps) on a
+  grid of at most MAX_GRID_POINTS points, so 10^9 iterations take about a second.
 
 Step sizes: ``eta`` is a constant or one value per local step (length T). Rounds are grouped by
 their largest step size rounded *up* to a geometric grid of ratio ``step_size_ratio`` (a
@@ -106,6 +112,8 @@ _MAX_DISCRETIZATION = 1e-3
 _MAX_AUTO_STEP = 1.0  # coarsest automatic PLD grid step (nats); beyond it RDP answers alone
 _MIN_DISCRETIZATION = 1e-7
 _TAIL_TRUNCATION = 1e-15
+_MOMENT_POINTS = 2**16  # grid points per step for the moments of the grid-size estimate
+_MIN_TRUNCATION = 1e-300  # smallest tail truncation (a normal float; 0 would mean no truncation)
 _MAX_LEVELS_CHECKS = 12  # step-size levels kept by the RDP cross-check and the lower bound
 #: largest privacy-loss grid of the tight accountant (points of the composed PMF): about 64 MiB
 #: per FFT array and a few seconds; an automatic grid is coarsened to stay below it
@@ -299,39 +307,117 @@ def _mix_with_zero(pmf, q: float, pessimistic: bool):
     return pld_pmf.create_pmf(loss_probs, dense._discretization, q * dense._infinity_mass, pessimistic)  # noqa: SLF001
 
 
-def _compose(levels: _Levels, round_pmf_for, tail: float = _TAIL_TRUNCATION) -> Any:
+def _self_compose(pmf, count: int, tail: float, pessimistic: bool = True, errors: list | None = None):
+    """``pmf`` composed ``count`` times, in work logarithmic in ``count``.
+
+    dp-accounting's ``DensePLDPmf.self_compose``, with two changes that bound the work for large
+    counts: sparse PMFs go dense first (dp-accounting composes them by a loop over ``count``,
+    after computing size**count as an exact integer: it never ends for count ~ 10^9), and the
+    Chernoff bounds that size the result also use orders near the optimal one (dp-accounting's
+    orders are at least 1/size, too large once count is large: for 10^9 steps its range was 8x
+    the true one's, 31 million points, 2.3 GB). Both are exact rewrites: one FFT power, the same
+    tail guarantee (each side of the truncated range holds at most ``tail`` / 2).
+
+    Pessimistic: the truncated tails (at most ``tail``) count as infinite loss (dp-accounting).
+    Optimistic (a lower bound): they are dropped instead; the FFT wraps them around onto the
+    kept range, which can raise delta(eps) by at most ``tail`` (see :func:`_lower_pmfs`).
+    ``errors``: a list to which that bound, ``tail`` plus the FFT's rounding, is appended."""
+    if count <= 1:
+        return pmf
+    from dp_accounting.pld import common
+    from scipy import fft
+
+    pld_pmf, *_ = _dp()
+    dense = pmf.to_dense_pmf()
+    probs = np.asarray(dense._probs, dtype=np.float64)  # noqa: SLF001
+    m = float(dense._infinity_mass)  # noqa: SLF001
+    count = int(count)
+    lo, hi = common.compute_self_convolve_bounds(probs, count, tail, _chernoff_orders(probs, count, tail))
+    size = hi - lo + 1
+    n_fft = fft.next_fast_len(max(size, probs.size))
+    out = np.roll(np.real(fft.ifft(fft.fft(probs, n_fft) ** count)), -lo)[:size]
+    if errors is not None:
+        errors.append(tail + _fft_error(out))
+    inf_mass = -math.expm1(count * math.log1p(-m)) if m > 0 else 0.0
+    if pessimistic:
+        inf_mass += tail
+    return pld_pmf.DensePLDPmf(dense._discretization, int(dense._lower_loss) * count + lo, out, inf_mass,  # noqa: SLF001
+                               pessimistic)
+
+
+def _chernoff_orders(probs: np.ndarray, count: int, tail: float) -> np.ndarray:
+    """Orders for the Chernoff bounds of a ``count``-fold sum of index draws from ``probs``:
+    dp-accounting's (+-1..20 / size) and multiples of the Gaussian optimum
+    sqrt(2 log(2 / tail) / (count var)) where they are smaller (large counts)."""
+    base = np.concatenate((np.arange(-20, 0), np.arange(1, 21))) / probs.size
+    mass = float(probs.sum())
+    if tail <= 0 or not mass > 0:
+        return base
+    idx = np.arange(probs.size, dtype=np.float64)
+    mean = float(probs @ idx) / mass
+    var = float(probs @ (idx - mean) ** 2) / mass
+    if not var > 0:
+        return base
+    best = math.sqrt(2.0 * math.log(2.0 / tail) / (count * var))
+    extra = best * np.array([0.25, 0.5, 0.7, 0.85, 1.0, 1.2, 1.4, 2.0, 4.0])
+    # only orders below dp-accounting's smallest: larger ones weigh the PMF's ends by e^(order x
+    # index), where the FFT's rounding noise (~1e-20, of either sign) would corrupt the bound
+    extra = extra[extra < 1.0 / probs.size]
+    return np.concatenate((base, extra, -extra))
+
+
+def _fft_error(pmf) -> float:
+    """Estimated l1 error that floating-point rounding of an FFT composition left in ``pmf`` (a
+    PMF or its array of probabilities): what it can add to delta(eps), its number of points
+    times the larger of its most negative entry (probabilities are >= 0, so that is rounding)
+    and 4 ulp of its largest entry."""
+    probs = pmf if isinstance(pmf, np.ndarray) else pmf.to_dense_pmf()._probs  # noqa: SLF001
+    probs = np.asarray(probs, dtype=np.float64)
+    if probs.size == 0:
+        return 0.0
+    return float(probs.size * max(-min(float(probs.min()), 0.0), 4.0 * np.finfo(np.float64).eps * float(probs.max())))
+
+
+def _compose(levels: _Levels, round_pmf_for, tail: float = _TAIL_TRUNCATION, pessimistic: bool = True,
+             errors: list | None = None) -> Any:
     pld_pmf, *_ = _dp()
     total = None
     for z, rounds in zip(levels.z, levels.rounds):
-        part = round_pmf_for(z)
-        if rounds > 1:
-            part = part.self_compose(rounds, tail)
-        total = part if total is None else pld_pmf.compose_pmfs(total, part, tail)
+        part = _self_compose(round_pmf_for(z), rounds, tail, pessimistic, errors)
+        if total is None:
+            total = part
+        else:
+            total = pld_pmf.compose_pmfs(total, part, tail)
+            if errors is not None:  # linear convolution: truncated tails are not wrapped around
+                errors.append(_fft_error(total))
     return total
 
 
 def _truncation(levels: _Levels, delta: float) -> float:
     """Tail mass truncated per composition: 1e-15, or less so that the truncated mass (moved to
     infinite loss, pessimistically) stays below delta / 1000 even for tiny delta (otherwise the
-    accountant would return inf at delta below ~ rounds x 1e-15)."""
-    return min(_TAIL_TRUNCATION, 1e-3 * delta / (sum(levels.rounds) + levels.local_steps + len(levels.z) + 2))
+    accountant would return inf at delta below ~ rounds x 1e-15), and at least 1e-300: a zero
+    truncation would make dp-accounting convolve over the full range (count x width points); at
+    delta below ~1e-297 the PLD then reports inf and the RDP epsilon answers."""
+    return max(min(_TAIL_TRUNCATION, 1e-3 * delta / (sum(levels.rounds) + levels.local_steps + len(levels.z) + 2)),
+               _MIN_TRUNCATION)
 
 
 def _tight_pmf(levels: _Levels, d: float, tail: float = _TAIL_TRUNCATION):
     def round_pmf(z):
         step = _step_pmf(z, levels.gamma, d)
-        inner = step.self_compose(levels.local_steps, tail) if levels.local_steps > 1 else step
-        return _mix_with_zero(inner, levels.q, True)
+        return _mix_with_zero(_self_compose(step, levels.local_steps, tail), levels.q, True)
 
     return _compose(levels, round_pmf, tail)
 
 
-def _grid_points(levels: _Levels, d: float) -> float:
-    """Estimated points of the largest PMF the tight accountant builds on a grid of step d.
+def _grid_points(levels: _Levels, d: float, optimistic: bool = False) -> float:
+    """Estimated points of the largest PMF the tight accountant (``optimistic``: the lower
+    bound) builds on a grid of step d.
 
-    From the exact mean and variance of one step's (pessimistic) privacy loss: a K-step round
-    spans about 2 (K |mu| + 20 sqrt(K v)) + one step's width, the composition of all rounds
-    2 (|mean| + 20 sd) + a round's width (20 sd: far beyond the 1e-15 tails that are kept).
+    From the exact mean and variance of one step's (pessimistic, resp. optimistic) privacy loss: a
+    K-step round spans about 2 (K |mu| + 20 sqrt(K v)) + one step's width, the composition of all
+    rounds 2 (|mean| + 20 sd) + a round's width (20 sd: far beyond the 1e-15 tails that are kept).
     """
     k, q = levels.local_steps, levels.q
     total_mean = total_var = widest = 0.0
@@ -340,18 +426,30 @@ def _grid_points(levels: _Levels, d: float) -> float:
         step_width = 2.0 * _step_upper(remove, add)
         if step_width / d > MAX_GRID_POINTS:
             return step_width / d
-        dense = _step_pmf(z, levels.gamma, d).to_dense_pmf()
-        probs = np.asarray(dense._probs, dtype=np.float64)  # noqa: SLF001
-        loss = (int(dense._lower_loss) + np.arange(probs.size)) * d  # noqa: SLF001
-        mass = max(float(probs.sum()), 1e-300)
-        mu = float(probs @ loss) / mass
-        var = max(float(probs @ (loss * loss)) / mass - mu * mu, 0.0)
+        if optimistic:
+            step_width, mu, var = max(_pmf_moments(_optimistic_step_pmf(z, levels.gamma, d, direction))
+                                      for direction in ("remove", "add"))
+        else:
+            # the moments from a grid of at most ~2^16 points per step (a finer one would cost seconds
+            # of dp-accounting's per-point Python for an estimate that only needs to be about right)
+            _, mu, var = _pmf_moments(_step_pmf(z, levels.gamma, max(d, step_width / _MOMENT_POINTS)))
         round_width = min(k * step_width, 2.0 * (k * abs(mu) + 20.0 * math.sqrt(k * var)) + step_width)
         widest = max(widest, round_width)
         total_mean += rounds * q * k * mu
         total_var += rounds * (q * k * var + q * (1.0 - q) * (k * mu) ** 2)
     total_width = 2.0 * (abs(total_mean) + 20.0 * math.sqrt(total_var)) + widest
     return max(widest, total_width) / d
+
+
+def _pmf_moments(pmf) -> tuple[float, float, float]:
+    """(width of its grid, mean, variance) of a PMF's finite losses."""
+    dense = pmf.to_dense_pmf()
+    d = float(dense._discretization)  # noqa: SLF001
+    probs = np.asarray(dense._probs, dtype=np.float64)  # noqa: SLF001
+    loss = (int(dense._lower_loss) + np.arange(probs.size)) * d  # noqa: SLF001
+    mass = max(float(probs.sum()), 1e-300)
+    mu = float(probs @ loss) / mass
+    return probs.size * d, mu, max(float(probs @ (loss * loss)) / mass - mu * mu, 0.0)
 
 
 def _optimistic_step_pmf(z: float, gamma: float, d: float, direction: str):
@@ -378,11 +476,17 @@ def _optimistic_step_pmf(z: float, gamma: float, d: float, direction: str):
             return np.logaddexp(math.log1p(-g) if g < 1 else -np.inf, math.log(g) - (2 * x + 1) / (2 * z * z))
         return -np.logaddexp(math.log1p(-g) if g < 1 else -np.inf, math.log(g) + (2 * x - 1) / (2 * z * z))
 
+    def log_expm1_plus_g(u):
+        """log(e^u - 1 + g), without overflow for u beyond 709 (NaN where e^u - 1 + g <= 0)."""
+        pos = u > 0
+        up, un = np.where(pos, u, 0.0), np.where(pos, 0.0, u)
+        return np.where(pos, up + np.log1p(-(1.0 - g) * np.exp(-up)), np.log(np.expm1(un) + g))
+
     def inverse(l):
         with np.errstate(divide="ignore", invalid="ignore"):
             if direction == "remove":
-                return -z * z * np.log((np.expm1(l) + g) / g) - 0.5
-            return z * z * np.log((np.expm1(-l) + g) / g) + 0.5
+                return -z * z * (log_expm1_plus_g(l) - math.log(g)) - 0.5
+            return z * z * (log_expm1_plus_g(-l) - math.log(g)) + 0.5
 
     def cdf(x):
         if direction == "remove":
@@ -400,16 +504,21 @@ def _optimistic_step_pmf(z: float, gamma: float, d: float, direction: str):
     return pld_pmf.DensePLDPmf(d, int(lo_j), probs, 0.0, False)
 
 
-def _lower_pmfs(levels: _Levels, d: float):
-    """Optimistic PMFs of the fixed 'remove' and fixed 'add' configurations."""
+def _lower_pmfs(levels: _Levels, d: float, tail: float = _TAIL_TRUNCATION) -> list:
+    """Optimistic PMFs of the fixed 'remove' and fixed 'add' configurations, each with its slack:
+    a bound on what the composition may have added to delta(eps) (at most ``tail`` of wrapped-
+    around tail mass per self-composition, and the FFT's rounding, see :func:`_fft_error`)."""
     out = []
     for direction in ("remove", "add"):
-        def round_pmf(z, direction=direction):
+        errors: list[float] = []
+
+        def round_pmf(z, direction=direction, errors=errors):
             step = _optimistic_step_pmf(z, levels.gamma, d, direction)
-            inner = step.self_compose(levels.local_steps, _TAIL_TRUNCATION) if levels.local_steps > 1 else step
+            inner = _self_compose(step, levels.local_steps, tail, False, errors)
             return _mix_with_zero(inner, levels.q, False)
 
-        out.append(_compose(levels, round_pmf))
+        pmf = _compose(levels, round_pmf, tail, False, errors)
+        out.append((pmf, math.fsum(errors)))
     return out
 
 
@@ -459,15 +568,18 @@ def _epsilon_for_delta(pmf, delta: float) -> float:
     return max(eps, 0.0)
 
 
-def _bounded_grid(levels: _Levels, discretization=None, max_points: int | None = None) -> float | None:
+def _bounded_grid(levels: _Levels, discretization=None, max_points: int | None = None,
+                  max_step: float = _MAX_AUTO_STEP, optimistic: bool = False, start: float | None = None) -> float | None:
     """The grid step: the automatic one coarsened until the PLD has at most MAX_GRID_POINTS
     points (a coarser pessimistic grid is still an upper bound, only less tight), or the user's
     ``discretization`` if it fits (a ValueError naming it otherwise). None when the automatic
-    grid would need a step above 1 nat (then the PLD is skipped and RDP answers)."""
+    grid would need a step above ``max_step`` (1 nat: then the PLD is skipped and RDP answers;
+    the lower bound passes inf, a coarser optimistic grid being still a lower bound).
+    ``optimistic``: the size of the lower bound's PLD; ``start``: the automatic grid's first step."""
     max_points = MAX_GRID_POINTS if max_points is None else max_points
-    d = _discretization(levels, discretization)
+    d = _discretization(levels, discretization) if start is None or discretization is not None else start
     for _ in range(60):
-        points = _grid_points(levels, d)
+        points = _grid_points(levels, d, optimistic)
         if points <= max_points:
             return d
         if discretization is not None:
@@ -476,7 +588,7 @@ def _bounded_grid(levels: _Levels, discretization=None, max_points: int | None =
                 f"discretization >= {d * points / max_points:.3g} or None (automatic)"
             )
         d *= max(1.25 * points / max_points, 1.25)
-        if d > _MAX_AUTO_STEP:
+        if d > max_step:
             return None
     return None  # pragma: no cover - each pass divides the estimate by >= 1.25
 
@@ -517,17 +629,34 @@ def _lower_discretization(levels: _Levels, d: float, epsilon_hint: float) -> flo
     return float(min(d, max(d / 20.0, target)))
 
 
-def _lower_from_levels(levels: _Levels, delta: float, discretization=None, epsilon_hint: float | None = None) -> float:
-    """Lower bound; ``epsilon_hint`` (the tight epsilon, computed if not given) sets its grid."""
+def _lower_from_levels(levels: _Levels, delta: float, discretization=None, epsilon_hint: float | None = None,
+                       start: float | None = None) -> float:
+    """Lower bound; ``epsilon_hint`` (the tight epsilon, computed if not given) sets its grid,
+    ``start`` (the tight accountant's grid step) is where the search for a grid begins.
+
+    The grid has at most MAX_GRID_POINTS points, with a step of any size: an optimistic grid
+    coarser than 1 nat still gives a lower bound, a looser one (rounding each step's loss down
+    costs up to one grid step per step). Where even a step as large as one step's largest privacy
+    loss does not fit (every loss would round down to 0 or below; e.g. 10^11 rounds of small
+    losses), the lower bound is 0, true but empty. The PLD's epsilon is read at delta plus what
+    the composition may have added to delta(eps) (wrapped-around tails and the FFT's rounding),
+    so that the result stays a lower bound also at delta near 1e-300."""
     levels = _coarsen(levels, _MAX_LEVELS_CHECKS, conservative=False)
-    d = _bounded_grid(levels, discretization)
+    largest = max(_step_upper(*_pair_losses(z, levels.gamma)) for z in levels.z)
+    d = _bounded_grid(levels, discretization, max_step=largest, optimistic=True, start=start)
     if d is None:
-        return math.nan  # no grid within the work bound (see MAX_GRID_POINTS)
+        return 0.0
     if epsilon_hint is None:
-        epsilon_hint = _tight_from_levels(levels, delta, d)
-    finest = d * _grid_points(levels, d) / MAX_GRID_POINTS  # the grid-size bound, as for the tight PLD
+        epsilon_hint = _tight_from_levels(levels, delta)
+    finest = d * _grid_points(levels, d, True) / MAX_GRID_POINTS  # the grid-size bound, as for the tight PLD
     d = max(_lower_discretization(levels, d, epsilon_hint), min(d, finest))
-    return float(max(_epsilon_for_delta(p, delta) for p in _lower_pmfs(levels, d)))
+    tail = _truncation(levels, delta)
+    eps = 0.0
+    for pmf, slack in _lower_pmfs(levels, d, tail):
+        at = delta + slack
+        if at < 1.0:
+            eps = max(eps, _epsilon_for_delta(pmf, at))
+    return float(eps)
 
 
 @functools.lru_cache(maxsize=256)
@@ -615,8 +744,9 @@ class Accounting:
     cross-check, upper), ``lower_epsilon`` (lower bound); ``noise_multiplier`` z (the smallest
     over step-size levels), ``q`` (client inclusion), ``gamma``, ``rounds`` (T/K, summed over
     levels), ``discretization`` (the PLD grid step used; NaN when no grid within
-    MAX_GRID_POINTS has a step below 1 nat, and then ``lower_epsilon`` is NaN too), ``method``:
-    ``"pld"`` or ``"rdp"``, which of the two gave ``epsilon``.
+    MAX_GRID_POINTS has a step below 1 nat: then ``epsilon`` is the RDP one and the lower bound
+    uses a coarser grid of its own), ``method``: ``"pld"`` or ``"rdp"``, which of the two gave
+    ``epsilon``.
     """
 
     delta: float
@@ -640,7 +770,7 @@ def _account_levels(levels: _Levels, lower_levels: _Levels, delta: float, discre
         delta=delta,
         epsilon=tight,
         rdp_epsilon=rdp_eps if rdp else math.nan,
-        lower_epsilon=_lower_from_levels(lower_levels, delta, d, tight) if math.isfinite(d) else math.nan,
+        lower_epsilon=_lower_from_levels(lower_levels, delta, discretization, tight, d if math.isfinite(d) else None),
         noise_multiplier=min(levels.z),
         q=levels.q,
         gamma=levels.gamma,

@@ -228,3 +228,47 @@ def test_optimistic_buckets_equal_dp_accounting_privacy_buckets(z, gamma, d):
         theirs = pmf.self_compose(50)
         for delta in (1e-3, 1e-6):
             assert ours.get_epsilon_for_delta(delta) == pytest.approx(theirs.get_epsilon_for_delta(delta), rel=1e-9)
+
+
+# -- issue 31: the work is bounded in the counts, the lower bound is a bound ---------------------------
+@pytest.mark.parametrize("name", ["tight_epsilon", "lower_bound_epsilon", "account"])
+def test_a_billion_iterations_are_accounted_in_seconds(name):
+    """T = 10^9 single-step rounds: composition is logarithmic in the count (FFT powers), not a
+    loop over the rounds (dp-accounting's sparse self-composition ran for minutes)."""
+    import time
+
+    kw = dict(WORKED, iterations=10**9, local_steps=1)
+    start = time.perf_counter()
+    out = {"tight_epsilon": tight_epsilon, "lower_bound_epsilon": lower_bound_epsilon, "account": account}[name](
+        **kw, delta=1e-5)
+    assert time.perf_counter() - start < 30.0
+    if name == "account":
+        assert 0.0 <= out.lower_epsilon <= out.epsilon <= out.rdp_epsilon < math.inf
+    else:
+        assert 0.0 <= out <= rdp_epsilon(**kw, delta=1e-5) < math.inf
+
+
+LOWER_CASES = {
+    "eta=2.5": (dict(eta=2.5), 1e-5),  # one step's privacy loss spans ~1e4 nats: no tight grid below 1 nat
+    "K=10^6": (dict(local_steps=10**6, iterations=10**6), 1e-5),
+    "T=10^12": (dict(iterations=10**12), 1e-5),
+    "N=S=10^9": (dict(num_clients=10**9, num_sampled=10**9, p_min=1e-9), 1e-5),
+    "delta=1e-100": ({}, 1e-100),  # tail truncation (1e-15 per composition) used to exceed delta
+    "delta=1e-200": ({}, 1e-200),
+    "delta=1e-320": ({}, 1e-320),  # subnormal
+}
+
+
+@pytest.mark.parametrize("case", list(LOWER_CASES))
+def test_the_lower_bound_is_a_number_below_the_tight_epsilon(case):
+    """The settings where the lower bound was NaN (no grid of step <= 1 nat fits) or inf (the
+    truncated tails counted as infinite loss at delta below 1e-15): a finite lower bound <= tight."""
+    change, delta = LOWER_CASES[case]
+    kw = dict(WORKED, **change)
+    a = account(**kw, delta=delta)
+    lower = lower_bound_epsilon(**kw, delta=delta)
+    assert math.isfinite(a.epsilon) and math.isfinite(a.rdp_epsilon)
+    for value in (a.lower_epsilon, lower):
+        assert not math.isnan(value) and 0.0 <= value <= a.epsilon <= a.rdp_epsilon
+    if case.startswith("delta"):  # informative: at least the lower bound at a larger delta
+        assert lower >= lower_bound_epsilon(**kw, delta=1e-5) > 0.0

@@ -42,3 +42,12 @@ def test_bad_argument_is_one_clean_line(capsys):
     assert main(["privacy", "--rho", "1"]) == 2
     err = capsys.readouterr().err
     assert "rho" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_large_step_size_prints_a_lower_bound_not_nan(capsys):
+    """issue 31: `--eta 2.5` printed "epsilon (lower bound) nan" (no tight grid below 1 nat)."""
+    assert main(["privacy", "--eta", "2.5"]) == 0
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if "epsilon (lower bound)" in line)
+    tight = next(line for line in out.splitlines() if "epsilon (tight" in line)
+    assert 0.0 < float(line.split()[-1]) <= float(tight.split()[-1])
