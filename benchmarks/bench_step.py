@@ -24,6 +24,7 @@ busy machine where absolute numbers do not. Small rounds run single-threaded in 
                                     [--dtypes float64 float32]
     python benchmarks/bench_step.py --crossover     # coordinate-major vs matrix-product kernel by d
     python benchmarks/bench_step.py --engine-only   # the engine column only (compare two checkouts)
+    python benchmarks/bench_step.py --engine-only --against <checkout>   # ... alternately in one process
     python benchmarks/bench_step.py --blackjax      # N = 1: K = 1 against K = 10 and BlackJAX's SGLD
 
 Rows: every shape at K = 10 and K = 1 local steps. At K = 1 every step is a round, so the
@@ -32,7 +33,8 @@ K = 1 / K = 10 ratio printed after each shape is the share of a step the per-rou
 almost nothing but that per-round work. ``--engine-only`` times only ``FALD.run`` with the
 interleaved best-of passes; it runs against any checkout of the package
 (``PYTHONPATH=<checkout> python benchmarks/bench_step.py --engine-only``), so two versions can
-be compared alternately in one session.
+be compared alternately in one session; ``--against <checkout>`` times that checkout's engine in the
+same process (imported from a renamed copy, ``fedlangevin_old``), alternating pass by pass.
 
 ``--blackjax`` measures the cost of a round where it is largest, N = 1 (300 chains, d = 2, one
 client with 50 points of the paper's Gaussian simulation, float64, one thread), in one run with
@@ -170,6 +172,54 @@ def engine_rate(r: int, n: int, d: int, k: int, dtype, seconds: float, passes: i
     problem = make_problem(n, d)
     engine = fl.FALD(problem, step_size=0.1 / problem.smoothness, local_steps=k, chains=r, dtype=dtype, seed=0)
     return max(rate(lambda s: engine.run(s // k, progress=False), seconds, k, repeats=2) for _ in range(passes))
+
+
+def renamed_copy(checkout: str) -> object:
+    """The fedlangevin package of another checkout, imported under the name ``fedlangevin_old``
+    (a copy in a temporary folder with its imports renamed), so that it runs in this process
+    beside the current one and the two can be timed alternately."""
+    import importlib
+    import re
+    import shutil
+    import tempfile
+
+    source = Path(checkout) / "fedlangevin"
+    if not (source / "__init__.py").is_file():
+        raise SystemExit(f"--against: {checkout} holds no fedlangevin package")
+    target = Path(tempfile.mkdtemp(prefix="bench_step_")) / "fedlangevin_old"
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+    for path in target.rglob("*.py"):
+        text = path.read_text()
+        path.write_text(re.sub(r"\bfedlangevin(?=[.\s]|$)", "fedlangevin_old", text, flags=re.M))
+    sys.path.insert(0, str(target.parent))
+    return importlib.import_module("fedlangevin_old")
+
+
+def engine_against(args) -> None:
+    """``--engine-only --against CHECKOUT``: this package's and CHECKOUT's engine, alternately in one process."""
+    old = renamed_copy(args.against)
+    print(f"against {old.__file__} (a renamed copy of {args.against})")
+    print(f"{'(R, N, d)':>16} {'dtype':>8} {'K':>4} {'this':>11} {'against':>11} {'this/against':>13}")
+    for text in args.shapes:
+        r, n, d = (int(v) for v in text.split(","))
+        for name in args.dtypes:
+            dtype = getattr(torch, name)
+            for k in args.local_steps:
+                engines = []
+                for package in (fl, old):
+                    problem = package.problems.GaussianSimulation(num_clients=n, alpha=1.0, samples_per_client=20, seed=0)
+                    if d != 2:
+                        raise SystemExit("--against: d = 2 shapes only")
+                    engines.append(package.FALD(problem, step_size=0.1 / problem.smoothness, local_steps=k, chains=r,
+                                                dtype=dtype, seed=0))
+                best = [0.0, 0.0]
+                for i in range(args.passes):
+                    for j in ((0, 1) if i % 2 == 0 else (1, 0)):
+                        engine = engines[j]
+                        best[j] = max(best[j], rate(lambda s: engine.run(s // k, progress=False), args.seconds, k,
+                                                    repeats=2))
+                print(f"{str((r, n, d)):>16} {name:>8} {k:>4} {best[0]:>11.4g} {best[1]:>11.4g} "
+                      f"{best[0] / best[1]:>12.2f}x", flush=True)
 
 
 def bench(r: int, n: int, d: int, k: int, dtype, seconds: float, passes: int = 2) -> dict:
@@ -394,6 +444,8 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=2, help="interleaved measurement passes, best kept (default: %(default)s)")
     ap.add_argument("--crossover", action="store_true", help="time the two affine kernels for d = 2..10 instead")
     ap.add_argument("--engine-only", action="store_true", help="time only the engine column (FALD.run)")
+    ap.add_argument("--against", default=None, metavar="CHECKOUT",
+                    help="--engine-only: also time CHECKOUT's engine, alternately in this process (a renamed copy)")
     ap.add_argument("--blackjax", action="store_true",
                     help="N = 1: engine K = 1 against K = 10 and BlackJAX's SGLD (makes benchmarks/.venv-blackjax)")
     ap.add_argument("--blackjax-venv", default=None, help="the BlackJAX virtual environment (default: %(default)s = "
@@ -410,6 +462,9 @@ def main() -> None:
           f"fedlangevin from {fl.__file__}")
     if args.crossover:
         crossover(args.seconds)
+        return
+    if args.engine_only and args.against:
+        engine_against(args)
         return
     if args.engine_only:
         print(f"{'(R, N, d)':>16} {'dtype':>8} {'K':>4} {'engine steps/s':>15}")

@@ -271,7 +271,9 @@ class FALD:
         identical to an uninterrupted run.
 
         If the run stops on another exception (Ctrl-C, a full disk), the sampler stays at
-        the last completed round and the draws so far are in ``sampler.interrupted_trace``.
+        the last completed round (where rounds run in chunks, :mod:`fedlangevin.fald.loop`: the last
+        completed chunk, at most ``loop.CHUNK_ROUNDS`` rounds back), random stream included, and
+        the draws so far are in ``sampler.interrupted_trace``.
         """
         if checkpoint is not None and self.upload is not None:
             raise ValueError("checkpoint: a run with an upload codec cannot be checkpointed (the codec and its "
