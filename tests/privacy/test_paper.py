@@ -283,7 +283,7 @@ def test_numpy_and_0d_counts_equal_python_ints(function):
 
     call = _privacy_calls()[function]
     if function.startswith("largest") or function in ("account", "lower_bound_epsilon", "tight_epsilon"):
-        pytest.skip("the solvers and the PLD accountants: covered by tests/test_bad_inputs.py (slow here)")
+        pytest.skip("slow here; the same _check_common as rdp_epsilon, whose numpy forms tests/test_bad_inputs.py checks")
     ref = call()
     for n in (np.int64(10), np.array(10), torch.tensor(10)):
         assert call(num_clients=n) == ref
