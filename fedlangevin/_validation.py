@@ -3,7 +3,12 @@
 Each check raises ``ValueError`` naming the argument and the allowed range, so that bad
 input fails before any work starts. The scalar checks (:func:`check_int`, :func:`check_real`,
 :func:`check_bool`, :func:`refuse_complex`) live in ``diagnostics._validation`` (numpy only) so
-that both packages accept and refuse the same values.
+that both packages accept and refuse the same values: numpy scalars and 0-d arrays or tensors
+count as the number they hold; bools, strings (numeric ones too), NaN, infinities and integers
+beyond the float range are refused. Every public numeric argument goes through them (no
+``isinstance(value, (int, float))`` checks by hand); arrays of numbers go through
+:func:`refuse_non_real` (the same rules entry by entry) in :func:`check_tensor`,
+:func:`check_step_sizes` and :func:`check_init`.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from diagnostics._validation import (  # noqa: F401  (one scalar check for both 
     check_real,
     gib,
     refuse_complex,
+    scalar,
     scalar as _scalar,
 )
 from diagnostics._validation import memory_bytes as cpu_memory_bytes
@@ -27,6 +33,54 @@ from diagnostics._validation import memory_bytes as cpu_memory_bytes
 # Type checks shared by the runner's constructor, run() and resume(); each returns the
 # normalised value. Lazy imports keep this module importable from everywhere (it has no
 # fedlangevin imports at module level).
+
+
+def refuse_non_real(name: str, value: Any) -> None:
+    """A ValueError naming ``name`` when ``value`` (a scalar, an array, a tensor or a nested
+    sequence of them) holds anything but real numbers: complex numbers (:func:`refuse_complex`),
+    bools (``True`` is not the number 1 here: numpy and torch would convert it silently) or
+    strings (``"1e-3"`` is not a number either: numpy would parse it). The same values that
+    :func:`check_real` refuses one at a time, for arrays."""
+    refuse_complex(name, value)
+    found = _non_real(value)
+    if found:
+        raise ValueError(f"{name} must hold real numbers; got {found}")
+
+
+def _non_real(value: Any, depth: int = 0) -> str | None:
+    """What in ``value`` is not a real number ('bools', 'strings', 'objects'), or None."""
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None and hasattr(value, "shape"):
+        if str(dtype) == "torch.bool" or getattr(dtype, "kind", "") == "b":
+            return "bools"
+        kind = getattr(dtype, "kind", "")
+        if kind in ("U", "S"):
+            return "strings"
+        if kind == "O":  # an object array: look at its entries
+            return next((f for f in (_non_real(v, depth + 1) for v in value.ravel().tolist()) if f), None)
+        return None
+    if isinstance(value, bool):
+        return "bools"
+    if isinstance(value, (str, bytes)):
+        return "strings"
+    if isinstance(value, (list, tuple)) and depth < 64:
+        for v in value:
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                continue  # the common case, without a call per entry
+            found = _non_real(v, depth + 1)
+            if found:
+                return found
+    return None
+
+
+def _plain(value: Any, depth: int = 0) -> Any:
+    """``value`` with the numpy scalars, 0-d arrays and 0-d tensors inside lists and tuples
+    replaced by the Python numbers they hold (torch cannot convert a list of 0-d numpy arrays)."""
+    if isinstance(value, (list, tuple)) and depth < 64:
+        if all(isinstance(v, (int, float)) for v in value):
+            return value
+        return [_plain(v, depth + 1) if isinstance(v, (list, tuple)) else _scalar(v) for v in value]
+    return value
 
 
 def check_optional_bool(name: str, value: Any) -> bool | None:
@@ -96,11 +150,13 @@ def check_init(init: Any, chains: int, dim: int, dtype, device):
 
     if init is None:
         return torch.zeros(chains, dim, device=device, dtype=dtype)
-    refuse_complex("init", init)
+    refuse_non_real("init", init)
     if getattr(init, "requires_grad", False):
         init = init.detach()  # the sampler's state is plain data: no autograd graph reaches it
     try:
-        x = torch.as_tensor(init, dtype=dtype).to(device)
+        x = torch.as_tensor(_plain(init), dtype=dtype).to(device)
+    except OverflowError:  # an integer beyond the float range
+        raise ValueError("init must be finite; got an integer beyond the float range") from None
     except (TypeError, ValueError, RuntimeError) as exc:
         raise ValueError(f"init must be an array of numbers of shape (d,) or (chains, d); got {type(init).__name__}") from exc
     if x.shape == (dim,):
@@ -113,11 +169,17 @@ def check_init(init: Any, chains: int, dim: int, dtype, device):
 
 
 def check_step_sizes(name: str, values: Any) -> tuple[float, ...]:
-    """A non-empty 1-d sequence of step sizes, each finite and > 0, as a tuple of floats."""
+    """A non-empty 1-d sequence of step sizes, each finite and > 0, as a tuple of floats: the
+    values :func:`check_real` accepts (numpy scalars and 0-d tensors too), not bools, strings or
+    integers beyond the float range."""
     import numpy as np
 
+    refuse_non_real(name, values)
     try:
         array = np.asarray(_as_array(values), dtype=np.float64)
+    except OverflowError:  # an integer beyond the float range
+        raise ValueError(f"{name} must be a sequence of finite real numbers > 0; got an integer beyond the "
+                         "float range") from None
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{name} must be a sequence of real numbers > 0; got {type(values).__name__} ({exc})") from None
     if array.ndim != 1 or array.size == 0:
@@ -259,6 +321,8 @@ def check_index_parts(name: str, parts: Any, size: int) -> list:
             idx = torch.as_tensor(part).detach().cpu()
         except (TypeError, ValueError, RuntimeError):
             raise ValueError(f"{name}[{c}] must be a 1-d tensor of integer indices; got {type(part).__name__}") from None
+        if idx.dim() == 1 and idx.numel() == 0 and idx.dtype != torch.bool:
+            idx = idx.long()  # an empty list is an empty part (torch makes it float32)
         if idx.dim() != 1 or idx.is_floating_point() or idx.dtype == torch.bool:
             raise ValueError(f"{name}[{c}] must be a 1-d tensor of integer indices; got dtype {idx.dtype}, "
                              f"shape {tuple(idx.shape)}")
@@ -272,15 +336,21 @@ def check_index_parts(name: str, parts: Any, size: int) -> list:
 def check_tensor(name: str, value: Any, dtype=None, *, keep_dtype: bool = False):
     """``torch.as_tensor(value)`` as a float64 CPU tensor (or ``dtype``; with ``keep_dtype`` the
     value's own dtype), with a ValueError naming the argument when the value is not an array of
-    real numbers (None, strings, ragged lists, complex values)."""
+    real numbers (None, strings, ragged lists, complex values, integers beyond the float range;
+    bools too, unless ``keep_dtype``: converted to numbers they would be 0 and 1 silently)."""
     import torch
 
-    refuse_complex(name, value)
+    if keep_dtype:
+        refuse_complex(name, value)
+    else:
+        refuse_non_real(name, value)
     if value is None or isinstance(value, (str, bytes)):
         raise ValueError(f"{name} must be an array of numbers; got {type(value).__name__}")
     try:
         if keep_dtype:
-            return torch.as_tensor(value).detach().cpu()
-        return torch.as_tensor(value, dtype=torch.float64 if dtype is None else dtype).detach().cpu()
+            return torch.as_tensor(_plain(value)).detach().cpu()
+        return torch.as_tensor(_plain(value), dtype=torch.float64 if dtype is None else dtype).detach().cpu()
+    except OverflowError:
+        raise ValueError(f"{name} must be an array of finite numbers; got an integer beyond the float range") from None
     except (TypeError, ValueError, RuntimeError) as exc:
         raise ValueError(f"{name} must be an array of numbers; got {type(value).__name__} ({exc})") from None

@@ -3,11 +3,16 @@
 For every scalar argument of the public functions below, hypothesis draws
 
 - a bad value (NaN, infinities, integers beyond the float range, complex numbers, bools where
-  numbers are expected and numbers where bools are, None, strings, sequences, numbers outside
-  the allowed range): the call must raise ``ValueError`` whose message names the argument,
-  before any work (each call is bounded in time by the hypothesis deadline);
+  numbers are expected and numbers where bools are, None, strings, numeric strings such as
+  "0.5", sequences, numbers outside the allowed range): the call must raise ``ValueError``
+  whose message names the argument, before any work (each call is bounded in time by the
+  hypothesis deadline);
 - the same valid value written as a numpy scalar or a 0-d array: the call must succeed and
   give the same result as with the Python value.
+
+The entries of array arguments (step-size sequences, ``init``, client weights, data sizes) get
+the same treatment entry by entry (:data:`ELEMENT_CASES`): bools, numeric strings, 10**400 and
+non-finite entries are refused by name, numpy and 0-d entries give the Python value's result.
 
 Examples are derandomised (the "ci" profile of tests/conftest.py) and few, so that the suite
 stays a few seconds long. The accountants' bad values are all refused before any privacy-loss
@@ -30,6 +35,8 @@ import diagnostics as dg
 import fedlangevin as fl
 from fedlangevin import data as fd
 from fedlangevin import privacy as fp
+from fedlangevin.compression import wireless
+from fedlangevin.fald.mode import find_map
 
 # a generous per-call bound: every bad value must fail fast, long before this
 FAST = settings(max_examples=40, deadline=10_000, suppress_health_check=[HealthCheck.too_slow])
@@ -41,6 +48,12 @@ DRAWS = np.random.default_rng(0).standard_normal((2, 12, 2))
 PRIVACY = dict(eta=1e-6, tau=1.0, rho=0.0, gamma=0.02, sensitivity=1.0, p_min=0.1, num_clients=10, num_sampled=10,
                local_steps=10, iterations=1000, scheme="II")
 PAPER_DELTAS = dict(delta0=1e-6, delta1=1e-6, delta2=1e-6)
+# N is checked before p_min <= 1/N, so a bad N is what the message names (valid N: 20)
+PRIVACY_ANY_N = dict(PRIVACY, p_min=0.01, num_sampled=1)
+BUDGET = dict(target_epsilon=1.0, target_delta=1e-5, accountant="paper",
+              **{k: v for k, v in PRIVACY.items() if k != "eta"})
+_G = torch.Generator().manual_seed(0)
+LOGREG_CLIENTS = [(torch.randn(6, 2, generator=_G), torch.tensor([0, 1, 0, 1, 1, 0])) for _ in range(2)]
 
 
 @dataclass(frozen=True)
@@ -107,6 +120,25 @@ ARGS = [
         0.0, None, True),
     Arg("eta", lambda v: fp.noise_multiplier(eta=v, gamma=0.02, sensitivity=1.0, p_min=0.1), "real", 1e-6, 0.0, None,
         True),
+    # issue 31: num_clients of the privacy functions (10**400 was an OverflowError), a budget
+    # solver's tau (np.float32 ended in a TypeError), corrections' strengths and search rounds
+    Arg("num_clients", lambda v: fp.paper_bound(**dict(PRIVACY_ANY_N, num_clients=v), **PAPER_DELTAS).epsilon, "int",
+        20, 1, 2**53),
+    Arg("num_clients", lambda v: fp.rdp_epsilon(**dict(PRIVACY_ANY_N, num_clients=v), delta=1e-5), "int", 20, 1, 2**53),
+    Arg("num_clients", lambda v: fp.inclusion_probability("II", v, 1), "int", 20, 1, 2**53),
+    Arg("num_sampled", lambda v: fp.paper_bound(**dict(PRIVACY, num_sampled=v, scheme="I"), **PAPER_DELTAS).epsilon,
+        "int", 3, 1, 2**53),
+    Arg("tau", lambda v: fp.largest_step_size(**dict(BUDGET, tau=v)).value, "real", 0.5, 0.0, None, True),
+    Arg("strength", lambda v: fl.ControlVariates(strength=v).strength, "real", 0.5, 0.0, 1.0),
+    Arg("memory_rate", lambda v: fl.QLSDPlusPlus(memory_rate=v).memory_rate, "real", 0.5, 0.0, 1.0),
+    Arg("search_rounds", lambda v: fl.ControlVariates(search_rounds=v).search_rounds, "int", 5, 1),
+    Arg("search_rounds", lambda v: fl.Conducive(search_rounds=v).search_rounds, "int", 5, 1),
+    Arg("bias", lambda v: fl.problems.LogisticRegression(LOGREG_CLIENTS, bias=v).dim, "bool", False),
+    Arg("max_rounds", lambda v: find_map(PROBLEM, max_rounds=v).theta, "int", 3, 1),
+    Arg("tol", lambda v: find_map(PROBLEM, tol=v).theta, "real", 1e-4, 0.0, None, True),
+    Arg("kappa", lambda v: wireless.compute_cost([1e9, 2e9], data_sizes=[10.0, 20.0], kappa=v, alpha0=1.0,
+                                                 local_epochs=1.0), "real", 1e-28, 0.0, None, True,
+        sequence_ok=True),  # or one kappa_j per device
     # diagnostics
     Arg("n_bins", lambda v: dg.ece(PROBS, LABELS, n_bins=v), "int", 3, 1),
     Arg("classwise", lambda v: dg.ece(PROBS, LABELS, classwise=v), "bool", True),
@@ -137,8 +169,15 @@ def _outside(arg: Arg):
     return parts
 
 
+def numeric_strings(arg: Arg):
+    """The valid value (and other numbers) written as strings: never a number."""
+    if arg.kind == "bool":
+        return st.sampled_from([str(arg.valid), "1", "0", "true"])
+    return st.sampled_from([str(arg.valid), repr(float(arg.valid)), " 1 ", "1e-3", "10", "nan"])
+
+
 def bad_values(arg: Arg):
-    common = [st.text(max_size=3), st.just(object()),
+    common = [st.text(max_size=3), numeric_strings(arg), st.just(object()),
               st.just(complex(arg.valid) + 1j) if arg.kind != "bool" else st.just(1j)]
     if not arg.optional:
         common.append(st.none())
@@ -273,3 +312,112 @@ def test_gaussian_w2_is_finite_and_scales_linearly_over_the_float_range(scale):
     scaled = dg.gaussian_w2(s * np.array([1.0, -2.0]), s * s * np.array([[2.0, 0.3], [0.3, 1.0]]), np.zeros(2),
                             s * s * np.eye(2))
     assert math.isfinite(scaled) and scaled == pytest.approx(s * base, rel=1e-12)
+
+
+# -- the entries of array arguments (issue 31, item 11) -------------------------------------------------
+@dataclass(frozen=True)
+class Element:
+    """An array argument whose entries must be real numbers: ``call(entry)`` builds the array
+    from copies of one entry; ``whole(array)`` passes a whole array (numpy or torch)."""
+
+    name: str
+    call: Callable[[Any], Any]
+    valid: float
+    compare: Callable[[Any], Any]
+
+
+ELEMENT_CASES = [
+    Element("step_size", lambda v: fl.FALD(PROBLEM, [v] * 4, local_steps=2).schedule.values, 1e-4, lambda r: r),
+    Element("step_size", lambda v: fl.FALD(PROBLEM, lambda k: v, seed=0).run(rounds=1).samples, 1e-4, lambda r: r),
+    Element("init", lambda v: fl.FALD(PROBLEM, 1e-4, init=[v, v], seed=0).run(rounds=1).samples, 0.5, lambda r: r),
+    Element("weights", lambda v: fl.problems.QuadraticProblem(np.eye(2), np.zeros((1, 2)), weights=[v]).weights, 1.0,
+            lambda r: r),
+    Element("data_sizes", lambda v: wireless.cpu_frequencies([v, v], 1e-28), 250.0, lambda r: r),
+    Element("f", lambda v: wireless.compute_cost([v, v], data_sizes=[10.0, 20.0], kappa=1e-28, alpha0=1.0,
+                                                 local_epochs=1.0), 1e9, lambda r: r),
+]
+
+
+def bad_entries(valid: float):
+    return st.sampled_from([True, False, np.bool_(True), str(valid), "1e-3", 10**400, -(10**400), float("nan"),
+                            float("inf"), 1 + 2j, None])
+
+
+@pytest.mark.parametrize("case", ELEMENT_CASES, ids=lambda c: f"{c.name}-{ELEMENT_CASES.index(c)}")
+@settings(FAST, max_examples=12)
+@given(data=st.data())
+def test_bad_entries_of_arrays_raise_value_error_naming_the_argument(case, data):
+    value = data.draw(bad_entries(case.valid), label=case.name)
+    with pytest.raises(ValueError) as info:
+        case.call(value)
+    assert case.name in str(info.value), (case.name, value, str(info.value))
+
+
+@pytest.mark.parametrize("case", ELEMENT_CASES, ids=lambda c: f"{c.name}-{ELEMENT_CASES.index(c)}")
+@settings(FAST, max_examples=4)
+@given(data=st.data())
+def test_numpy_and_0d_entries_give_the_same_result(case, data):
+    v = case.valid
+    value = data.draw(st.sampled_from([np.float64(v), np.array(v), torch.tensor(v, dtype=torch.float64)]))
+    assert _same(case.compare(case.call(value)), case.compare(case.call(v)))
+
+
+@pytest.mark.parametrize("name, call", [
+    ("step_size", lambda a: fl.FALD(PROBLEM, a, local_steps=2)),
+    ("init", lambda a: fl.FALD(PROBLEM, 1e-4, init=a[:2])),
+    ("weights", lambda a: fl.problems.QuadraticProblem(np.eye(2), np.zeros((1, 2)), weights=a[:1])),
+])
+@pytest.mark.parametrize("array", [torch.ones(4, dtype=torch.bool), np.ones(4, dtype=bool), np.array(["1e-3"] * 4),
+                                   np.array([10**400] * 4, dtype=object)], ids=["tensor-bool", "numpy-bool",
+                                                                                "numpy-str", "object-10**400"])
+def test_whole_arrays_of_bools_strings_or_huge_integers_are_refused(name, call, array):
+    with pytest.raises(ValueError, match=name):
+        call(array)
+
+
+def _custom(**kw):
+    from fedlangevin.problems.custom import CustomProblem
+
+    clients = [torch.ones(3, dtype=torch.float64), torch.ones(4, dtype=torch.float64)]
+    return CustomProblem(lambda t, b: ((t - b[:, None]) ** 2).sum(), clients, **kw)  # theta is flat
+
+
+def _noop(rank, world_size):  # pragma: no cover - never started: the arguments are refused first
+    return rank
+
+
+@pytest.mark.parametrize("name, call", [
+    ("world_size", lambda v: fl.distributed.Workers(_noop, v)),
+    ("limit", lambda v: fl.distributed.Workers(_noop, 1, limit=v)),
+    ("timeout", lambda v: fl.distributed.Workers(_noop, 1, timeout=v)),
+    ("timeout", lambda v: fl.distributed.launcher.init("gloo", "file:///nonexistent/x", 0, 1, timeout=v)),
+    ("world_size", lambda v: fl.distributed.launcher.init("gloo", "file:///nonexistent/x", 0, v)),
+    ("rank", lambda v: fl.distributed.launcher.init("gloo", "file:///nonexistent/x", v, 2)),
+    ("f_max", lambda v: wireless.cpu_frequencies([250.0, 500.0], 1e-28, f_max=v)),
+    ("param_shapes", lambda v: _custom(param_shapes={"a": v})),
+    ("weight", lambda v: _one_client().share(v)),
+])
+@pytest.mark.parametrize("value", [True, np.bool_(True), "1", "2.0", 10**400, float("nan")],
+                         ids=["True", "np.bool_", "'1'", "'2.0'", "10**400", "nan"])
+def test_other_public_numbers_refuse_bools_strings_and_huge_integers(name, call, value):
+    """issue 31: arguments checked by hand (isinstance(value, (int, float))) let bools through or
+    refused numpy scalars; they now go through the one check."""
+    with pytest.raises(ValueError, match=name):
+        call(value)
+
+
+def _one_client():
+    from fedlangevin.problems.custom import CustomProblem
+
+    return CustomProblem(lambda t, b: ((t - b[:, None]) ** 2).sum(), [torch.ones(3, dtype=torch.float64)],
+                         param_shapes={"a": (1,)})
+
+
+def test_numpy_forms_of_other_public_numbers_are_accepted():
+    assert _custom(param_shapes={"a": np.int64(2)}).dim == _custom(param_shapes={"a": 2}).dim == 2
+    assert _custom(param_shapes={"a": (torch.tensor(2),)}).dim == 2
+    assert float(_one_client().share(np.float32(0.5)).weights[0]) == 0.5
+    ref = wireless.cpu_frequencies([250.0, 500.0], 1e-28, f_max=9e8)
+    assert torch.equal(wireless.cpu_frequencies([250.0, 500.0], 1e-28, f_max=np.float64(9e8)), ref)
+    assert torch.equal(wireless.cpu_frequencies([250.0, 500.0], 1e-28, f_max=np.float64(np.inf)),
+                       wireless.cpu_frequencies([250.0, 500.0], 1e-28))

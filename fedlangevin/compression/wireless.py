@@ -30,7 +30,7 @@ from typing import Literal, Sequence
 
 import torch
 
-from fedlangevin._validation import check_int, check_real
+from fedlangevin._validation import check_int, check_real, check_tensor, scalar
 
 __all__ = [
     "sample_clients",
@@ -57,7 +57,7 @@ Scheme = Literal["uniform", "probability"]
 
 
 def _positive_vector(name: str, v, n: int | None = None) -> torch.Tensor:
-    t = torch.as_tensor(v, dtype=torch.float64)
+    t = check_tensor(name, v)  # real numbers only: no bools, strings or integers beyond the float range
     if t.dim() != 1 or t.numel() == 0:
         raise ValueError(f"{name} must be a non-empty 1-d sequence; got shape {tuple(t.shape)}")
     if n is not None and t.numel() != n:
@@ -308,8 +308,8 @@ def cpu_frequencies(
     """f_j = (D_j / D) f_bar clipped to [f_min, f_max] (eq. 26); kappa is the mean kappa."""
     Dj = _positive_vector("data_sizes", data_sizes)
     f_min = check_real("f_min", f_min, low=0.0)
-    if not (isinstance(f_max, (int, float)) and f_max > f_min):
-        raise ValueError(f"f_max must be a number > f_min ({f_min}); got {f_max!r}")
+    if not (isinstance(scalar(f_max), float) and scalar(f_max) == math.inf):  # inf (the default): no upper clip
+        f_max = check_real("f_max", f_max, low=f_min, low_open=True)
     f_bar = mean_cpu_frequency(kappa, l0)
     return torch.clamp(Dj / Dj.mean() * f_bar, min=f_min, max=f_max)
 
@@ -376,7 +376,9 @@ def compute_cost(f, *, data_sizes, kappa, alpha0: float, local_epochs: float, l0
     """C_n,t = max_j E_l alpha0 D_j / f_j + (l0 / K) sum_j E_l kappa_j f_j^2 alpha0 D_j (eq. 20b)."""
     f = _positive_vector("f", f)
     Dj = _positive_vector("data_sizes", data_sizes, f.numel())
-    kappa = _positive_vector("kappa", kappa if not isinstance(kappa, (int, float)) else [kappa] * f.numel(), f.numel())
+    if getattr(kappa, "ndim", None) == 0 or isinstance(kappa, (int, float)):  # one number for every device
+        kappa = [check_real("kappa", kappa, low=0.0, low_open=True)] * f.numel()
+    kappa = _positive_vector("kappa", kappa, f.numel())
     alpha0 = check_real("alpha0", alpha0, low=0.0, low_open=True)
     local_epochs = check_real("local_epochs", local_epochs, low=1.0)
     l0 = check_real("l0", l0, low=0.0)

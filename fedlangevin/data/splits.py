@@ -217,11 +217,18 @@ def class_counts(y, parts: Sequence[torch.Tensor], num_classes: int | None = Non
 
 
 def apply_partition(X, y, parts: Sequence[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Per-client ``(X[idx], y[idx])`` pairs."""
+    """Per-client ``(X[idx], y[idx])`` pairs; every part must hold at least one index (a client
+    without data is a ValueError naming the part)."""
     X, y = check_tensor("X", X, keep_dtype=True), check_tensor("y", y, keep_dtype=True)
     if X.dim() < 1 or y.dim() != 1 or X.shape[0] != y.shape[0]:
         raise ValueError(f"X and y must have the same number of rows; got shapes {tuple(X.shape)} and {tuple(y.shape)}")
     parts = check_index_parts("parts", parts, y.shape[0])
+    if not parts:
+        raise ValueError("parts must hold at least one part (one index tensor per client); got none")
+    empty = [c for c, p in enumerate(parts) if p.numel() == 0]
+    if empty:
+        raise ValueError(f"parts[{empty[0]}] is empty: every client needs at least one data point "
+                         f"({len(empty)} of {len(parts)} parts are empty)")
     return [(X[p], y[p]) for p in parts]
 
 

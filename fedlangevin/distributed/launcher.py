@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import datetime
-import math
 import os
 import pickle
 import shutil
@@ -26,6 +25,10 @@ import torch
 __all__ = ["Workers", "WorkerError", "init", "launch"]
 
 BACKENDS = ("gloo", "nccl")
+#: most processes :class:`Workers` starts on one machine (each is a Python interpreter)
+MAX_LOCAL_WORKERS = 1024
+#: largest world size of a torch.distributed group (its ranks are 32-bit integers)
+MAX_WORLD_SIZE = 2**31 - 1
 
 
 def init(
@@ -49,8 +52,9 @@ def init(
 
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
-    if not (isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and math.isfinite(timeout) and timeout > 0):
-        raise ValueError(f"timeout must be a number of seconds > 0; got {timeout!r}")
+    from fedlangevin._validation import check_int, check_real
+
+    timeout = check_real("timeout", timeout, low=0.0, low_open=True)  # seconds
     if init_method is None:
         init_method = "env://"
     if not isinstance(init_method, str) or not init_method.startswith(("env://", "file://", "tcp://")):
@@ -62,10 +66,8 @@ def init(
                              "or pass a file:// or tcp:// init_method with rank and world_size")
         rank = int(os.environ["RANK"]) if rank is None else rank
         world_size = int(os.environ["WORLD_SIZE"]) if world_size is None else world_size
-    if not (isinstance(world_size, int) and world_size >= 1):
-        raise ValueError(f"world_size must be an integer >= 1; got {world_size!r}")
-    if not (isinstance(rank, int) and 0 <= rank < world_size):
-        raise ValueError(f"rank must be an integer in [0, world_size - 1 = {world_size - 1}]; got {rank!r}")
+    world_size = check_int("world_size", world_size, 1, MAX_WORLD_SIZE)
+    rank = check_int("rank", rank, 0, world_size - 1)
     if backend == "nccl":
         if not torch.cuda.is_available():
             raise ValueError("backend 'nccl' needs CUDA GPUs; none is visible (use backend='gloo')")
@@ -115,10 +117,11 @@ class Workers:
                  timeout: float = 120.0, limit: float = 600.0) -> None:
         if not callable(fn):
             raise ValueError(f"fn must be a callable fn(rank, world_size, *args); got {fn!r}")
-        if not (isinstance(world_size, int) and not isinstance(world_size, bool) and world_size >= 1):
-            raise ValueError(f"world_size must be an integer >= 1; got {world_size!r}")
-        if not (isinstance(limit, (int, float)) and math.isfinite(limit) and limit > 0):
-            raise ValueError(f"limit must be a number of seconds > 0 (the bound on the whole launch); got {limit!r}")
+        from fedlangevin._validation import check_int, check_real
+
+        world_size = check_int("world_size", world_size, 1, MAX_LOCAL_WORKERS)  # processes on this machine
+        timeout = check_real("timeout", timeout, low=0.0, low_open=True)  # checked here, not in every process
+        limit = check_real("limit", limit, low=0.0, low_open=True)  # seconds: the bound on the whole launch
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
         import torch.multiprocessing as mp

@@ -70,7 +70,7 @@ class Conducive:
     name: ClassVar[str] = "conducive"
 
     def __post_init__(self) -> None:
-        check_rounds(self.search_rounds)
+        object.__setattr__(self, "search_rounds", check_rounds(self.search_rounds))
         if self.curvature not in ("auto", "dense", "diagonal"):
             raise ValueError(f"curvature must be 'auto', 'dense' or 'diagonal'; got {self.curvature!r}")
         if isinstance(self.surrogates, dict):  # from a checkpoint's record

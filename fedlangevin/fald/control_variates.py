@@ -47,7 +47,7 @@ class ControlVariates:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "strength", check_fraction("strength", self.strength))
-        check_rounds(self.search_rounds)
+        object.__setattr__(self, "search_rounds", check_rounds(self.search_rounds))
 
     @property
     def active(self) -> bool:

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from fedlangevin._validation import check_int, check_real
 from fedlangevin.fald.adaptation import DENSE_MAX_DIM
 from fedlangevin.fald.curvature import gradient_difference
 from fedlangevin.fald.mode import client_derivatives, find_map, global_energy
@@ -45,17 +46,16 @@ class SetupCost:
 
 
 def check_fraction(name: str, value: Any) -> float:
-    """A real number in [0, 1] (a correction's strength or memory rate), else ``ValueError``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
-        raise ValueError(f"{name} must be a number in [0, 1]; got {value!r}")
-    return float(value)
+    """A real number in [0, 1] (a correction's strength or memory rate), else ``ValueError``:
+    the package's one real-number check (numpy scalars and 0-d tensors accepted; bools, strings,
+    NaN and integers beyond the float range refused)."""
+    return check_real(name, value, low=0.0, high=1.0)
 
 
 def check_rounds(value: Any) -> int:
-    """A correction's ``search_rounds``: an integer >= 1, else ``ValueError``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"search_rounds must be an integer >= 1; got {value!r}")
-    return value
+    """A correction's ``search_rounds``: an integer >= 1 (numpy and 0-d integers too; not a
+    bool), else ``ValueError``."""
+    return check_int("search_rounds", value, 1)
 
 
 def client_gradients(problem, theta: torch.Tensor) -> torch.Tensor:

@@ -73,10 +73,10 @@ def global_energy(problem):
 
 def find_map(problem, theta0=None, *, max_rounds: int = 200, tol: float = 1e-6) -> MapResult:
     """The MAP of ``problem`` (see the module docstring); ``theta0`` (d,) default zeros."""
-    if not (isinstance(max_rounds, int) and max_rounds >= 1):
-        raise ValueError(f"max_rounds must be an integer >= 1; got {max_rounds!r}")
-    if not (isinstance(tol, (int, float)) and tol > 0):
-        raise ValueError(f"tol must be a number > 0; got {tol!r}")
+    from fedlangevin._validation import check_int, check_real
+
+    max_rounds = check_int("max_rounds", max_rounds, 1)
+    tol = check_real("tol", tol, low=0.0, low_open=True)
     work = problem.to(dtype=torch.float64)
     n, d = work.num_clients, work.dim
     dense = d <= DENSE_MAX_DIM

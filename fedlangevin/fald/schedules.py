@@ -113,14 +113,13 @@ def as_schedule(step_size, problem=None) -> Callable[[int], float]:
 
 
 def step_sizes(schedule: Callable[[int], float], start: int, count: int) -> list[float]:
-    """eta_k for k in [start, start + count), validated (finite, > 0)."""
+    """eta_k for k in [start, start + count), validated (finite, > 0) by the package's one
+    real-number check: a callable returning a bool or a numeric string is refused."""
     out = []
     for k in range(start, start + count):
         eta = schedule(k)
-        try:
-            eta = float(eta)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"step_size at step {k} must be a real number; got {eta!r}") from exc
+        if type(eta) is not float:  # the common case needs no check beyond the one below
+            eta = check_real(f"step_size at step {k}", eta, low=0.0, low_open=True)
         if not (math.isfinite(eta) and eta > 0):
             raise ValueError(f"step_size at step {k} must be finite and > 0; got {eta!r}")
         out.append(eta)

@@ -338,7 +338,7 @@ def _self_compose(pmf, count: int, tail: float, pessimistic: bool = True, errors
     out = np.roll(np.real(fft.ifft(fft.fft(probs, n_fft) ** count)), -lo)[:size]
     if errors is not None:
         errors.append(tail + _fft_error(out))
-    inf_mass = -math.expm1(count * math.log1p(-m)) if m > 0 else 0.0
+    inf_mass = (1.0 if m >= 1.0 else -math.expm1(count * math.log1p(-m))) if m > 0 else 0.0
     if pessimistic:
         inf_mass += tail
     return pld_pmf.DensePLDPmf(dense._discretization, int(dense._lower_loss) * count + lo, out, inf_mass,  # noqa: SLF001

@@ -143,6 +143,8 @@ def _largest_real(ok: Callable[[float], bool], start: float, upper: float | None
                     lo = x
                 else:
                     hi = x
+        else:
+            hi = x  # the start is over the budget: the bracket's upper end
     while lo is None:
         x /= 4.0
         if x < 1e-300:

@@ -62,14 +62,18 @@ __all__ = [
 _LOG_MAX = math.log(np.finfo(float).max)
 #: largest T accepted: counts stay exact in float64 arithmetic (2**53)
 MAX_ITERATIONS = 2**53
+#: largest N (and S of scheme I) accepted, for the same reason: 1/N, S/N and S log(1 - 1/N) are floats
+MAX_CLIENTS = 2**53
 
 
 # -- argument checks --------------------------------------------------------------------------
 def _scheme(scheme) -> str:
-    s = str(scheme).strip().upper()
-    if s in ("I", "1", "SCHEMEI", "SCHEME I"):
+    """'I' or 'II' (a string, any case; 'scheme I' too). Numbers are refused: ``scheme=2`` is not
+    a scheme's name (it was taken as 'II')."""
+    s = scheme.strip().upper() if isinstance(scheme, str) else None
+    if s in ("I", "SCHEMEI", "SCHEME I"):
         return "I"
-    if s in ("II", "2", "SCHEMEII", "SCHEME II"):
+    if s in ("II", "SCHEMEII", "SCHEME II"):
         return "II"
     raise ValueError(f"scheme must be 'I' (S draws with replacement) or 'II' (S of N without replacement); got {scheme!r}")
 
@@ -85,7 +89,7 @@ def _check_common(tau, rho, gamma, sensitivity, p_min, num_clients, num_sampled,
         )
     gamma = check_real("gamma", gamma, low=0.0, high=1.0, low_open=True)
     sensitivity = check_real("sensitivity", sensitivity, low=0.0, low_open=True)
-    num_clients = check_int("num_clients", num_clients, 1)
+    num_clients = check_int("num_clients", num_clients, 1, MAX_CLIENTS)
     p_min = check_real("p_min", p_min, low=0.0, high=1.0, low_open=True)
     if p_min > 1.0 / num_clients * (1 + 1e-12):
         raise ValueError(
@@ -93,10 +97,7 @@ def _check_common(tau, rho, gamma, sensitivity, p_min, num_clients, num_sampled,
             f"summing to 1); got {p_min:g}"
         )
     scheme = _scheme(scheme)
-    if scheme == "II":
-        num_sampled = check_int("num_sampled", num_sampled, 1, num_clients)
-    else:
-        num_sampled = check_int("num_sampled", num_sampled, 1)
+    num_sampled = check_int("num_sampled", num_sampled, 1, num_clients if scheme == "II" else MAX_CLIENTS)
     local_steps = check_int("local_steps", local_steps, 1)
     iterations = check_int("iterations", iterations, 1, MAX_ITERATIONS)
     if iterations % local_steps:
@@ -110,8 +111,8 @@ def _check_common(tau, rho, gamma, sensitivity, p_min, num_clients, num_sampled,
 def inclusion_probability(scheme: str, num_clients: int, num_sampled: int) -> float:
     """Probability that a given client uploads in a round: S/N (II), 1 - (1 - 1/N)^S (I), eq. (64)."""
     scheme = _scheme(scheme)
-    n = check_int("num_clients", num_clients, 1)
-    s = check_int("num_sampled", num_sampled, 1, n if scheme == "II" else None)
+    n = check_int("num_clients", num_clients, 1, MAX_CLIENTS)
+    s = check_int("num_sampled", num_sampled, 1, n if scheme == "II" else MAX_CLIENTS)
     if scheme == "II":
         return s / n
     return -math.expm1(s * math.log1p(-1.0 / n)) if n > 1 else 1.0
@@ -415,7 +416,7 @@ def paper_delta_split(target_delta, *, gamma, num_clients, num_sampled, local_st
     target = check_real("target_delta", target_delta, low=0.0, high=1.0, low_open=True, high_open=True)
     gamma = check_real("gamma", gamma, low=0.0, high=1.0, low_open=True)
     k = check_int("local_steps", local_steps, 1)
-    t = check_int("iterations", iterations, 1)
+    t = check_int("iterations", iterations, 1, MAX_ITERATIONS)
     q = inclusion_probability(scheme, num_clients, num_sampled)
     third = target / 3.0
     return min(third / (q * gamma * t), 0.5), min(third * k / (t * q), 0.5), third

@@ -446,10 +446,11 @@ class AutodiffProblem(FederatedProblem):
         :func:`fedlangevin.fald.engine.client_round`, not a problem to sample alone."""
         if self.num_clients != 1:
             raise ValueError(f"share: the problem must hold one client; it holds {self.num_clients}")
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0.0 < weight <= 1.0:
-            raise ValueError(f"weight must be the client's p_c in (0, 1]; got {weight!r}")
+        from fedlangevin._validation import check_real
+
+        weight = check_real("weight", weight, low=0.0, high=1.0, low_open=True)  # the client's p_c
         new = copy.copy(self)
-        new.weights = torch.tensor([float(weight)], dtype=torch.float64)
+        new.weights = torch.tensor([weight], dtype=torch.float64)
         new._fns = {}
         new._groups = None
         return new

@@ -151,10 +151,11 @@ class CustomProblem(AutodiffProblem):
             raise ValueError("param_shapes must be a non-empty dict name -> shape")
         out = {}
         for name, shape in param_shapes.items():
-            shape = (shape,) if isinstance(shape, int) else tuple(shape)
-            if not all(isinstance(s, (int, np.integer)) and s >= 1 for s in shape):
-                raise ValueError(f"param_shapes[{name!r}] must be a tuple of positive ints; got {shape}")
-            out[str(name)] = tuple(int(s) for s in shape)
+            shape = (shape,) if isinstance(shape, (int, np.integer)) or getattr(shape, "ndim", None) == 0 else shape
+            if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+                raise ValueError(f"param_shapes[{name!r}] must be a tuple of positive ints; got {shape!r}")
+            # positive int64 sizes (not bools; numpy and 0-d integers too)
+            out[str(name)] = tuple(check_int(f"param_shapes[{name!r}]", s, 1, 2**63 - 1) for s in shape)
         return out
 
     def _check_depends_on_theta(self, theta0: torch.Tensor) -> None:

@@ -32,7 +32,7 @@ from typing import Sequence
 
 import torch
 
-from fedlangevin._validation import check_index_parts, check_int, check_real, check_tensor
+from fedlangevin._validation import check_bool, check_index_parts, check_int, check_real, check_tensor
 from fedlangevin.problems.base import FederatedProblem, check_client_indices, check_count_fits
 
 __all__ = ["LogisticRegression"]
@@ -94,8 +94,7 @@ class LogisticRegression(FederatedProblem):
                 f"prior_scale must be in [{PRIOR_SCALE_RANGE[0]:g}, {PRIOR_SCALE_RANGE[1]:g}] (sigma^2 and the prior "
                 f"precision 1 / sigma^2 must be finite, non-zero floats); got {self.prior_scale:g}"
             )
-        if not isinstance(bias, bool):
-            raise ValueError(f"bias must be True or False; got {bias!r}")
+        bias = check_bool("bias", bias)  # np.bool_ and 0-d bool arrays too
         xs, ys = [], []
         for c, pair in enumerate(clients):
             if not isinstance(pair, (tuple, list)) or len(pair) != 2:

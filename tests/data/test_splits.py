@@ -152,3 +152,14 @@ def test_stratified_holdout():
         stratified_holdout(y, 1.0)
     with pytest.raises(ValueError, match="y must"):
         stratified_holdout(torch.tensor([0.5, 1.0]), 0.5)
+
+
+@pytest.mark.parametrize("parts, match", [
+    ([torch.arange(6), torch.tensor([], dtype=torch.long)], r"parts\[1\] is empty"),
+    ([list(range(6)), []], r"parts\[1\] is empty"),  # an empty list was 'dtype torch.float32'
+    ([], "at least one part"),
+])
+def test_apply_partition_refuses_a_client_without_data(parts, match):
+    """issue 31: an empty part gave a client with no data, silently."""
+    with pytest.raises(ValueError, match=match):
+        apply_partition(torch.randn(6, 2), torch.tensor([0, 1, 0, 1, 0, 1]), parts)

@@ -192,9 +192,9 @@ def test_bad_correction_names_are_refused(bad, match):
 
 
 def test_bad_settings_are_refused():
-    with pytest.raises(ValueError, match=r"strength must be a number in \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"strength must be a finite real number in \[0, 1\]"):
         ControlVariates(strength=1.5)
-    with pytest.raises(ValueError, match=r"memory_rate must be a number in \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"memory_rate must be a finite real number in \[0, 1\]"):
         QLSDPlusPlus(memory_rate=-0.1)
     with pytest.raises(ValueError, match="curvature must be"):
         Conducive(curvature="full")

@@ -272,3 +272,46 @@ def test_the_lower_bound_is_a_number_below_the_tight_epsilon(case):
         assert not math.isnan(value) and 0.0 <= value <= a.epsilon <= a.rdp_epsilon
     if case.startswith("delta"):  # informative: at least the lower bound at a larger delta
         assert lower >= lower_bound_epsilon(**kw, delta=1e-5) > 0.0
+
+
+random_setting = st.fixed_dictionaries({
+    "eta": st.floats(-8.0, -3.0).map(lambda x: 10.0**x),
+    "tau": st.floats(0.1, 10.0),
+    "rho": st.floats(0.0, 0.95),
+    "gamma": st.sampled_from([0.005, 0.02, 0.1, 0.5, 1.0]),
+    "sensitivity": st.floats(0.1, 10.0),
+    "num_clients": st.integers(1, 50),
+    "sampled": st.floats(0.0, 1.0),
+    "weight": st.floats(0.1, 1.0),
+    "local_steps": st.integers(1, 20),
+    "rounds": st.integers(1, 100),
+    "scheme": st.sampled_from(["I", "II"]),
+    "delta": st.floats(-12.0, -2.0).map(lambda x: 10.0**x),
+})
+
+
+def _setting(r: dict) -> dict:
+    n = r["num_clients"]
+    return dict(eta=r["eta"], tau=r["tau"], rho=r["rho"], gamma=r["gamma"], sensitivity=r["sensitivity"],
+                p_min=r["weight"] / n, num_clients=n, num_sampled=1 + int(r["sampled"] * (n - 1)),
+                local_steps=r["local_steps"], iterations=r["local_steps"] * r["rounds"], scheme=r["scheme"])
+
+
+@settings(max_examples=6, deadline=None)
+@given(random_setting, st.floats(1.1, 3.0), st.integers(1, 50))
+def test_random_settings_are_sandwiched_and_monotone_in_T_and_eta(r, factor, more_rounds):
+    """issue 31 (what held and must keep holding): random settings give lower <= tight <= RDP,
+    and the tight epsilon does not decrease with T or eta (the sweep ran 200 such settings)."""
+    from hypothesis import assume
+
+    kw = _setting(r)
+    try:
+        base = account(**kw, delta=r["delta"])
+        more_t = account(**dict(kw, iterations=kw["iterations"] + more_rounds * kw["local_steps"]), delta=r["delta"])
+        more_eta = account(**dict(kw, eta=kw["eta"] * factor), delta=r["delta"])
+    except acc.NoiseOutOfRange:
+        assume(False)
+    for a in (base, more_t, more_eta):
+        assert 0.0 <= a.lower_epsilon <= a.epsilon <= a.rdp_epsilon < math.inf
+    tol = 1e-9 * (1.0 + base.epsilon)
+    assert more_t.epsilon >= base.epsilon - tol and more_eta.epsilon >= base.epsilon - tol

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from fedlangevin.privacy import (
@@ -132,3 +133,15 @@ def test_invalid_targets_name_the_argument(change, name):
     args.update(change)
     with pytest.raises(ValueError, match=name):
         largest_step_size(**args)
+
+
+@pytest.mark.parametrize("tau", [0.05, np.float32(0.05)], ids=["float", "float32"])
+def test_largest_step_size_when_the_first_candidate_is_over_budget(tau):
+    """issue 31: with tau = 0.05 the solver's first candidate (eta = 1e-6) is over the budget and
+    the next (2.5e-7) within: the search ended in a TypeError (the over-budget candidate was not
+    kept as the bracket's upper end); np.float32(0.05) is the same number."""
+    target = dict(target_epsilon=1.0, target_delta=1e-5)  # the first candidate over, a quarter of it within
+    sol = largest_step_size(**target, **dict(MECH, tau=tau), rtol=1e-3, discretization=D)
+    assert 2.5e-7 <= sol.value < 1e-6 and sol.epsilon <= 1.0
+    over = tight_epsilon(**dict(MECH, tau=0.05), eta=sol.value * (1 + 2e-3), delta=1e-5, discretization=D)
+    assert over > 1.0

@@ -217,3 +217,73 @@ def test_eq76_scalings():
 def test_invalid_inputs_name_the_argument(change, name):
     with pytest.raises(ValueError, match=name):
         paper_bound(**dict(WORKED, **change))
+
+
+# -- issue 31: one numeric check for every privacy function ---------------------------------------------
+def _privacy_calls():
+    """Every public privacy function with num_clients, called on the worked example's setting."""
+    import fedlangevin.privacy as fp
+
+    mech = {k: v for k, v in WORKED.items() if not k.startswith("delta")}
+    deltas = dict(delta0=1e-6, delta1=1e-6, delta2=1e-6)
+    target = dict(target_epsilon=1.0, target_delta=1e-5)
+    no_eta = {k: v for k, v in mech.items() if k != "eta"}
+    no_gamma = {k: v for k, v in mech.items() if k not in ("eta", "gamma", "scheme")}
+    return {
+        "paper_bound": lambda **c: fp.paper_bound(**{**mech, **deltas, **c}),
+        "eq71_step_size": lambda **c: fp.eq71_step_size(**{**no_gamma, **deltas, **c}),
+        "eq75_epsilon": lambda **c: fp.eq75_epsilon(**{**no_gamma, "eta": 1e-6, **deltas, **c}),
+        "eq76_step_size": lambda **c: fp.eq76_step_size(**{**{k: v for k, v in no_gamma.items() if k != "local_steps"},
+                                                           "target_epsilon": 1.0, **deltas, **c}),
+        "inclusion_probability": lambda **c: fp.inclusion_probability(c.get("scheme", "II"), c.get("num_clients", 10),
+                                                                      c.get("num_sampled", 10)),
+        "paper_delta_split": lambda **c: fp.paper_delta_split(1e-5, **{**{k: mech[k] for k in (
+            "gamma", "num_clients", "num_sampled", "local_steps", "iterations", "scheme")},
+            **{k: v for k, v in c.items() if k != "p_min"}}),
+        "tight_epsilon": lambda **c: fp.tight_epsilon(**{**mech, **c}, delta=1e-5),
+        "rdp_epsilon": lambda **c: fp.rdp_epsilon(**{**mech, **c}, delta=1e-5),
+        "lower_bound_epsilon": lambda **c: fp.lower_bound_epsilon(**{**mech, **c}, delta=1e-5),
+        "account": lambda **c: fp.account(**{**mech, **c}, delta=1e-5),
+        "largest_step_size": lambda **c: fp.largest_step_size(**target, **{**no_eta, **c}),
+        "largest_correlation": lambda **c: fp.largest_correlation(
+            **target, **{**{k: v for k, v in mech.items() if k != "rho"}, **c}),
+        "largest_iterations": lambda **c: fp.largest_iterations(
+            **target, **{**{k: v for k, v in mech.items() if k != "iterations"}, **c}),
+        "largest_num_sampled": lambda **c: fp.largest_num_sampled(
+            **target, **{**{k: v for k, v in mech.items() if k != "num_sampled"}, **c}),
+    }
+
+
+@pytest.mark.parametrize("function", list(_privacy_calls()))
+@pytest.mark.parametrize("change, name", [
+    (dict(num_clients=10**400, num_sampled=10), "num_clients"),  # beyond the float range: was an OverflowError
+    (dict(num_clients=2**60, num_sampled=10, p_min=1e-19), "num_clients"),
+    (dict(num_clients=True), "num_clients"),
+    (dict(num_clients="10"), "num_clients"),
+    (dict(scheme="I", num_sampled=10**400), "num_sampled"),
+    (dict(scheme=2), "scheme"),  # was taken as "II"
+    (dict(scheme="2"), "scheme"),
+    (dict(scheme=True), "scheme"),
+])
+def test_every_privacy_function_refuses_non_numbers_and_counts_beyond_the_limit(function, change, name):
+    call = _privacy_calls()[function]
+    if function in ("eq71_step_size", "eq75_epsilon", "eq76_step_size") and "scheme" in change:
+        pytest.skip("scheme II only: no scheme argument")
+    if function == "largest_num_sampled" and "num_sampled" in change:
+        change = {k: v for k, v in change.items() if k != "num_sampled"}
+        if not change or change == {"scheme": "I"}:
+            pytest.skip("num_sampled is the solved parameter")
+    with pytest.raises(ValueError, match=name):
+        call(**change)
+
+
+@pytest.mark.parametrize("function", list(_privacy_calls()))
+def test_numpy_and_0d_counts_equal_python_ints(function):
+    import torch
+
+    call = _privacy_calls()[function]
+    if function.startswith("largest") or function in ("account", "lower_bound_epsilon", "tight_epsilon"):
+        pytest.skip("slow here; the same _check_common as rdp_epsilon, whose numpy forms tests/test_bad_inputs.py checks")
+    ref = call()
+    for n in (np.int64(10), np.array(10), torch.tensor(10)):
+        assert call(num_clients=n) == ref
