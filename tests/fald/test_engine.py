@@ -263,7 +263,7 @@ def test_in_process_group_timeout_must_be_a_positive_number(timeout):
     ([float("inf")], "step_sizes at step 0"),
     (1e-3, "step_sizes must be a number or a non-empty 1-d sequence"),  # a scalar where a sequence is expected
     ([], "step_sizes must be a number or a non-empty 1-d sequence"),
-    (["x"], "step_sizes must be a sequence of real numbers"),
+    (["x"], "step_sizes must hold real numbers; got strings"),
 ])
 def test_step_refuses_bad_step_sizes_naming_them(etas, match):
     """NaN or negative step sizes used to run (NaN draws) or fail inside with 'math domain error',
