@@ -74,11 +74,6 @@ class FactorPreconditioner:
         self.factor = a
         self.matrix = a @ a.T
 
-    @property
-    def dim(self) -> int:
-        """d, the dimension this preconditioner is for."""
-        return int(self.factor.shape[0])
-
     def to(self, device=None, dtype=None) -> "FactorPreconditioner":
         new = object.__new__(FactorPreconditioner)
         new.factor = self.factor.to(device=device, dtype=dtype)
@@ -109,13 +104,10 @@ PRECONDITIONERS = ("None, IdentityPreconditioner(), FactorPreconditioner(A), Dia
 
 
 def check_preconditioner(pre: Any, dim: int, dtype: torch.dtype, device: torch.device) -> None:
-    """``pre`` (already moved to ``device`` and ``dtype``) is a preconditioner for d = ``dim``:
-    one that states its ``dim`` must match, and ``drift`` and ``noise`` must map a (1, 1, d)
-    tensor to one of the same shape, dtype and device (``ValueError`` naming ``preconditioner``).
-    Once, when a kernel is built."""
-    own = getattr(pre, "dim", None)
-    if isinstance(own, int) and own != dim:
-        raise ValueError(f"preconditioner: {pre!r} is for d = {own}; the problem has d = {dim}")
+    """``pre`` (already moved to ``device`` and ``dtype``, its M checked against d by
+    :func:`~fedlangevin.fald.preconditioning.as_preconditioner`): ``drift`` and ``noise`` must map
+    a (1, 1, d) tensor to one of the same shape, dtype and device (``ValueError`` naming
+    ``preconditioner``). Once, when a kernel is built."""
     probe = torch.zeros(1, 1, dim, dtype=dtype, device=device)
     for method in ("drift", "noise"):
         want = f"a tensor of shape {tuple(probe.shape)}, {dtype} on {probe.device} (like its input)"

@@ -52,11 +52,6 @@ class DiagonalPreconditioner:
         self.diagonal = m
         self.root = m.sqrt()
 
-    @property
-    def dim(self) -> int:
-        """d, the dimension this preconditioner is for."""
-        return int(self.diagonal.numel())
-
     def to(self, device=None, dtype=None) -> "DiagonalPreconditioner":
         new = object.__new__(DiagonalPreconditioner)
         new.diagonal = self.diagonal.to(device=device, dtype=dtype)
