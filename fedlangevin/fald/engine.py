@@ -118,7 +118,8 @@ def build(
     and the shapes of ``drift`` and ``noise``), once; ``init(theta0)`` checks ``theta0`` (shape
     (R, d) with R >= 1, finite, not requiring grad) and ``step`` its ``step_sizes`` (a non-empty
     sequence of finite numbers > 0). ``validated=True`` skips the checks of the participation
-    rule and the batch size against the problem and of each round's step sizes (the runner
+    rule and the batch size against the problem, of the extensions against their contracts
+    (:mod:`fedlangevin.fald.contracts`) and of each round's step sizes (the runner
     :class:`fedlangevin.FALD` has made them, with their warnings, already).
     """
     check_problem(problem)
@@ -132,14 +133,17 @@ def build(
     dtype = check_dtype("dtype", dtype)
     noise_dtype = None if noise_dtype is None else check_dtype("noise_dtype", noise_dtype)
     device = check_device("device", device)
-    transport = LocalTransport() if transport is None else check_conforms(transport, TRANSPORT, "transport")
-    if upload is not None:
-        check_conforms(upload, UPLOAD_CODEC, "upload")
-    if preconditioner is not None and not (hasattr(preconditioner, "drift") or hasattr(preconditioner, "noise")):
-        raise ValueError(f"preconditioner must be {PRECONDITIONERS}; got {type(preconditioner).__name__} "
-                         f"{preconditioner!r:.80}")
-    if preconditioner is not None:
-        preconditioner = as_preconditioner(preconditioner, problem.dim, "preconditioner")
+    if not validated:  # the extensions against their contracts (the runner has checked its own already)
+        if transport is not None:
+            check_conforms(transport, TRANSPORT, "transport")
+        if upload is not None:
+            check_conforms(upload, UPLOAD_CODEC, "upload")
+        if preconditioner is not None and not (hasattr(preconditioner, "drift") or hasattr(preconditioner, "noise")):
+            raise ValueError(f"preconditioner must be {PRECONDITIONERS}; got {type(preconditioner).__name__} "
+                             f"{preconditioner!r:.80}")
+        if preconditioner is not None:
+            preconditioner = as_preconditioner(preconditioner, problem.dim, "preconditioner")
+    transport = LocalTransport() if transport is None else transport
     preconditioner = None if is_identity(preconditioner) else placed(preconditioner, device, dtype)
     if preconditioner is not None:
         check_preconditioner(preconditioner, problem.dim, dtype, device)
@@ -155,9 +159,10 @@ def build(
     scales = noise_scales(scale_weights, temperature, correlation, device=device, dtype=dtype, noise_dtype=noise_dtype)
     work = problem.to(device=device, dtype=dtype)
     if correction is not None and callable(getattr(correction, "build", None)):  # a settings record
-        correction = check_conforms(correction, CORRECTION_SETTINGS, "correction").build(
-            problem, dtype=dtype, device=device, upload=upload)
-    if correction is not None:
+        if not validated:
+            check_conforms(correction, CORRECTION_SETTINGS, "correction")
+        correction = correction.build(problem, dtype=dtype, device=device, upload=upload)
+    if correction is not None and not validated:
         check_conforms(correction, DRIFT_CORRECTION, "correction")
     if correction is not None and held is not None:
         raise ValueError("correction: drift corrections run in one process (not with a transport that splits the clients)")
