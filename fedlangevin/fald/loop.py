@@ -68,6 +68,7 @@ def advance(sampler, run: Run, rounds: int, bar) -> None:
                 left -= 1
                 _after(sampler, run, 1, bar, clock)
 
+
 def _chunk_size(sampler, run: Run, left: int, saved: float) -> int:
     """Rounds of the next chunk: at most :data:`CHUNK_ROUNDS` (and :data:`CHUNK_NUMBERS` numbers
     of parameters), ending at the next ``checkpoint_every`` boundary; one round when a checkpoint
@@ -81,10 +82,11 @@ def _chunk_size(sampler, run: Run, left: int, saved: float) -> int:
             size = 1
     return size
 
+
 def _round(sampler, run: Run, etas: list[float], fixed: float | None, uploads_of) -> None:
     """One round through ``kernel.step``: the generator state is saved first, a divergence
     handled (:meth:`FALD._diverged`), the draw kept, the ledger and the adapter updated."""
-    generator, led = sampler.generator, sampler.ledger
+    generator = sampler.generator
     gen_state = generator.get_state()
     committed = False
     try:
@@ -102,13 +104,10 @@ def _round(sampler, run: Run, etas: list[float], fixed: float | None, uploads_of
     finally:
         if not committed:
             generator.set_state(gen_state)
-    led["steps"] += sampler.local_steps
-    led["rounds"] += 1
-    led["eta_sum"] += sum(etas)
-    led["eta_max"] = max(led["eta_max"], max(etas))
-    led["uploads"] += uploads
+    _account(sampler.ledger, sampler.local_steps, [etas], uploads)
     if sampler.adapter is not None:
         adaptation.observe(sampler, run, state.theta)
+
 
 def _chunk(sampler, run: Run, rounds, chunk: list[list[float]], uploads: float) -> bool:
     """The rounds ``chunk`` (their step sizes) in one ``rounds`` call (:attr:`Kernel.rounds`).
@@ -136,15 +135,22 @@ def _chunk(sampler, run: Run, rounds, chunk: list[list[float]], uploads: float) 
     finally:
         if not committed:
             generator.set_state(gen_state)
-    led["steps"] += sampler.local_steps * count
-    led["rounds"] += count
+    _account(led, sampler.local_steps, chunk, uploads)
+    return True
+
+
+def _account(led: dict, local_steps: int, chunk: list[list[float]], uploads: float) -> None:
+    """The ledger after the rounds ``chunk`` (their step sizes), ``uploads`` each: one addition a
+    round, in round order (so a chunk sums the same floats as its rounds one by one)."""
+    led["steps"] += local_steps * len(chunk)
+    led["rounds"] += len(chunk)
     eta_sum, eta_max, total = led["eta_sum"], led["eta_max"], led["uploads"]
     for etas in chunk:
         eta_sum += sum(etas)
         eta_max = max(eta_max, max(etas))
         total += uploads
     led["eta_sum"], led["eta_max"], led["uploads"] = eta_sum, eta_max, total
-    return True
+
 
 def _after(sampler, run: Run, rounds: int, bar, clock: list[float]) -> None:
     """After ``rounds`` rounds: a checkpoint where one is due, the progress bar."""
