@@ -1,7 +1,7 @@
 """No file the package reads runs code (issue 31).
 
 A pickle is planted in every file type fedlangevin reads: the checkpoints of both runners
-(FA-LD's fedlangevin.fald.checkpoint, Flower's fedlangevin.flower.checkpoint, and the Flower
+(FA-LD's fedlangevin.fald.io.checkpoint, Flower's fedlangevin.flower.checkpoint, and the Flower
 trace file), ``<path>.prev``, ``<path>.problem``, a sample store's ``meta.json`` and data files
 (read by ``open_store`` and by a resumed run), ``.npy`` / ``.npz`` given to ``fedlangevin
 diagnose``, and the data sets' ``.npz`` and IDX files. Unpickling the planted object creates a
@@ -25,8 +25,8 @@ import torch
 
 import fedlangevin as fl
 from fedlangevin import data as fd
-from fedlangevin.fald.checkpoint import _HEADER, MAGIC, CheckpointError
-from fedlangevin.fald.store import StoreError
+from fedlangevin.fald.io.checkpoint import _HEADER, MAGIC, CheckpointError
+from fedlangevin.fald.io.store import StoreError
 from fedlangevin.flower.checkpoint import load_checkpoint, load_trace
 
 

@@ -193,7 +193,7 @@ def _corrected_budget(setting: Setting, s: ComparisonSettings, sampler) -> tuple
     upload bits per round, download bits per round). The correction's one-off set-up (reference
     search, surrogates) runs here; its floats and its extra floats per round cost ``bits_per_entry``
     each; broadcasts count once per round (``downlink="broadcast"``) or N times."""
-    from fedlangevin.fald import drift
+    from fedlangevin.fald.corrections import drift
 
     drift.ensure_state(sampler)
     n, d, b = setting.num_clients, setting.dim, s.bits_per_entry

@@ -54,7 +54,7 @@ from fedlangevin.experiments.gaussian_plots import (
     step_size_figure,
 )
 from fedlangevin.experiments.report import Rows, StudyResult, progress_bar, text_table
-from fedlangevin.fald.participation import Full, Participation, SchemeI, SchemeII
+from fedlangevin.fald.core.participation import Full, Participation, SchemeI, SchemeII
 from fedlangevin.experiments.drift_study import heterogeneity_correction_study
 from fedlangevin.problems import CurvatureSimulation  # noqa: F401  (import path kept for existing callers)
 
@@ -425,7 +425,7 @@ def step_size_study(
     log W2 against log k is reported next to Thm 5.8's -1/2.
     """
     from fedlangevin.experiments.exact import minibatch_gradient_noise
-    from fedlangevin.fald.schedules import PaperDecay
+    from fedlangevin.fald.core.schedules import PaperDecay
 
     t_start = time.perf_counter()
     problem = simulation_problem(alpha, 1.0, seed=seed)

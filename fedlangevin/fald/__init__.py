@@ -4,13 +4,13 @@ and conformance check: :mod:`fedlangevin.fald.contracts`), the runner
 (sampler, split into runs, replay and resume), drift corrections, typed settings, trace; checkpoint, store and
 streaming statistics for long runs."""
 
-from fedlangevin.fald.checkpoint import CheckpointError, checkpoint_info
-from fedlangevin.fald.conducive import Conducive, Surrogates
+from fedlangevin.fald.io.checkpoint import CheckpointError, checkpoint_info
+from fedlangevin.fald.corrections.conducive import Conducive, Surrogates
 from fedlangevin.fald.contracts import Contract, CorrectionSettings, check_conforms, conformance
-from fedlangevin.fald.control_variates import ControlVariates
-from fedlangevin.fald.qlsd import QLSDPlusPlus
-from fedlangevin.fald.engine import Kernel, RoundInfo, build, client_round
-from fedlangevin.fald.extensions import (
+from fedlangevin.fald.corrections.control_variates import ControlVariates
+from fedlangevin.fald.corrections.qlsd import QLSDPlusPlus
+from fedlangevin.fald.core.engine import Kernel, RoundInfo, build, client_round
+from fedlangevin.fald.core.extensions import (
     DriftCorrection,
     FactorPreconditioner,
     IdentityPreconditioner,
@@ -19,15 +19,15 @@ from fedlangevin.fald.extensions import (
     Preconditioner,
     Transport,
 )
-from fedlangevin.fald.kernel import FALDState, fald_round, local_step
-from fedlangevin.fald.noise import add_noise_, noise_scales
-from fedlangevin.fald.participation import Full, Participation, SchemeI, SchemeII, synchronize
-from fedlangevin.fald.sampler import FALD
-from fedlangevin.fald.schedules import Constant, PaperDecay, Polynomial
-from fedlangevin.fald.settings import Settings
-from fedlangevin.fald.store import SampleStore, StoreError, open_store
-from fedlangevin.fald.streaming import RunStatistics
-from fedlangevin.fald.trace import Communication, DivergenceError, StepSizes, Trace
+from fedlangevin.fald.core.kernel import FALDState, fald_round, local_step
+from fedlangevin.fald.core.noise import add_noise_, noise_scales
+from fedlangevin.fald.core.participation import Full, Participation, SchemeI, SchemeII, synchronize
+from fedlangevin.fald.runner.sampler import FALD
+from fedlangevin.fald.core.schedules import Constant, PaperDecay, Polynomial
+from fedlangevin.fald.results.settings import Settings
+from fedlangevin.fald.io.store import SampleStore, StoreError, open_store
+from fedlangevin.fald.results.streaming import RunStatistics
+from fedlangevin.fald.results.trace import Communication, DivergenceError, StepSizes, Trace
 
 __all__ = [
     "CheckpointError", "Communication", "Conducive", "Constant", "Contract", "CorrectionSettings", "ControlVariates", "QLSDPlusPlus", "Surrogates", "DivergenceError", "DriftCorrection", "FALD", "FALDState",

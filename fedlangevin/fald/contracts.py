@@ -334,8 +334,8 @@ class DriftCorrection(Protocol):
     """A built drift correction; see :data:`DRIFT_CORRECTION` for each member.
 
     What a correction setting's ``build(problem, ...)`` returns (the settings records are
-    :class:`fedlangevin.fald.control_variates.ControlVariates`,
-    :class:`fedlangevin.fald.conducive.Conducive` and :class:`fedlangevin.fald.qlsd.QLSDPlusPlus`,
+    :class:`fedlangevin.fald.corrections.control_variates.ControlVariates`,
+    :class:`fedlangevin.fald.corrections.conducive.Conducive` and :class:`fedlangevin.fald.corrections.qlsd.QLSDPlusPlus`,
     or a user's own class, :data:`CORRECTION_SETTINGS`). ``init(theta, mode=None)`` gives the
     correction's state from the initial global parameters (R, d): a dict of tensors (checkpointed
     as they are; one-off set-up work such as a reference point happens here, its communication in

@@ -4,7 +4,7 @@
 global iterate and the round seed, weighted average, draws, checkpoints) and
 :func:`client_app` (a node's K local steps on its own data) run the sampler of
 :class:`fedlangevin.FALD` over Flower nodes, in Flower's simulation engine or deployed. The
-randomness layout is :mod:`fedlangevin.fald.streams`': the same seed gives the samples of
+randomness layout is :mod:`fedlangevin.fald.core.streams`': the same seed gives the samples of
 ``FALD(..., streams="per_client")``. See docs/flower.md.
 
 This package imports without Flower; building an app needs it.

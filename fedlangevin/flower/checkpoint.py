@@ -3,15 +3,15 @@
 The server is the only party that holds the run's state (the global iterate, the draws,
 the counters): it writes them every ``checkpoint_every`` rounds. A server restarted with the
 same settings and checkpoint path continues from the last checkpointed round; with the
-per-round streams of :mod:`fedlangevin.fald.streams` the continued run draws exactly what the
+per-round streams of :mod:`fedlangevin.fald.core.streams` the continued run draws exactly what the
 uninterrupted run would have (clients keep no state between rounds).
 
 Checkpoints and traces are files of the package's one checkpoint format
-(:mod:`fedlangevin.fald.checkpoint`, shared with :class:`fedlangevin.FALD`): written atomically
+(:mod:`fedlangevin.fald.io.checkpoint`, shared with :class:`fedlangevin.FALD`): written atomically
 (a temporary file, fsync, rename), with their length and a SHA-256, and read back as tensors
 and plain values only (``torch.load(weights_only=True)``: no pickled code runs). Special files
 (a FIFO, a device, a link loop) are refused before they are opened, and a file with a valid
-checksum but wrong entries is a :class:`~fedlangevin.fald.checkpoint.CheckpointError` naming
+checksum but wrong entries is a :class:`~fedlangevin.fald.io.checkpoint.CheckpointError` naming
 the entry. Files written by earlier versions with a bare ``torch.save`` are not read (loading
 them could run code).
 """
@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedlangevin.fald import checkpoint as ckpt
-from fedlangevin.fald.schedules import as_schedule
-from fedlangevin.fald.settings import Settings
-from fedlangevin.fald.trace import StepSizes
+from fedlangevin.fald.io import checkpoint as ckpt
+from fedlangevin.fald.core.schedules import as_schedule
+from fedlangevin.fald.results.settings import Settings
+from fedlangevin.fald.results.trace import StepSizes
 from fedlangevin.flower.trace import Federation, FlowerCommunication, FlowerTrace
 
 __all__ = ["save_checkpoint", "load_checkpoint", "save_trace", "load_trace"]
@@ -86,7 +86,7 @@ def save_checkpoint(path, run, fed, state: dict) -> None:
 def load_checkpoint(path, run, fed) -> dict | None:
     """The state saved at ``path`` (None if there is no file); ValueError if it belongs to
     another run (seed, chains, K, d or the clients' sizes differ);
-    :class:`~fedlangevin.fald.checkpoint.CheckpointError` if the file is not a Flower
+    :class:`~fedlangevin.fald.io.checkpoint.CheckpointError` if the file is not a Flower
     server's checkpoint, is damaged or holds wrong entries."""
     if not os.path.lexists(path):  # (a link loop is reported by the reader, not taken for no file)
         return None
@@ -132,7 +132,7 @@ def save_trace(trace, path) -> None:
 def load_trace(path, step_size) -> Any:
     """A :class:`~fedlangevin.flower.server.FlowerTrace` from :func:`save_trace`'s file
     (``step_size``: the run's, to rebuild ``trace.step_sizes``); a file that is not one is a
-    :class:`~fedlangevin.fald.checkpoint.CheckpointError`."""
+    :class:`~fedlangevin.fald.io.checkpoint.CheckpointError`."""
     saved, e = _read(path, TRACE_KIND, "Flower FA-LD trace")
     e.dict("the record", saved, ("samples", "draw_rounds", "settings", "communication", "node_ids", "client_sizes",
                                  "dropouts", "seconds_per_round", "ledger"))

@@ -3,10 +3,10 @@
 Each Flower node holds one client c of the federation: its own data (which never leaves
 it), as a :class:`~fedlangevin.problems.FederatedProblem` with one client. Per round the
 handler receives the global iterate theta (R, d) and runs K local steps of eq. 10 (Deng et
-al.) from it with :func:`fedlangevin.fald.engine.client_round`: the shared noise from the
+al.) from it with :func:`fedlangevin.fald.core.engine.client_round`: the shared noise from the
 round seed of the message (every client draws the same normals), its private noise and
 minibatches from its own stream (seeded by the node's private seed, see
-:mod:`fedlangevin.fald.streams`), and replies with its local state beta (R, d).
+:mod:`fedlangevin.fald.core.streams`), and replies with its local state beta (R, d).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any, Callable
 
 import torch
 
-from fedlangevin.fald.engine import client_round
-from fedlangevin.fald.streams import private_stream
+from fedlangevin.fald.core.engine import client_round
+from fedlangevin.fald.core.streams import private_stream
 from fedlangevin.flower.protocol import BETA, CONFIG, INFO, NOISE_DTYPES, THETA, flwr_app, from_array_record, to_array_record
 from fedlangevin.problems.base import FederatedProblem
 

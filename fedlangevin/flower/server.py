@@ -5,7 +5,7 @@ own stream (Full / SchemeI / SchemeII over the clients, ordered by the index eac
 reports), send the global iterate theta (R, d) and the round seed to them
 (``Grid.send_and_receive``), average their replies beta_c with the participation weights
 (p_c = n_c / sum n from the sizes the clients reported), keep the draw. The randomness
-layout is :mod:`fedlangevin.fald.streams`', so a run with the same seed gives the samples
+layout is :mod:`fedlangevin.fald.core.streams`', so a run with the same seed gives the samples
 of ``FALD(..., streams="per_client")``.
 
 Dropped clients (no reply within ``round_timeout``, an error reply, or a refused update:
@@ -30,12 +30,12 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from fedlangevin.fald.kernel import aggregate
-from fedlangevin.fald.participation import Participation, as_participation
-from fedlangevin.fald.schedules import as_schedule, check_schedule, round_step_sizes
-from fedlangevin.fald.settings import Settings
-from fedlangevin.fald.streams import SHARED, participation_stream, stream_seed
-from fedlangevin.fald.trace import StepSizes
+from fedlangevin.fald.core.kernel import aggregate
+from fedlangevin.fald.core.participation import Participation, as_participation
+from fedlangevin.fald.core.schedules import as_schedule, check_schedule, round_step_sizes
+from fedlangevin.fald.results.settings import Settings
+from fedlangevin.fald.core.streams import SHARED, participation_stream, stream_seed
+from fedlangevin.fald.results.trace import StepSizes
 from fedlangevin.flower.checkpoint import load_checkpoint, save_checkpoint
 from fedlangevin.flower.trace import Federation, FlowerCommunication, FlowerTrace
 from fedlangevin.flower.protocol import BETA, CONFIG, INFO, NOISE_DTYPES, THETA, flwr_app, from_array_record, message_bytes, to_array_record

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from fedlangevin.fald.trace import Communication, Trace
+from fedlangevin.fald.results.trace import Communication, Trace
 
 __all__ = ["Federation", "FlowerCommunication", "FlowerTrace"]
 
@@ -40,7 +40,7 @@ class Federation:
 
 @dataclass(frozen=True)
 class FlowerCommunication(Communication):
-    """:class:`~fedlangevin.fald.trace.Communication` plus the bytes Flower carried (message
+    """:class:`~fedlangevin.fald.results.trace.Communication` plus the bytes Flower carried (message
     contents, serialised): ``bytes_down`` server to clients, ``bytes_up`` clients to server,
     for all R chains together (one message carries every chain)."""
 
@@ -50,7 +50,7 @@ class FlowerCommunication(Communication):
 
 @dataclass
 class FlowerTrace(Trace):
-    """A :class:`~fedlangevin.fald.trace.Trace` of a Flower run; ``dropouts``: {round: [client
+    """A :class:`~fedlangevin.fald.results.trace.Trace` of a Flower run; ``dropouts``: {round: [client
     indices dropped or refused in that round]}; ``seconds_per_round``: wall time per round."""
 
     dropouts: dict[int, list[int]] = field(default_factory=dict)

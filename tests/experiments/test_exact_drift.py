@@ -10,9 +10,9 @@ import torch
 import fedlangevin as fl
 from fedlangevin.experiments.exact import exact_moments, stationary_moments, w2_to_target
 from fedlangevin.experiments.exact_drift import corrected_moments, corrected_stationary
-from fedlangevin.fald.conducive import Conducive
-from fedlangevin.fald.control_variates import ControlVariates
-from fedlangevin.fald.qlsd import QLSDPlusPlus
+from fedlangevin.fald.corrections.conducive import Conducive
+from fedlangevin.fald.corrections.control_variates import ControlVariates
+from fedlangevin.fald.corrections.qlsd import QLSDPlusPlus
 from fedlangevin.problems import CurvatureSimulation
 from tests.targets import assert_moments_within_mc_error, random_quadratic
 
@@ -94,5 +94,5 @@ def test_exact_law_needs_a_quadratic_problem_and_a_stable_step():
     with pytest.raises(ValueError, match="unstable"):
         corrected_stationary(problem, [1.0] * 2, "qlsd++")
     with pytest.raises(ValueError, match="surrogates"):
-        corrected_stationary(problem, [1e-6], Conducive(surrogates=fl.fald.conducive.Surrogates(
+        corrected_stationary(problem, [1e-6], Conducive(surrogates=fl.fald.Surrogates(
             np.ones(2), np.ones((4, 2)), np.ones((4, 2)))))

@@ -13,8 +13,8 @@ import torch
 import fedlangevin as fl
 from fedlangevin.compression import QuantizedUpdateUpload
 from fedlangevin.fald import contracts as C
-from fedlangevin.fald.extensions import FactorPreconditioner, InProcessGroup, LocalTransport
-from fedlangevin.fald.preconditioning import DiagonalPreconditioner
+from fedlangevin.fald.core.extensions import FactorPreconditioner, InProcessGroup, LocalTransport
+from fedlangevin.fald.core.preconditioning import DiagonalPreconditioner
 from fedlangevin.problems import CurvatureSimulation, LogisticRegression
 
 F64 = torch.float64
@@ -102,7 +102,7 @@ def test_every_built_in_extension_conforms_to_its_contract():
         (LogisticRegression([(torch.randn(10, 3, dtype=F64), torch.arange(10) % 2)] * 2), C.PROBLEM),
     ]
     for name in ("control_variates", "conducive", "qlsd++"):
-        setting = fl.fald.drift.as_correction(name)
+        setting = fl.fald.corrections.drift.as_correction(name)
         built_ins.append((setting, C.CORRECTION_SETTINGS))
         built_ins.append((setting.build(problem, dtype=F64, device="cpu", upload=QuantizedUpdateUpload(8)),
                           C.DRIFT_CORRECTION))

@@ -1,6 +1,6 @@
 """The Flower server's checkpoints and saved traces (fedlangevin.flower.checkpoint), without Flower.
 
-They are files of the package's checkpoint format (fedlangevin.fald.checkpoint): read as plain
+They are files of the package's checkpoint format (fedlangevin.fald.io.checkpoint): read as plain
 values only, with a checksum, refused when damaged, special or holding wrong entries. The
 planted-pickle tests of every file type are in tests/test_no_code_execution.py.
 """
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedlangevin.fald.checkpoint import CheckpointError, read_file, write_file
+from fedlangevin.fald.io.checkpoint import CheckpointError, read_file, write_file
 from fedlangevin.flower.checkpoint import load_checkpoint, load_trace, save_checkpoint, save_trace
 from fedlangevin.flower.server import FlowerRun, _trace
 from fedlangevin.flower.trace import Federation
@@ -104,7 +104,7 @@ def test_a_damaged_or_special_checkpoint_is_refused(tmp_path, deadline):
 
 def _a_trace():
     run, fed, state = _setup()
-    from fedlangevin.fald.schedules import as_schedule
+    from fedlangevin.fald.core.schedules import as_schedule
 
     state = dict(state, round=6)
     return _trace(run, fed, state, as_schedule(run.step_size))

@@ -9,8 +9,8 @@ pytest.importorskip("flwr")
 
 from flwr.app import ConfigRecord, Message, MessageType, Metadata, RecordDict  # noqa: E402
 
-from fedlangevin.fald.engine import client_round  # noqa: E402
-from fedlangevin.fald.streams import SHARED, private_stream, shared_stream, stream_seed  # noqa: E402
+from fedlangevin.fald.core.engine import client_round  # noqa: E402
+from fedlangevin.fald.core.streams import SHARED, private_stream, shared_stream, stream_seed  # noqa: E402
 from fedlangevin.flower import NodeProblem, handle_query, handle_train  # noqa: E402
 from fedlangevin.flower.protocol import BETA, CONFIG, THETA, from_array_record, to_array_record  # noqa: E402
 from fedlangevin.problems import GaussianSimulation  # noqa: E402

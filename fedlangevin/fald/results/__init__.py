@@ -1,0 +1,2 @@
+"""Results of a run: the typed settings record, the trace (samples, communication, privacy bridges) and
+streaming statistics."""

@@ -1,0 +1,449 @@
+"""Warm-up adaptation of FA-LD: a preconditioner M and a step size, frozen after warm-up.
+
+Stan, NumPyro and BlackJAX adapt a step size and a mass matrix during warm-up; this module
+does the same for FA-LD, using only what the server already has: the broadcast global
+iterates theta (R, d) of all chains after each round (server-side post-processing; clients
+receive the new M when it changes, counted in the communication record).
+
+Windows (Stan's, counted in rounds): a fast start window (``init_buffer`` rounds) in which
+the chains move towards the typical set, slow windows of ``base_window``, 2 ``base_window``,
+4 ``base_window``, ... rounds (the last one stretched to fill), and a fast end window
+(``term_buffer`` rounds). At the end of every slow window M is set to the regularised
+covariance of the global iterate over that window, pooled over all chains (R chains x w
+rounds draws: many chains make the estimate cheap and good). When the run's warm-up is too
+short for the defaults, the buffers take 15% and 10% of it and the slow windows the rest
+(Stan's rule); below :data:`MIN_WARMUP` rounds M is not adapted.
+
+Regularisation (Stan's, made scale-free per coordinate): with n pooled draws and sample
+covariance S,
+
+    M = n / (n + 5) S + 5 / (n + 5) * 1e-3 * diag(S),
+
+so M stays positive definite for any n, the shrinkage fades as draws accumulate, and a
+coordinate with a tiny posterior scale is not swamped by one with a large scale (Stan's
+1e-3 I would be, in the uncentred regressions of posteriordb). M is
+dense up to d = :data:`DENSE_MAX_DIM` and diagonal (the variances, same regulariser) beyond
+(a dense M costs a (d x d) product per local step and needs n >> d draws).
+
+Step size: at the start, at the end of every window (fast windows are cut into pieces of at
+most ``base_window`` rounds) and at the end of warm-up,
+
+    eta = SAFETY / lambda_max,
+
+lambda_max being the largest eigenvalue of the preconditioned Hessian M H (the same spectrum
+as A^T H A), maximised over the chains' current iterates. H is the global Hessian sum_c p_c
+H_c when one local step is followed by full participation (the round is then one step on
+f), otherwise each client's H_c (K > 1 local steps or random participation run each client's
+own energy; the maximum over clients). lambda_max comes from power iteration with
+Hessian-vector products by central gradient differences (no autodiff needed, so any
+problem's ``grad`` serves). There is no Metropolis step to tune against, so SAFETY sets the
+discretisation bias: for a Gaussian target and a perfect M, Langevin's stationary standard
+deviation is (1 - eta lambda / 2)^(-1/2) times the true one, 1.026 at SAFETY = 0.1, while an
+e-fold of the slowest preconditioned direction takes about 1 / (SAFETY lambda_min / lambda_max)
+steps. The random start vectors of the power iteration come from a generator seeded from
+the run's seed and the window, never from the sampler's stream.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+
+import torch
+
+from fedlangevin.fald.warmup.curvature import gradient_difference
+from fedlangevin.fald.core.preconditioning import (
+    as_preconditioner, broadcast_floats, is_identity, placed, preconditioner_from_record, preconditioner_record,
+    spectral_norm,
+)
+from fedlangevin.fald.core.schedules import as_schedule, round_step_sizes, step_sizes
+
+__all__ = [
+    "DENSE_MAX_DIM", "MIN_WARMUP", "SAFETY", "AdaptedSteps", "Adapter", "Window", "account_setup", "auto_schedule",
+    "begin_adaptation", "configure", "default_warmup", "install", "max_curvature", "mean_hessian", "observe",
+    "regularised_covariance", "restore", "round_etas", "warmup_windows",
+]
+
+#: step size = SAFETY / lambda_max of the preconditioned Hessian (see the module docstring)
+SAFETY = 0.1
+#: dense M up to this dimension, diagonal beyond
+DENSE_MAX_DIM = 100
+#: warm-ups shorter than this many rounds adapt the step size only
+MIN_WARMUP = 20
+#: Stan's window sizes (rounds)
+INIT_BUFFER, TERM_BUFFER, BASE_WINDOW = 75, 50, 25
+#: power-iteration sweeps per step-size estimate
+POWER_ITERATIONS = 20
+
+
+@dataclass(frozen=True)
+class Window:
+    """Rounds [start, end) of warm-up; ``slow``: M is re-estimated from them."""
+
+    start: int
+    end: int
+    slow: bool
+
+
+def warmup_windows(warmup: int, init_buffer: int = INIT_BUFFER, term_buffer: int = TERM_BUFFER,
+                   base_window: int = BASE_WINDOW) -> list[Window]:
+    """Stan's adaptation windows for ``warmup`` rounds (fast pieces cut to <= ``base_window``)."""
+    if warmup < MIN_WARMUP:
+        return [Window(0, warmup, False)] if warmup > 0 else []
+    if init_buffer + base_window + term_buffer > warmup:
+        init_buffer = int(0.15 * warmup)
+        term_buffer = int(0.1 * warmup)
+        base_window = warmup - init_buffer - term_buffer
+    piece = max(1, base_window)
+    out = [Window(s, min(s + piece, init_buffer), False) for s in range(0, init_buffer, piece)]
+    start, size, last = init_buffer, base_window, warmup - term_buffer
+    while start < last:
+        end = start + size
+        if end + 2 * size > last:  # the next window would not fit: stretch this one to the end
+            end = last
+        out.append(Window(start, end, True))
+        start, size = end, 2 * size
+    out.append(Window(last, warmup, False)) if term_buffer > 0 else None
+    return out
+
+
+def regularised_covariance(cov: torch.Tensor, count: int, dense: bool) -> torch.Tensor:
+    """The regularised M from a pooled covariance S ((d, d), or (d,) variances) of ``count`` draws:
+    n / (n + 5) S + 5 / (n + 5) 1e-3 diag(S) (diag(S) floored at 1e-12 of its largest entry)."""
+    var = torch.diagonal(cov) if dense else cov
+    var = torch.clamp(var, min=1e-12 * float(var.max()))
+    shrink = 5.0 / (count + 5.0)
+    if dense:
+        return (1 - shrink) * cov + shrink * 1e-3 * torch.diag(var)
+    return (1 - shrink) * cov + shrink * 1e-3 * var
+
+
+def max_curvature(problem, theta: torch.Tensor, pre=None, *, per_client: bool, iterations: int = POWER_ITERATIONS,
+                  generator: torch.Generator | None = None) -> float:
+    """lambda_max of M H at the iterates ``theta`` (R, d), maximised over chains (and clients
+    when ``per_client``), by power iteration u <- M H u with H u from central gradient
+    differences (H u ~ (grad(theta + h u) - grad(theta - h u)) / 2h). ``problem`` in float64."""
+    r, d = theta.shape
+    n = problem.num_clients
+    weights = problem.weights.to(device=theta.device, dtype=theta.dtype)
+    shape = (r, n, d) if per_client else (r, 1, d)
+    u = torch.randn(shape, generator=generator, dtype=theta.dtype, device="cpu").to(theta.device)
+    u = u / torch.linalg.vector_norm(u, dim=-1, keepdim=True)
+    scale = 1e-5 * (1.0 + torch.linalg.vector_norm(theta, dim=-1))[:, None, None]
+    lam = torch.zeros(shape[:2], dtype=theta.dtype, device=theta.device)
+    for _ in range(iterations):
+        hu = gradient_difference(problem, theta[:, None, :], scale * u) / (2 * scale)
+        if not per_client:
+            hu = (weights[None, :, None] * hu).sum(1, keepdim=True)
+        mhu = hu if pre is None else pre.drift(hu)
+        norm = torch.linalg.vector_norm(mhu, dim=-1)
+        lam = norm
+        u = mhu / norm.clamp_min(torch.finfo(theta.dtype).tiny)[..., None]
+    value = float(lam.max())
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"step_size='auto': the curvature estimate at the current iterates is {value!r} (non-finite "
+                         "gradients or a flat energy); give a number as step_size")
+    return value
+
+
+def mean_hessian(problem, theta: torch.Tensor) -> torch.Tensor:
+    """The global Hessian sum_c p_c H_c averaged over the iterates ``theta`` (R, d), (d, d), from
+    central gradient differences along the d coordinate axes (2 d gradient calls per chain,
+    batched); ``problem`` in float64."""
+    r, d = theta.shape
+    weights = problem.weights.to(device=theta.device, dtype=theta.dtype)
+    h = 1e-5 * (1.0 + theta.abs())  # (R, d) per-coordinate step
+    eye = torch.eye(d, dtype=theta.dtype, device=theta.device)
+    step = h[:, :, None] * eye  # (R, d, d): row j moves coordinate j
+    base = theta[:, None, :].expand(r, d, d)
+    diff = gradient_difference(problem, base.reshape(r * d, 1, d), step.reshape(r * d, 1, d))
+    diff = (diff * weights[None, :, None]).sum(1).reshape(r, d, d)
+    hess = (diff / (2 * h[:, :, None])).mean(0)
+    return 0.5 * (hess + hess.T)
+
+
+class Adapter:
+    """The warm-up state machine; the runner calls :meth:`observe` after every warm-up round.
+
+    ``warmup``: rounds of warm-up; ``adapt_matrix``: re-estimate M in the slow windows;
+    ``fixed_step``: a user's step size (``None``: estimate it, ``step_size="auto"``);
+    ``per_client``: curvature of each client's energy (K > 1 or random participation).
+    :attr:`preconditioner` and :attr:`step_size` are the current M and eta; :meth:`record`
+    / :meth:`from_record` checkpoint the whole state.
+    """
+
+    def __init__(self, problem, warmup: int, *, adapt_matrix: bool, fixed_step: float | None, per_client: bool,
+                 seed: int, preconditioner=None, dense_max_dim: int = DENSE_MAX_DIM) -> None:
+        self.problem = problem.to(dtype=torch.float64)
+        self.warmup = int(warmup)
+        self.adapt_matrix = bool(adapt_matrix) and warmup >= MIN_WARMUP
+        self.fixed_step = fixed_step
+        self.per_client = per_client
+        self.seed = int(seed)
+        self.dense = problem.dim <= dense_max_dim
+        self.windows = warmup_windows(self.warmup)
+        self.preconditioner = as_preconditioner(torch.eye(problem.dim)) if preconditioner is None else preconditioner
+        self.step_size = fixed_step
+        self.done = 0  # warm-up rounds observed
+        self.estimates = 0  # step-size estimates made (seeds the power iteration)
+        self.matrix_updates = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        d = self.problem.dim
+        self.count = 0
+        self.mean = torch.zeros(d, dtype=torch.float64)
+        self.m2 = torch.zeros((d, d) if self.dense else (d,), dtype=torch.float64)
+
+    @property
+    def finished(self) -> bool:
+        return self.done >= self.warmup
+
+    def start(self, theta: torch.Tensor) -> float:
+        """The first M and step size, at the initial iterates. With a dense M to adapt, M starts at
+        the inverse of the mean Hessian there (a Laplace start) when that Hessian is positive
+        definite (eigenvalues >= 1e-12 of the largest), else at I; the slow windows then replace it."""
+        if self.adapt_matrix and self.dense and self.matrix_updates == 0 and self.done == 0:
+            x = theta.detach().to(dtype=torch.float64)
+            hess = mean_hessian(self.problem.to(device=x.device), x).cpu()
+            eig, vec = torch.linalg.eigh(hess)
+            if bool(torch.isfinite(eig).all()) and float(eig.min()) > 1e-12 * float(eig.max()) > 0:
+                m = (vec / eig) @ vec.T
+                self.preconditioner = as_preconditioner(0.5 * (m + m.T), self.problem.dim)
+        if self.fixed_step is None:
+            self._estimate(theta)
+        return self.step_size
+
+    def observe(self, theta: torch.Tensor) -> bool:
+        """Take the global iterates (R, d) after warm-up round ``done + 1``; returns True when M
+        or eta changed (the runner then rebuilds its kernel)."""
+        x = theta.detach().to(device="cpu", dtype=torch.float64)
+        window = self._window(self.done)
+        self.done += 1
+        if window is not None and window.slow and self.adapt_matrix:
+            self._accumulate(x)
+        end = window is None or self.done == window.end
+        if not end:
+            return False
+        if window is not None and window.slow and self.adapt_matrix and self.count > 1:
+            cov = self.m2 / (self.count - 1)
+            m = regularised_covariance(cov, self.count, self.dense)
+            self.preconditioner = as_preconditioner(m, self.problem.dim)
+            self.matrix_updates += 1
+            self._reset()
+        if self.fixed_step is None:
+            self._estimate(theta)
+        return True
+
+    def _window(self, j: int) -> Window | None:
+        for w in self.windows:
+            if w.start <= j < w.end:
+                return w
+        return None
+
+    def _accumulate(self, x: torch.Tensor) -> None:
+        """Chan et al.'s pooled update of the mean and the scatter with a batch of R draws."""
+        r = x.shape[0]
+        bmean = x.mean(0)
+        centred = x - bmean
+        bm2 = centred.T @ centred if self.dense else (centred * centred).sum(0)
+        delta = bmean - self.mean
+        total = self.count + r
+        outer = torch.outer(delta, delta) if self.dense else delta * delta
+        self.m2 = self.m2 + bm2 + outer * (self.count * r / total)
+        self.mean = self.mean + delta * (r / total)
+        self.count = total
+
+    def _estimate(self, theta: torch.Tensor) -> None:
+        gen = torch.Generator().manual_seed((self.seed * 1_000_003 + self.estimates) % 2**63)
+        x = theta.detach().to(dtype=torch.float64)
+        pre = self.preconditioner
+        pre = None if is_identity(pre) else placed(pre, x.device, torch.float64)
+        problem = self.problem.to(device=x.device)
+        lam = max_curvature(problem, x, pre, per_client=self.per_client, generator=gen)
+        self.step_size = SAFETY / lam
+        self.estimates += 1
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def record(self) -> dict:
+        return {
+            "warmup": self.warmup, "adapt_matrix": self.adapt_matrix, "fixed_step": self.fixed_step,
+            "per_client": self.per_client, "seed": self.seed, "dense": self.dense, "done": self.done,
+            "estimates": self.estimates, "matrix_updates": self.matrix_updates, "step_size": self.step_size,
+            "preconditioner": preconditioner_record(self.preconditioner), "count": self.count,
+            "mean": self.mean.tolist(), "m2": self.m2.tolist(),
+        }
+
+    @classmethod
+    def from_record(cls, problem, rec: dict, given=None) -> "Adapter":
+        """The adapter a checkpoint stored; ``given``: the run's own preconditioner class, if any."""
+        new = cls(problem, rec["warmup"], adapt_matrix=rec["adapt_matrix"], fixed_step=rec["fixed_step"],
+                  per_client=rec["per_client"], seed=rec["seed"],
+                  preconditioner=preconditioner_from_record(rec["preconditioner"], given),
+                  dense_max_dim=problem.dim if rec["dense"] else problem.dim - 1)
+        new.adapt_matrix = rec["adapt_matrix"]
+        new.done, new.estimates, new.matrix_updates = rec["done"], rec["estimates"], rec["matrix_updates"]
+        new.step_size, new.count = rec["step_size"], rec["count"]
+        new.mean = torch.tensor(rec["mean"], dtype=torch.float64)
+        new.m2 = torch.tensor(rec["m2"], dtype=torch.float64)
+        return new
+
+
+
+class AdaptedSteps:
+    """The step sizes of ``step_size="auto"``: piecewise constant in the local-step counter k,
+    eta_k = values[i] for starts[i] <= k < starts[i + 1] (the last value for ever after), so a
+    pure function of k once warm-up has fixed it (the trace's step sizes and the privacy
+    accounting read it like any schedule)."""
+
+    def __init__(self, starts=(), values=()) -> None:
+        self.starts = [int(k) for k in starts]
+        self.values = [float(v) for v in values]
+
+    def set(self, k: int, eta: float) -> None:
+        """eta from local step k on (later breakpoints are dropped)."""
+        while self.starts and self.starts[-1] >= k:
+            self.starts.pop()
+            self.values.pop()
+        if not self.values or self.values[-1] != eta:
+            self.starts.append(int(k))
+            self.values.append(float(eta))
+
+    def __call__(self, k: int) -> float:
+        if not self.values:
+            raise ValueError("step_size='auto': no step size has been estimated yet (run the sampler first)")
+        i = bisect.bisect_right(self.starts, int(k)) - 1
+        return self.values[max(i, 0)]
+
+    def __repr__(self) -> str:
+        if not self.values:
+            return "auto"
+        return f"auto(eta={self.values[-1]:.6g} from step {self.starts[-1]}, {len(self.values)} values)"
+
+
+# -- the runner's side (fedlangevin.FALD): what a sampler does at the start of an adaptive warm-up
+# and when the adapter changes M or eta --------------------------------------------------------------
+def auto_schedule(step_size, problem):
+    """(adapt_step, schedule) for a sampler's ``step_size``: "auto" (or a resumed
+    :class:`AdaptedSteps`) is estimated in warm-up; anything else is a schedule, checked now."""
+    if isinstance(step_size, AdaptedSteps):
+        return True, step_size
+    if isinstance(step_size, str) and step_size == "auto":
+        return True, AdaptedSteps()
+    schedule = as_schedule(step_size, problem)
+    step_sizes(schedule, 0, 1)  # fail now on an invalid first step size
+    return False, schedule
+
+
+def begin_adaptation(sampler, warmup: int) -> float:
+    """Start the adaptive warm-up of ``sampler``'s run (``warmup`` rounds): the first M and eta at
+    its current iterates; returns the floats broadcast (a new M to every client)."""
+    per_client = sampler.local_steps > 1 or sampler.participation.scheme != "full"
+    fixed = None if sampler.adapt_step else float(sampler.schedule(sampler.state.step))
+    adapter = Adapter(sampler.problem, warmup, adapt_matrix=sampler.adapt_matrix, fixed_step=fixed,
+                      per_client=per_client, seed=sampler.seed, preconditioner=sampler.preconditioner)
+    adapter.start(sampler.state.theta)
+    sampler.adapter = adapter
+    sent = install(sampler, adapter, None)
+    if adapter.finished:  # no warm-up rounds: the first estimate is the frozen one
+        sampler.adapter, sampler.adapted = None, True
+    return sent
+
+
+def install(sampler, adapter: Adapter, run) -> float:
+    """Put the adapter's M and eta into ``sampler``'s kernel and schedule; a new M is broadcast to
+    every client (counted in the ledger and the run); returns the floats sent."""
+    pre, floats = adapter.preconditioner, 0.0
+    dim = sampler.problem.dim
+    if preconditioner_record(pre) != preconditioner_record(sampler.preconditioner):
+        sampler.preconditioner = pre
+        sampler.preconditioner_norm = max(sampler.preconditioner_norm, spectral_norm(pre, dim))
+        floats = float(sampler.problem.num_clients * broadcast_floats(pre, dim))
+        sampler.ledger["setup_floats"] = sampler.ledger.get("setup_floats", 0.0) + floats
+        if run is not None:
+            run.setup_floats = getattr(run, "setup_floats", 0.0) + floats
+        sampler.rebuild_kernel()
+    if sampler.adapt_step:
+        sampler.schedule.set(sampler.state.step, adapter.step_size)
+    return floats
+
+
+def configure(sampler, problem, step_size, adapt: bool | None, preconditioner, upload, streams="single") -> None:
+    """Set a new sampler's ``adapt_step`` (step_size="auto"), ``schedule``, ``adapt_matrix`` (warm-up
+    adapts M; default: with "auto" only, so a numeric step size runs exactly as before, and not
+    with ``streams="per_client"``, whose kernel takes no preconditioner: there only eta adapts),
+    ``preconditioner`` (None: I), ``preconditioner_norm`` (the largest lambda_max(M) it runs with:
+    privacy), ``adapter`` (the adaptation in progress) and ``adapted`` (one has finished)."""
+    sampler.adapt_step, sampler.schedule = auto_schedule(step_size, problem)
+    sampler.adapt_matrix = (sampler.adapt_step and streams != "per_client") if adapt is None else adapt
+    if streams == "per_client" and (sampler.adapt_matrix or preconditioner is not None):
+        raise ValueError("preconditioner / adapt: a preconditioner is not available with streams='per_client'; "
+                         "use streams='single', or adapt=False without a preconditioner")
+    if sampler.adapt_matrix and upload is not None:
+        raise ValueError("adapt: warm-up adaptation is not available with an upload codec; pass adapt=False "
+                         "and a numeric step_size")
+    sampler.preconditioner = (None if preconditioner is None
+                              else as_preconditioner(preconditioner, problem.dim, "preconditioner"))
+    sampler.preconditioner_norm = spectral_norm(sampler.preconditioner, problem.dim)
+    sampler.adapter, sampler.adapted = None, False
+
+
+def account_setup(sampler) -> None:
+    """Ledger entries of a new sampler: a given M broadcast to every client, and the rounds and
+    floats of the mode search of ``init="map"`` (``sampler.map_result``)."""
+    led, problem = sampler.ledger, sampler.problem
+    led["setup_floats"] = float(problem.num_clients * broadcast_floats(sampler.preconditioner, problem.dim))
+    found = getattr(sampler, "map_result", None)
+    if found is not None:
+        led["map_rounds"] = found.rounds
+        led["setup_floats"] += found.floats_down
+        led["setup_floats_up"] = found.floats_up
+
+
+def restore(sampler, record: dict, settings, given=None) -> None:
+    """A resumed sampler's preconditioner, adaptation state and privacy norm from its checkpoint
+    (``record``: the decoded "preconditioner", "adapted" and "adaptation" entries); ``given``: a
+    preconditioner of the user's own class, given again to ``FALD.resume`` (checked against the record)."""
+    if record.get("preconditioner") is not None:
+        sampler.preconditioner = preconditioner_from_record(record["preconditioner"], given)
+        sampler.rebuild_kernel()
+    sampler.adapted = bool(record.get("adapted") or False)
+    sampler.preconditioner_norm = max(spectral_norm(sampler.preconditioner, sampler.problem.dim),
+                                      float(settings.get("preconditioner_norm", 1.0)))
+    if record.get("adaptation") is not None:
+        sampler.adapter = Adapter.from_record(sampler.problem, record["adaptation"], given)
+
+
+def default_warmup(sampler, rounds, warmup):
+    """(adapting, warmup) of a new run: a sampler that adapts and has not yet adapted adapts in
+    this run's warm-up, which defaults to ``rounds // 2`` (Stan's convention)."""
+    adapting = (sampler.adapt_step or sampler.adapt_matrix) and not sampler.adapted
+    if adapting and warmup is None and isinstance(rounds, int) and not isinstance(rounds, bool) and rounds >= 2:
+        warmup = rounds // 2
+    return adapting, warmup
+
+
+def round_etas(sampler, rounds: int):
+    """The local step sizes of ``sampler``'s next ``rounds`` rounds, lazily: the rounds of an
+    adaptive warm-up still to do read eta from the adapter round by round (it changes between
+    rounds; a numeric schedule's own values with adapt=True), the rounds after it come from the
+    (then frozen) schedule, precomputed."""
+    k, adapter = sampler.local_steps, sampler.adapter
+    adaptive = 0 if adapter is None else min(rounds, adapter.warmup - adapter.done)
+    if adaptive:
+        fixed = None if sampler.adapt_step else round_step_sizes(sampler.schedule, sampler.state.step, k, adaptive)
+        for _ in range(adaptive):
+            yield [adapter.step_size] * k if fixed is None else next(fixed)
+    if rounds > adaptive:
+        yield from round_step_sizes(sampler.schedule, sampler.state.step, k, rounds - adaptive)
+
+
+def observe(sampler, run, theta) -> None:
+    """After an adaptive warm-up round: the adapter sees the broadcast iterates; a changed M or
+    eta is installed, and at the end of warm-up the adaptation is frozen."""
+    adapter = sampler.adapter
+    if adapter.observe(theta):
+        install(sampler, adapter, run)
+    if adapter.finished:
+        sampler.adapter, sampler.adapted = None, True
