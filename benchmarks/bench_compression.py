@@ -25,7 +25,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from fedlangevin.compression.lfl import LFLOptimizer, LocalSGD, method_codecs  # noqa: E402
+from fedlangevin.compression.lfl import LFLOptimizer  # noqa: E402
+from fedlangevin.compression.lfl_codecs import method_codecs  # noqa: E402
+from fedlangevin.compression.local_solvers import LocalSGD  # noqa: E402
 from fedlangevin.compression.models import MLP, gaussian_mixture, split_by_class  # noqa: E402
 
 CONFIGS = [  # label, method, q1, SPEC's reported final accuracy

@@ -62,11 +62,6 @@ def test_every_engine_module_imports_on_its_own(module):
     importlib.import_module(module)
 
 
-def test_no_fald_module_is_longer_than_about_500_lines():
-    long = {str(p.relative_to(ROOT)): n for p in (ROOT / "fald").rglob("*.py") if (n := len(p.read_text().splitlines())) > 500}
-    assert not long, long
-
-
 def test_no_private_name_is_imported_across_fald_modules():
     bad = []
     for p in (ROOT / "fald").rglob("*.py"):
@@ -131,3 +126,18 @@ def test_the_layer_rule_catches_an_upward_import(monkeypatch):
     monkeypatch.setitem(globals(), "_imports", lambda m: real(m) | ({"fedlangevin.fald.runner.sampler"} if m == "fedlangevin.fald.core.kernel" else set()))
     with pytest.raises(AssertionError, match="core.kernel .core. imports fedlangevin.fald.runner.sampler"):
         test_fald_modules_import_only_from_their_own_and_lower_layers()
+
+
+# split by a parallel change (issue 24): these two are still longer than 500 lines on this branch;
+# the list is removed when that change is merged
+LONG_MODULES_ALLOWED = {"fedlangevin/problems/pyro.py", "fedlangevin/privacy/accountant.py"}
+
+
+def test_no_module_in_the_package_is_longer_than_500_lines():
+    """One job per module, readable in one sitting: every module of the package, subpackages included."""
+    long = {}
+    for p in ROOT.rglob("*.py"):
+        name = p.relative_to(ROOT.parent).as_posix()
+        if (n := len(p.read_text().splitlines())) > 500 and name not in LONG_MODULES_ALLOWED:
+            long[name] = n
+    assert not long, long

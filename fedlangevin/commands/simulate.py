@@ -97,7 +97,7 @@ def _run_simulation(name: str, args: argparse.Namespace) -> int:
 
 def _configure_classification(parser: argparse.ArgumentParser) -> None:
     from fedlangevin.data.splits import SPLITS
-    from fedlangevin.experiments.classification import TUNE_METRICS, ClassificationSettings
+    from fedlangevin.experiments.classification_settings import TUNE_METRICS, ClassificationSettings
 
     d = ClassificationSettings()
     parser.add_argument("--dataset", nargs="+", default=["digits"],

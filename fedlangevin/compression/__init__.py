@@ -2,6 +2,8 @@
 
 * :mod:`.quantize` — LFL's stochastic quantizer (App. A), its bit cost and Lemma 1;
 * :mod:`.lfl` — LFL with its baselines LGM, LTGM, LB, lossless/FedAvg as pluggable codecs;
+* :mod:`.lfl_codecs` — the broadcast and upload codecs of LFL and its baselines, per named method;
+* :mod:`.local_solvers` — the devices' local SGD / Adam steps of LFL and its baselines;
 * :mod:`.bounds` — LFL's Theorem 1 recursion, Corollary 1, Theorem 2 and the tau rule;
 * :mod:`.dzofl` — digital zero-order FL (DZOFL) with its bit and energy models;
 * :mod:`.wireless` — FL over wireless networks: packet-loss aggregation, G_eps, optimal E_l, K,
@@ -31,11 +33,24 @@ from fedlangevin.compression.quantize import (
     stochastic_round_float,
 )
 from fedlangevin.compression.models import MLP, History, MultinomialLogistic, StackedClients
-from fedlangevin.compression.lfl import LFLOptimizer, LocalAdam, LocalSGD
+from fedlangevin.compression.lfl import LFLOptimizer
+from fedlangevin.compression.local_solvers import LocalAdam, LocalSGD
 from fedlangevin.compression.dzofl import DZOFLConfig, DZOFLOptimizer
 from fedlangevin.compression.runner import METHODS, make_optimizer, run_method
 from fedlangevin.compression.fald_upload import QuantizedUpdateUpload, aggregated_error_variance
-from fedlangevin.compression import bounds, dzofl, fald_upload, lfl, models, optimizer, quantize, runner, wireless
+from fedlangevin.compression import (
+    bounds,
+    dzofl,
+    fald_upload,
+    lfl,
+    lfl_codecs,
+    local_solvers,
+    models,
+    optimizer,
+    quantize,
+    runner,
+    wireless,
+)
 
 __all__ = [
     "QuantizedTensor",
@@ -68,6 +83,8 @@ __all__ = [
     "dzofl",
     "fald_upload",
     "lfl",
+    "lfl_codecs",
+    "local_solvers",
     "models",
     "optimizer",
     "quantize",

@@ -21,7 +21,7 @@ from fedlangevin.compression.models import FlatModel, History, StackedClients, c
 __all__ = ["METHODS", "FederatedOptimizer", "check_test"]
 
 #: every named optimizer: the codec pairs of LFL (Sec. 4: ``fedavg`` = ``lossless``, ``lb``,
-#: ``lfl``, ``lgm``, ``ltgm``; :data:`fedlangevin.compression.lfl.CODEC_METHODS`) and DZOFL
+#: ``lfl``, ``lgm``, ``ltgm``; :data:`fedlangevin.compression.lfl_codecs.CODEC_METHODS`) and DZOFL
 METHODS = ("fedavg", "lossless", "lb", "lfl", "lgm", "ltgm", "dzofl")
 
 _METRICS = ("accuracy", "nll", "brier", "ece")

@@ -16,7 +16,8 @@ from typing import Any, Sequence
 import torch
 
 from fedlangevin.compression.dzofl import DZOFLConfig, DZOFLOptimizer
-from fedlangevin.compression.lfl import LFLOptimizer, LocalAdam, LocalSGD
+from fedlangevin.compression.lfl import LFLOptimizer
+from fedlangevin.compression.local_solvers import LocalAdam, LocalSGD
 from fedlangevin.compression.models import FlatModel, History
 from fedlangevin.compression.optimizer import METHODS
 

@@ -1,8 +1,9 @@
 """Paper reproductions as functions returning tidy data and figures.
 
 - :mod:`fedlangevin.experiments.gaussian`: the simulation study of Deng et al. (Sec. 7.1,
-  Fig. 1a-e, Fig. 2, Thm 5.8), also behind ``fedlangevin simulate <study>``; its W2 curves
-  are in :mod:`~fedlangevin.experiments.curves`, its figures in
+  Fig. 1a-e, Fig. 2, Thm 5.8), also behind ``fedlangevin simulate <study>``; Fig. 2 and
+  Thm 5.8 are in :mod:`~fedlangevin.experiments.gaussian_step_size`, its W2 curves in
+  :mod:`~fedlangevin.experiments.curves`, its figures in
   :mod:`~fedlangevin.experiments.gaussian_plots`.
 - :mod:`fedlangevin.experiments.exact`: exact moments of FA-LD on quadratic problems.
 - :mod:`fedlangevin.experiments.report`: the report skeleton every study shares (rows,
@@ -23,10 +24,9 @@ from fedlangevin.experiments.gaussian import (
     density_study,
     heterogeneity_study,
     k_study,
-    participation_study,
     run_study,
-    step_size_study,
 )
+from fedlangevin.experiments.gaussian_step_size import participation_study, step_size_study
 from fedlangevin.experiments.report import StudyResult
 from fedlangevin.problems import CurvatureSimulation  # also exported here for existing callers
 

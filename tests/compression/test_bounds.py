@@ -19,7 +19,7 @@ from fedlangevin.compression.bounds import (
     theorem1_terms,
     theorem2_bound,
 )
-from fedlangevin.compression.lfl import LFLBroadcast
+from fedlangevin.compression.lfl_codecs import LFLBroadcast
 
 COMMON = dict(G=2.0, q1=2, eps=0.3, d=50)
 

@@ -9,7 +9,8 @@ import torch
 
 from fedlangevin.compression import METHODS
 from fedlangevin.compression.dzofl import DZOFLOptimizer
-from fedlangevin.compression.lfl import CODEC_METHODS, LFLOptimizer
+from fedlangevin.compression.lfl import LFLOptimizer
+from fedlangevin.compression.lfl_codecs import CODEC_METHODS
 from fedlangevin.compression.models import MultinomialLogistic
 from fedlangevin.compression.optimizer import FederatedOptimizer
 

@@ -10,13 +10,9 @@ import pytest
 import torch
 
 from fedlangevin.cli import main
-from fedlangevin.experiments.classification import (
-    METRICS,
-    ClassificationSettings,
-    paired_bootstrap,
-    plot_curves,
-    run_classification,
-)
+from fedlangevin.experiments.classification import ClassificationSettings, run_classification
+from fedlangevin.experiments.classification_plots import plot_curves
+from fedlangevin.experiments.scoring import METRICS, paired_bootstrap
 
 pytest.importorskip("sklearn")
 
