@@ -13,6 +13,7 @@ contract                    what it changes (the argument that takes it)
 :data:`TRANSPORT`           the synchronisation, the only cross-client operation (``transport=``)
 :data:`UPLOAD_CODEC`        what a client sends to the server (``upload=``)
 :data:`PROBLEM`             a federated problem and its optional capabilities (``problem``)
+:data:`KERNEL`              a sampler family's pure (init, step) kernel (``Runner(kernel, ...)``)
 ==========================  ================================================================
 
 ``check_conforms(obj, CONTRACT)`` raises a ``ValueError`` naming every missing member and every
@@ -37,7 +38,7 @@ import torch
 
 __all__ = [
     "CORRECTION_SETTINGS", "CONTRACTS", "Contract", "CorrectionSettings", "DRIFT_CORRECTION", "DriftCorrection",
-    "Member", "PRECONDITIONER", "PROBLEM", "Preconditioner", "TRANSPORT", "Transport", "UPLOAD_CODEC", "UploadCodec",
+    "KERNEL", "Member", "PRECONDITIONER", "PROBLEM", "Preconditioner", "TRANSPORT", "Transport", "UPLOAD_CODEC", "UploadCodec",
     "check_conforms", "conformance",
 ]
 
@@ -310,9 +311,37 @@ PROBLEM = Contract(
     ),
 )
 
+KERNEL = Contract(
+    "kernel",
+    "A sampler family as a pure kernel over a frozen state: a dataclass with theta (R, d), step and round "
+    "counters, and any further fields that are tensors with a leading chain axis (kept per chain, "
+    "checkpointed) or None. step never modifies its input state; all randomness comes from the generator.",
+    (
+        Member("init", "init(theta0) -> state", "once, with theta0 (R, d) (fedlangevin.fald.runner.base.Runner)",
+               positional=1),
+        Member("step", "step(state, step_sizes, generator) -> (state, info)", "every round: len(step_sizes) = K "
+               "steps, the counters advanced (step by K, round by 1)", positional=3),
+        Member("rounds", "rounds(state, step_sizes_list, generator) -> (state, thetas (M, R, d))",
+               "rounds that need no observation, in one call (the same bits as step round by round)",
+               positional=3, required=False, default="one step call per round"),
+        Member("autograd_free", "autograd_free: bool", "rounds run under torch.inference_mode", method=False,
+               required=False, default="False"),
+        Member("name", "name: str", "the sampler family in settings and messages", method=False, required=False,
+               default="the class name"),
+        Member("temperature", "temperature: float", "tau of the target (target='posterior')", method=False,
+               required=False, default="1.0"),
+        Member("settings", "settings() -> dict", "fields of the Settings record the family sets", positional=0,
+               required=False, default="the runner's own fields"),
+        Member("uploads", "uploads(info) -> float", "client uploads of a round (the ledger)", positional=1,
+               required=False, default="N uploads every round"),
+        Member("record", "record() -> dict of plain values", "compared with the checkpoint's on resume",
+               positional=0, required=False, default="nothing compared"),
+    ),
+)
+
 #: every contract by the argument that takes it
 CONTRACTS = {c.name: c for c in (PRECONDITIONER, CORRECTION_SETTINGS, DRIFT_CORRECTION, TRANSPORT, UPLOAD_CODEC,
-                                  PROBLEM)}
+                                  PROBLEM, KERNEL)}
 
 
 # -- the same, for type checkers ----------------------------------------------------------------

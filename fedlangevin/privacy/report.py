@@ -114,6 +114,10 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float, delta0: float
     if getattr(settings, "scheme", None) not in ("full", "I", "II"):
         raise ValueError("trace.settings must be the run's Settings record (with its participation scheme); "
                          f"got {type(settings).__name__}")
+    family = getattr(settings, "sampler", "FA-LD")
+    if family != "FA-LD":
+        raise ValueError(f"trace.privacy accounts FA-LD's Langevin noise (Thm 6.1/G.3); this trace is of the sampler "
+                         f"{family!r}, whose mechanism it does not know, so no epsilon is reported")
     releases = getattr(settings, "correction_releases", "")
     if releases:
         raise ValueError(

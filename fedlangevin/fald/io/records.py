@@ -12,10 +12,16 @@ from typing import Any
 
 from fedlangevin.fald.io.encoding import CheckpointError, Entries, decode
 
-__all__ = ["RECORD_KIND", "RECORD_VERSION", "check_fald_record"]
+__all__ = ["RECORD_KIND", "RECORD_VERSION", "RUNNER_KIND", "RUNNER_VERSION", "check_fald_record", "check_runner_record"]
 
 RECORD_KIND = "fedlangevin.FALD"
 RECORD_VERSION = 2
+#: the record of a kernel of your own run by fedlangevin.fald.runner.base.Runner: the runner's
+#: entries (as FA-LD's, without participation, preconditioner, adaptation, correction), the kernel
+#: state's further fields (``state``: name -> tensor with a chain axis, or None) and ``kernel``,
+#: the kernel's ``record()`` (None without one)
+RUNNER_KIND = "fedlangevin.Runner"
+RUNNER_VERSION = 1
 
 #: the settings a resumed sampler is built from, and their checks (name -> (check, arguments))
 _SETTINGS = {
@@ -36,16 +42,46 @@ def check_fald_record(record: dict, used: Path) -> dict:
     (present, of their types and ranges), the problem's description, the stored schedule and
     participation entries, the ledger and the unfinished run's plan and draws. The objects
     themselves are rebuilt (and checked) by :func:`fedlangevin.fald.io.checkpoint.decode`."""
-    if record.get("kind") != RECORD_KIND:
-        raise CheckpointError(f"{str(used)!r} is not a checkpoint of an FA-LD sampler")
+    e, settings = _check_common(record, used, RECORD_KIND, RECORD_VERSION, "an FA-LD sampler",
+                                ("participation", "participation_repr"))
+    if record["participation"] is not None:
+        e.dict("participation", record["participation"])
+    e.str("participation_repr", record["participation_repr"])
+    for name in ("preconditioner", "adaptation", "correction"):
+        if record.get(name) is not None:
+            e.dict(name, record[name])
+    if "adapted" in record:
+        e.bool("adapted", record["adapted"])
+    return settings
+
+
+def check_runner_record(record: dict, used: Path) -> dict:
+    """As :func:`check_fald_record`, for the record of a kernel of your own
+    (:class:`~fedlangevin.fald.runner.base.Runner`): the runner's entries, and ``state`` (a
+    dictionary of the state's further fields: tensors whose first axis is the active chains, or
+    None) and ``kernel`` (the kernel's ``record()``: a dictionary or None)."""
+    e, settings = _check_common(record, used, RUNNER_KIND, RUNNER_VERSION, "a Runner", ("state", "kernel"))
+    chains = record["theta"].shape[0]
+    for name, value in e.dict("state", record["state"]).items():
+        if value is not None and not (hasattr(value, "shape") and value.dim() >= 1 and value.shape[0] == chains):
+            e.fail(f"state[{name!r}] must be a tensor with one row per active chain ({chains}) or None")
+    if record["kernel"] is not None:
+        e.dict("kernel", record["kernel"])
+    return settings
+
+
+def _check_common(record: dict, used: Path, kind: str, latest: int, what: str, keys: tuple) -> tuple[Entries, dict]:
+    """The entries every runner's record holds; (the checks, the decoded settings)."""
+    if record.get("kind") != kind:
+        raise CheckpointError(f"{str(used)!r} is not a checkpoint of {what}")
     version = record.get("version")
-    if isinstance(version, int) and not isinstance(version, bool) and version > RECORD_VERSION:
+    if isinstance(version, int) and not isinstance(version, bool) and version > latest:
         raise CheckpointError(f"{str(used)!r} was written by a newer fedlangevin (record version {version})")
     e = Entries(used)
-    keys = ("version", "round", "step", "settings", "schedule", "schedule_repr", "schedule_probe", "participation",
-            "participation_repr", "problem", "theta", "active", "generator", "ledger", "run")
+    keys = ("version", "round", "step", "settings", "schedule", "schedule_repr", "schedule_probe", "problem", "theta",
+            "active", "generator", "ledger", "run") + keys
     e.dict("the record", record, keys)
-    e.int("version", record["version"], 1, RECORD_VERSION)
+    e.int("version", record["version"], 1, latest)
     e.int("round", record["round"])
     e.int("step", record["step"])
     settings = decode(e.dict("settings", record["settings"]))
@@ -75,23 +111,17 @@ def check_fald_record(record: dict, used: Path) -> dict:
     e.int("problem['num_clients']", problem["num_clients"], 1)
     e.int("problem['dim']", problem["dim"], 1)
     e.tensor("problem['weights']", problem["weights"], 1, "float")
-    for name in ("schedule", "participation"):
-        if record[name] is not None:
-            e.dict(name, record[name])
-        e.str(f"{name}_repr", record[f"{name}_repr"])
+    if record["schedule"] is not None:
+        e.dict("schedule", record["schedule"])
+    e.str("schedule_repr", record["schedule_repr"])
     for pair in e.list("schedule_probe", record["schedule_probe"]):
         if not (isinstance(pair, list) and len(pair) == 2):
             e.fail(f"schedule_probe must hold [step, step size] pairs; got {pair!r:.60}")
         e.int("schedule_probe step", pair[0])
         e.real("schedule_probe step size", pair[1])
-    for name in ("preconditioner", "adaptation", "correction"):
-        if record.get(name) is not None:
-            e.dict(name, record[name])
-    if "adapted" in record:
-        e.bool("adapted", record["adapted"])
     if record["run"] is not None:
         _check_run(e, record["run"])
-    return settings
+    return e, settings
 
 
 def _check_run(e: Entries, run: Any) -> None:

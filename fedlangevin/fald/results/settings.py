@@ -39,7 +39,9 @@ class Settings(Mapping):
     without one): gradient sensitivities in z scale by its square root (privacy accounting);
     correction : the drift correction's repr ("none" for FA-LD; :mod:`fedlangevin.fald.corrections.drift`);
     correction_releases : what the correction releases besides FA-LD's uploads ("" when nothing:
-    none, or switched off); privacy accounting refuses a run where it is not empty.
+    none, or switched off); privacy accounting refuses a run where it is not empty; sampler : the
+    sampler family ("FA-LD"; a kernel of your own run by :class:`~fedlangevin.fald.runner.base.Runner`
+    gives its ``name``): privacy accounting is FA-LD's and refuses any other.
     """
 
     local_steps: int
@@ -65,6 +67,7 @@ class Settings(Mapping):
     preconditioner_norm: float = 1.0
     correction: str = "none"
     correction_releases: str = ""
+    sampler: str = "FA-LD"
 
     def __getitem__(self, key: str) -> Any:
         if key not in MAPPING_KEYS:

@@ -1,6 +1,7 @@
 """The runner's round loop: ``rounds`` rounds of a run, with the least Python per round.
 
-:func:`advance` runs a run's rounds for :class:`~fedlangevin.FALD`: step sizes precomputed (an
+:func:`advance` runs a run's rounds for any :class:`~fedlangevin.fald.runner.base.Runner` (FA-LD's
+and a kernel of your own): step sizes precomputed (an
 adaptive warm-up's round by round), constant uploads where the participation rule fixes them, a
 one-reduction finiteness check, the thread setting and (affine kernels) inference mode set once
 for the whole loop; divergences go to the sampler's ``_diverged``, checkpoints are written where
@@ -17,7 +18,6 @@ import time
 
 import torch
 
-from fedlangevin.fald.warmup import adaptation
 from fedlangevin.fald.runner.runs import Run
 from fedlangevin.fald.core.steppers import round_threads
 
@@ -45,16 +45,17 @@ def advance(sampler, run: Run, rounds: int, bar) -> None:
     generator state, one finiteness check and one copy of the kept draws per chunk. A chunk with a
     non-finite value is run again round by round from its start (same generator state, so the same
     stream and the same outcome: the divergence is found, raised or dropped at its round)."""
-    fixed = sampler.participation.fixed_uploads(sampler.problem.num_clients)
-    uploads_of = sampler.participation.uploads
+    fixed = sampler._fixed_uploads()
+    uploads_of = sampler._uploads
     clock = [time.monotonic()]  # the last checkpoint's time
     numel = len(sampler.active) * sampler.problem.num_clients * sampler.problem.dim
-    fast = sampler._kernel.autograd_free and sampler.adapter is None  # see engine.Kernel
-    step_sizes = adaptation.round_etas(sampler, rounds)
+    kernel = sampler._kernel
+    fast = getattr(kernel, "autograd_free", False) and sampler.adapter is None  # see engine.Kernel
+    step_sizes = sampler._round_etas(rounds)
     left = rounds
     with round_threads(numel, sampler.device), torch.inference_mode(fast):
         while left > 0:
-            fused = sampler._kernel.rounds if sampler.adapter is None and fixed is not None else None
+            fused = getattr(sampler._kernel, "rounds", None) if sampler.adapter is None and fixed is not None else None
             if fused is not None:
                 chunk = list(itertools.islice(step_sizes, _chunk_size(sampler, run, left, clock[0])))
                 if _chunk(sampler, run, fused, chunk, fixed):
@@ -93,7 +94,7 @@ def _round(sampler, run: Run, etas: list[float], fixed: float | None, uploads_of
         state, info = sampler._kernel.step(sampler.state, etas, generator)
         if not math.isfinite(state.theta.sum()) and not bool(torch.isfinite(state.theta).all()):
             state = sampler._diverged(run, state, gen_state, etas)
-        uploads = fixed if fixed is not None else uploads_of(info.weights)
+        uploads = fixed if fixed is not None else uploads_of(info)
         j = run.done + 1
         if run.keeps(j):
             run.add(state.theta, state.round)
@@ -106,7 +107,7 @@ def _round(sampler, run: Run, etas: list[float], fixed: float | None, uploads_of
             generator.set_state(gen_state)
     _account(sampler.ledger, sampler.local_steps, [etas], uploads)
     if sampler.adapter is not None:
-        adaptation.observe(sampler, run, state.theta)
+        sampler._observe(run, state.theta)
 
 
 def _chunk(sampler, run: Run, rounds, chunk: list[list[float]], uploads: float) -> bool:

@@ -14,6 +14,7 @@ total), 2 (the full settings record; communication derived from the ledger). Bot
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import warnings
 from pathlib import Path
 from typing import Any
@@ -27,12 +28,13 @@ from fedlangevin.fald.corrections import drift
 from fedlangevin.fald.warmup import adaptation
 from fedlangevin.fald.core.participation import Participation, as_participation
 from fedlangevin.fald.core.preconditioning import preconditioner_from_record, preconditioner_record
-from fedlangevin.fald.io.records import RECORD_KIND, RECORD_VERSION, check_fald_record
+from fedlangevin.fald.io.records import RECORD_KIND, RECORD_VERSION, RUNNER_KIND, RUNNER_VERSION, check_fald_record, check_runner_record
 from fedlangevin.fald.runner.runs import Run
 from fedlangevin.fald.core.schedules import as_schedule
 from fedlangevin.problems.base import FederatedProblem, check_problem
 
-__all__ = ["RECORD_KIND", "RECORD_VERSION", "CheckpointWriter", "encoded_or_none", "load_record", "main_path",
+__all__ = ["RECORD_KIND", "RECORD_VERSION", "CheckpointWriter", "encoded_or_none", "fald_record", "kernel_record",
+           "load_record", "main_path", "resume_runner",
            "resume_device", "resume_participation", "resume_problem", "resume_sampler", "resume_schedule"]
 
 
@@ -50,12 +52,11 @@ class CheckpointWriter:
         self.sidecars: set[tuple[str, str]] = set()
 
     def write(self, path: Path, sampler: Any, run: Any) -> None:
-        """Write the checkpoint of ``sampler`` (a :class:`~fedlangevin.FALD`) and its ``run``."""
+        """Write the checkpoint of ``sampler`` (a :class:`~fedlangevin.fald.runner.base.Runner`: FA-LD's
+        or a kernel of your own; its ``_record()`` adds the family's entries) and its ``run``."""
         run.sync()
         path = Path(path)
         record = {
-            "kind": RECORD_KIND,
-            "version": RECORD_VERSION,
             "versions": {"torch": str(torch.__version__), "numpy": str(np.__version__)},
             "round": int(sampler.state.round),
             "step": int(sampler.state.step),
@@ -63,19 +64,13 @@ class CheckpointWriter:
             "schedule": encoded_or_none(sampler.schedule),
             "schedule_repr": repr(sampler.schedule),
             "schedule_probe": schedule_probe(sampler.schedule, sampler.state.step, sampler.local_steps),
-            "participation": encoded_or_none(sampler.participation),
-            "participation_repr": repr(sampler.participation),
             "problem": self.problem_record(path),
             "theta": sampler.state.theta.detach().cpu().clone(),
             "active": torch.as_tensor(sampler.active, dtype=torch.int64),
             "generator": sampler.generator.get_state(),
             "ledger": ckpt.encode(dict(sampler.ledger)),
-            "preconditioner": None if sampler.preconditioner is None
-            else ckpt.encode(preconditioner_record(sampler.preconditioner)),
-            "adapted": bool(sampler.adapted),
-            "adaptation": None if sampler.adapter is None else ckpt.encode(sampler.adapter.record()),
-            "correction": ckpt.encode(drift.record(sampler)),
             "run": run.describe(),
+            **sampler._record(),  # the family's kind, version and own entries
         }
         ckpt.write_file(path, record)
 
@@ -108,6 +103,78 @@ class CheckpointWriter:
             "dim": problem.dim,
             "weights": torch.as_tensor(problem.weights, dtype=torch.float64).cpu().clone(),
         }
+
+
+def fald_record(sampler: Any) -> dict:
+    """FA-LD's own entries of its checkpoint record (:mod:`fedlangevin.fald.io.records`)."""
+    return {
+        "kind": RECORD_KIND,
+        "version": RECORD_VERSION,
+        "participation": encoded_or_none(sampler.participation),
+        "participation_repr": repr(sampler.participation),
+        "preconditioner": None if sampler.preconditioner is None
+        else ckpt.encode(preconditioner_record(sampler.preconditioner)),
+        "adapted": bool(sampler.adapted),
+        "adaptation": None if sampler.adapter is None else ckpt.encode(sampler.adapter.record()),
+        "correction": ckpt.encode(drift.record(sampler)),
+    }
+
+
+def kernel_record(kernel: Any, state: Any) -> dict:
+    """The entries of a kernel of your own (:class:`~fedlangevin.fald.runner.base.Runner`): its
+    state's further fields (tensors with a chain axis, or None) and its ``record()``."""
+    extra = {}
+    for f in dataclasses.fields(state):
+        if f.name in ("theta", "step", "round"):
+            continue
+        value = getattr(state, f.name)
+        if value is not None and not isinstance(value, torch.Tensor):
+            raise ValueError(f"checkpoint: the kernel state's field {f.name!r} is a {type(value).__name__}; a "
+                             "checkpoint stores tensors with a chain axis (or None) only")
+        extra[f.name] = None if value is None else value.detach().cpu().clone()
+    own = getattr(kernel, "record", None)
+    return {"kind": RUNNER_KIND, "version": RUNNER_VERSION, "state": extra,
+            "kernel": None if own is None else ckpt.encode(own())}
+
+
+def resume_runner(cls, path, kernel, *, problem=None, step_size=None, device=None, fallback=False):
+    """``Runner.resume(path, kernel, ...)``: the runner rebuilt around ``kernel`` (given again and
+    checked against the stored ``record()``), then its state (``kernel.init``'s, with the stored
+    tensors), stream, ledger and unfinished run put back."""
+    path, fallback = check_path("path", path), check_bool("fallback", fallback)
+    record, used = ckpt.read_file(path, fallback=fallback)
+    settings = check_runner_record(record, used)
+    with reading(used):
+        problem = resume_problem(record, used, problem)
+        schedule = resume_schedule(record, step_size, problem)
+        saved_device, new_device = resume_device(settings, device)
+        stored_kernel = ckpt.decode(record["kernel"])
+    own = getattr(kernel, "record", None)
+    given = None if own is None else ckpt.decode(ckpt.encode(own()))
+    if given != stored_kernel:
+        raise ValueError(f"kernel: its record() {given!r:.200} differs from the checkpoint's {stored_kernel!r:.200}; "
+                         "resume with the kernel the run used")
+    with reading(used, values=True):
+        runner = cls(kernel, problem, schedule, local_steps=settings["local_steps"], chains=settings["chains"],
+                     device=new_device, dtype=settings["dtype"], seed=settings["seed"])
+        base, runner.active = resume_state(record, used, problem.dim, runner.device, runner.dtype)
+    if runner.settings.sampler != settings.get("sampler"):
+        raise ValueError(f"kernel: a {runner.settings.sampler!r} kernel cannot resume a checkpoint of "
+                         f"{settings.get('sampler')!r}")
+    template = kernel.init(base.theta)
+    fields = {f.name for f in dataclasses.fields(template)} - {"theta", "step", "round"}
+    if set(record["state"]) != fields:
+        raise ValueError(f"kernel: its state has the fields {sorted(fields)}; the checkpoint stored "
+                         f"{sorted(record['state'])}")
+    with reading(used, values=True):
+        values = {k: None if v is None else v.to(device=runner.device) for k, v in record["state"].items()}
+        runner.state = dataclasses.replace(template, step=base.step, round=base.round, **values)
+        resume_generator(runner.generator, record, saved_device, new_device, runner.seed)
+        runner.ledger = ckpt.decode(record["ledger"])
+    main = main_path(used)
+    runner._writer.resumed(record, main)
+    runner._pending = pending_run(runner, record["run"], main, used, None)
+    return runner
 
 
 def schedule_probe(schedule: Any, step: int, local_steps: int) -> list[list[float]]:

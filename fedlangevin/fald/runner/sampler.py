@@ -11,7 +11,6 @@ their on-disk store): :meth:`FALD.run` with ``checkpoint=path`` writes exactly t
 from __future__ import annotations
 
 import os
-import warnings
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -24,10 +23,8 @@ from fedlangevin._validation import (
     check_init,
     check_local_steps,
     check_int,
-    check_memory_draws,
     check_optional_bool,
     check_real,
-    check_seed,
 )
 from fedlangevin.fald.runner import resume as rs
 from fedlangevin.fald.corrections import drift
@@ -37,13 +34,12 @@ from fedlangevin.fald.contracts import TRANSPORT, UPLOAD_CODEC, check_conforms
 from fedlangevin.fald.core.engine import build
 from fedlangevin.fald.core.streams import build_per_client
 from fedlangevin.fald.warmup.mode import resolve_init
-from fedlangevin.fald.core.kernel import FALDState, init_state, released
+from fedlangevin.fald.core.kernel import FALDState, init_state
 from fedlangevin.fald.core.participation import Participation, as_participation
 from fedlangevin.fald.runner.replay import diagnose, where
-from fedlangevin.fald.runner.runs import Run, communication, continue_arguments, progress_bar, run_arguments
-from fedlangevin.fald.core.schedules import check_schedule
+from fedlangevin.fald.runner.base import Runner
+from fedlangevin.fald.runner.runs import Run
 from fedlangevin.fald.results.settings import Settings
-from fedlangevin.fald.results.trace import Communication, DivergenceError, StepSizes, Trace
 from fedlangevin.problems.base import FederatedProblem, check_problem, check_weights
 
 __all__ = ["FALD"]
@@ -53,7 +49,7 @@ __all__ = ["FALD"]
 CHECKPOINT_SECONDS = loop.CHECKPOINT_SECONDS
 
 
-class FALD:
+class FALD(Runner):
     """Federated Averaging Langevin Dynamics (Deng et al., Alg. 1 / Alg. 4).
 
     Runs R independent replicate chains of a federated sampler with N clients in
@@ -144,9 +140,7 @@ class FALD:
         self.dtype = check_dtype("dtype", dtype)
         self.noise_dtype = check_dtype("noise_dtype", noise_dtype) if noise_dtype is not None else self.dtype
         self.device = check_device("device", device)
-        if seed is None:
-            seed = int.from_bytes(os.urandom(8), "little") >> 2
-        self.seed = check_seed("seed", seed)
+        self.seed = self._seeded(seed)
         itemsize = torch.empty(0, dtype=self.dtype).element_size()
         check_fits("chains", self.chains * problem.num_clients * problem.dim * itemsize, self.device,
                    f"the client states of {self.chains} chains x {problem.num_clients} clients x d = {problem.dim}",
@@ -175,17 +169,8 @@ class FALD:
         self._work_problem = problem.to(device=self.device, dtype=self.dtype)
         drift.configure(self, correction)
         self._kernel = self._build(upload)
-        self.generator = torch.Generator(device=self.device).manual_seed(self.seed)
         self.state: FALDState = init_state(initial)
-        #: sampler indices of the chains still running (rows of ``state.theta``)
-        self.active = np.arange(self.chains, dtype=np.int64)
-        #: cumulative counters since the sampler was created (across runs and resumes); the one
-        #: communication counter (:attr:`communication` is derived from it)
-        self.ledger: dict[str, Any] = {"steps": 0, "rounds": 0, "eta_sum": 0.0, "eta_max": 0.0, "uploads": 0.0}
-        #: draws of a run that stopped with an exception other than a divergence (Ctrl-C, a full disk)
-        self.interrupted_trace: Trace | None = None
-        self._pending: Run | None = None
-        self._writer = rs.CheckpointWriter(problem)
+        self._start()
         adaptation.account_setup(self)  # the broadcast of a given M and the mode search's rounds and floats
 
     def _build(self, upload):
@@ -217,201 +202,52 @@ class FALD:
             **drift.settings_fields(self),
         )
 
-    @property
-    def communication(self) -> Communication:
-        """Communication per chain since the sampler was created (from :attr:`ledger`)."""
-        return communication(self.problem, self.ledger["rounds"], self.ledger["uploads"],
-                             self.ledger.get("setup_floats", 0.0), self.ledger.get("setup_floats_up", 0.0),
-                             drift.per_round_floats(self))
+    # -- FA-LD's hooks into the runner (fedlangevin.fald.runner.base) ------------------------------
+    def _fixed_uploads(self) -> float | None:
+        return self.participation.fixed_uploads(self.problem.num_clients)
 
-    # -- running --------------------------------------------------------------------------------
-    def run(
-        self,
-        rounds: int | None = None,
-        warmup: int | None = None,
-        thin: int | None = None,
-        progress: bool | None = None,
-        *,
-        store: str | os.PathLike | None = None,
-        keep_samples: bool | None = None,
-        stats: bool | None = None,
-        target: Any = None,
-        checkpoint: str | os.PathLike | None = None,
-        checkpoint_every: int | None = None,
-        on_divergence: str | None = None,
-    ) -> Trace:
-        """Run ``rounds`` communication rounds (``rounds * local_steps`` local steps).
+    def _uploads(self, info) -> float:
+        return self.participation.uploads(info.weights)
 
-        Continues the chains from where the previous call stopped. Draws (the synchronised
-        global model after a round) are kept after the first ``warmup`` rounds of this call
-        (default 0), every ``thin`` rounds (default 1); they are never stored and then
-        dropped. ``progress``: a progress bar on stderr (default: only on a TTY).
+    def _round_etas(self, rounds: int):
+        return adaptation.round_etas(self, rounds)
 
-        Long runs
-        ---------
-        store : a directory for an on-disk :class:`~fedlangevin.fald.io.store.SampleStore`:
-            draws are appended to it in blocks, memory stays flat however long the run, and
-            ``trace.samples`` is a memory-mapped view of it. Default: draws in memory.
-        keep_samples : False keeps no draws at all (only counters and ``stats``).
-        stats : keep streaming statistics in ``trace.stats`` (running mean and covariance
-            of all kept draws; see :mod:`fedlangevin.fald.results.streaming`). Default: on when
-            ``target`` is given.
-        target : ``"posterior"`` (the problem's exact one) or ``(mean, cov)``: also the W2
-            of the chains' fitted Gaussian to it at every kept draw, without keeping draws.
-        checkpoint : a file path: the run writes an atomic checkpoint there (the previous
-            one kept as ``<path>.prev``) every ``checkpoint_every`` rounds (default: about
-            every 60 seconds), at the end, and when it stops on a divergence.
-        on_divergence : ``"raise"`` (default): non-finite parameters stop the run with a
-            :class:`DivergenceError` naming the round, step and chains, whose ``.trace``
-            keeps every draw made before. ``"drop"``: the diverged chains are removed and
-            the others continue; the trace's chain axis then holds the surviving chains
-            only (``trace.chain_ids``, ``trace.dropped``), later runs sample them alone.
+    def _observe(self, run: Run, theta: torch.Tensor) -> None:
+        adaptation.observe(self, run, theta)
 
-        A sampler from :meth:`resume` whose checkpointed run was unfinished continues that
-        run: ``run()`` finishes it, ``run(rounds=r)`` runs r more rounds of it; its warm-up,
-        thinning, store and statistics carry on, and the trace holds the whole run's draws,
-        identical to an uninterrupted run.
+    def _plan_warmup(self, rounds, warmup):
+        return adaptation.default_warmup(self, rounds, warmup)
 
-        If the run stops on another exception (Ctrl-C, a full disk), the sampler stays at
-        the last completed round (where rounds run in chunks, :mod:`fedlangevin.fald.runner.loop`: the last
-        completed chunk, at most ``loop.CHUNK_ROUNDS`` rounds back), random stream included, and
-        the draws so far are in ``sampler.interrupted_trace``.
-        """
+    def _begin_warmup(self, warmup: int) -> float:
+        return adaptation.begin_adaptation(self, warmup)
+
+    def _before_rounds(self) -> None:
+        drift.ensure_state(self)  # a correction's one-off set-up, before the first round
+
+    def _check_run(self, checkpoint) -> None:
         if checkpoint is not None and self.upload is not None:
             raise ValueError("checkpoint: a run with an upload codec cannot be checkpointed (the codec and its "
                              "random stream are not part of the checkpoint); run without checkpoint=")
-        if not getattr(self.transport, "writes", True):  # a distributed run: rank 0 keeps the draws and writes
-            store, checkpoint, checkpoint_every, keep_samples = None, None, None, False
-        if self._pending is not None:
-            progress_flag = check_optional_bool("progress", progress)
-            run = continue_arguments(self._pending, rounds, warmup, thin, store, keep_samples, stats, target,
-                                     checkpoint, checkpoint_every, on_divergence, schedule=self.schedule,
-                                     step=self.state.step, local_steps=self.local_steps, dim=self.problem.dim,
-                                     dtype=self.dtype, device=self.device)
-            todo = run.rounds - run.done
-        else:
-            adapting, warmup = adaptation.default_warmup(self, rounds, warmup)
-            args = run_arguments(rounds, warmup, thin, progress, store, keep_samples, stats, target, checkpoint,
-                                 checkpoint_every, on_divergence, problem=self.problem, temperature=self.temperature)
-            if args.stats and args.target is not None and len(self.active) < 2:
-                warnings.warn("target: the per-draw W2 needs at least 2 chains; only the pooled statistics are kept",
-                              stacklevel=2)
-            if args.keep_samples and args.store is None:
-                check_memory_draws(Run.count_draws(args.rounds, args.warmup, args.thin), len(self.active),
-                                   self.problem.dim, self.dtype, self.device)
-            sent = adaptation.begin_adaptation(self, args.warmup) if adapting else 0.0
-            check_schedule(self.schedule, self.state.step, args.rounds * self.local_steps)
-            run = Run.start(self, args)
-            run.setup_floats += sent
-            todo = args.rounds
-            progress_flag = args.progress
-        self._pending = run
-        self.interrupted_trace = None
-        drift.ensure_state(self)  # a correction's one-off set-up, before the first round
-        bar = progress_bar(todo, progress_flag)
-        try:
-            self._advance(run, todo, bar)
-        except BaseException as error:
-            self._pending = None
-            if not isinstance(error, DivergenceError):  # a DivergenceError carries its own trace
-                try:
-                    self.interrupted_trace = self._trace(run)
-                except Exception:  # the trace is a courtesy; never mask the original error
-                    self.interrupted_trace = None
-            run.close()
-            raise
-        finally:
-            self.state = released(self.state)
-            if bar is not None:
-                bar.close()
-        run.finished = True
-        if run.checkpoint is not None:
-            self._writer.write(run.checkpoint, self, run)
-        trace = self._trace(run)
-        self._pending = None
-        run.close()
-        return trace
 
-    @property
-    def unfinished(self) -> dict[str, Any] | None:
-        """The unfinished run this sampler continues (after :meth:`resume`), or ``None``."""
-        run = self._pending
-        return None if run is None else {"rounds": run.rounds, "done": run.done, "warmup": run.warmup, "thin": run.thin,
-                "draws": run.draws.count, "store": None if run.draws.kind != "disk" else str(run.draws.store.path)}
+    def _per_round_floats(self) -> tuple[float, float]:
+        return drift.per_round_floats(self)
 
-    def discard_unfinished(self) -> None:
-        """Forget the unfinished run of a resumed checkpoint (the chains stay where they are)."""
-        self._pending, pending = None, self._pending
-        if pending is not None:
-            pending.close()
+    def _keep_field(self, name: str, value, keep: torch.Tensor):
+        if name == "correction":
+            return drift.keep_chains(self, value, keep)
+        return super()._keep_field(name, value, keep)
 
-    def _advance(self, run: Run, rounds: int, bar) -> None:
-        """``rounds`` rounds of ``run`` (:func:`fedlangevin.fald.runner.loop.advance`)."""
-        loop.advance(self, run, rounds, bar)
-
-    # -- divergence -------------------------------------------------------------------------------
-    def _diverged(self, run: Run, state: FALDState, gen_state: torch.Tensor, etas: list[float]) -> FALDState:
-        """Handle non-finite parameters after a round: raise, or drop the diverged chains."""
-        bad = ~torch.isfinite(state.theta).all(dim=1)
-        bad_rows = bad.nonzero().flatten().cpu().numpy()
-        chains = [int(self.active[r]) for r in bad_rows]
+    def _diagnose(self, state: FALDState, gen_state: torch.Tensor, etas: list[float], bad_rows: np.ndarray):
+        """Replay the round step by step (:mod:`fedlangevin.fald.runner.replay`)."""
         replay = self._kernel if self.upload is None else self._build(None)
-        steps, causes, detail = diagnose(replay.step, self.state, gen_state, etas, bad_rows, self.active,
-                                         self._work_problem, num_clients=self.problem.num_clients,
-                                         uses_upload=self.upload is not None)
-        step = min(steps.values())
-        place = where(int(state.round), step, self.state.step, self.local_steps, causes)
-        shown = f"{chains[:10]}{' ...' if len(chains) > 10 else ''}"
-        if run.on_divergence == "drop" and len(bad_rows) < len(self.active):
-            keep = ~bad
-            keep_rows = keep.cpu().numpy()
-            for c in chains:
-                run.dropped[c] = (int(state.round), int(steps[c]))
-            run.alive = run.alive[keep_rows]
-            self.active = self.active[keep_rows]
-            warnings.warn(
-                f"FA-LD: chain(s) {shown} diverged in {place} ({detail}); dropped, {len(self.active)} chains continue",
-                RuntimeWarning, stacklevel=5,
-            )
-            return FALDState(theta=state.theta[keep].contiguous(), step=state.step, round=state.round,
-                             correction=drift.keep_chains(self, state.correction, keep))
-        # stop: the sampler stays at the last good round, with the generator as it was then
-        self.generator.set_state(gen_state)
-        if run.checkpoint is not None:
-            self._writer.write(run.checkpoint, self, run)
-        trace = self._trace(run)
-        note = "" if run.on_divergence == "raise" else " (on_divergence='drop', but no chain was left)"
-        raise DivergenceError(
-            f"FA-LD diverged in {place}: non-finite parameters in chain(s) {shown}{note}; {detail}. "
-            f"The {trace.num_draws} draws made before are kept in .trace"
-            + (f" and in the checkpoint {str(run.checkpoint)!r}" if run.checkpoint is not None else "") + ".",
-            trace, chains, int(state.round), int(step), steps, {c: causes[c] for c in chains},
-        )
+        return diagnose(replay.step, self.state, gen_state, etas, bad_rows, self.active, self._work_problem,
+                        num_clients=self.problem.num_clients, uses_upload=self.upload is not None)
 
-    # -- results ----------------------------------------------------------------------------------
-    def _trace(self, run: Run) -> Trace:
-        samples, rounds = run.draws.view()
-        chain_ids = run.chain_ids
-        if len(run.alive) < len(run.chain_ids):
-            idx = torch.as_tensor(run.alive)
-            samples = samples.index_select(0, idx)
-            chain_ids = run.chain_ids[run.alive]
-        return Trace(
-            samples=samples,
-            draw_rounds=rounds,
-            draw_steps=rounds * self.local_steps,
-            step_sizes=StepSizes(self.schedule, run.start_step, run.done * self.local_steps),
-            communication=communication(self.problem, run.done, run.uploads, getattr(run, "setup_floats", 0.0),
-                                        per_round=drift.per_round_floats(self)),
-            settings=self.settings,
-            problem=self.problem,
-            var_names=self.problem.parameter_names(),
-            chain_ids=np.asarray(chain_ids).copy(),
-            dropped=dict(run.dropped),
-            stats=None if run.stats is None else run.stats.result(),
-            store=None if run.draws.kind != "disk" else str(run.draws.store.path),
-            ledger=dict(self.ledger),
-        )
+    def _where(self, round: int, step: int, causes: dict) -> str:
+        return where(round, step, self.state.step, self.local_steps, causes)
+
+    def _record(self) -> dict:
+        return rs.fald_record(self)
 
     # -- resuming ----------------------------------------------------------------------------------
     @classmethod
