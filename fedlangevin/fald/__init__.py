@@ -1,4 +1,4 @@
-"""FA-LD engine: noise, participation, schedules, the reference local step and the round kernels
+"""FA-LD engine (one subpackage per layer: docs/fald.md, "Architecture"): noise, participation, schedules, the reference local step and the round kernels
 (steppers), the pure kernel ``build -> (init, step)`` with its extension points (their contracts
 and conformance check: :mod:`fedlangevin.fald.contracts`), the runner
 (sampler, split into runs, replay and resume), drift corrections, typed settings, trace; checkpoint, store and
@@ -22,6 +22,7 @@ from fedlangevin.fald.core.extensions import (
 from fedlangevin.fald.core.kernel import FALDState, fald_round, local_step
 from fedlangevin.fald.core.noise import add_noise_, noise_scales
 from fedlangevin.fald.core.participation import Full, Participation, SchemeI, SchemeII, synchronize
+from fedlangevin.fald.runner.base import Runner
 from fedlangevin.fald.runner.sampler import FALD
 from fedlangevin.fald.core.schedules import Constant, PaperDecay, Polynomial
 from fedlangevin.fald.results.settings import Settings
@@ -32,7 +33,7 @@ from fedlangevin.fald.results.trace import Communication, DivergenceError, StepS
 __all__ = [
     "CheckpointError", "Communication", "Conducive", "Constant", "Contract", "CorrectionSettings", "ControlVariates", "QLSDPlusPlus", "Surrogates", "DivergenceError", "DriftCorrection", "FALD", "FALDState",
     "FactorPreconditioner", "Full", "IdentityPreconditioner", "InProcessGroup", "Kernel", "LocalTransport",
-    "PaperDecay", "Participation", "Polynomial", "Preconditioner", "RoundInfo", "RunStatistics", "SampleStore",
+    "PaperDecay", "Participation", "Polynomial", "Preconditioner", "RoundInfo", "RunStatistics", "Runner", "SampleStore",
     "SchemeI", "SchemeII", "Settings", "StepSizes", "StoreError", "Trace", "Transport", "add_noise_", "build",
     "check_conforms", "checkpoint_info", "client_round", "conformance", "fald_round", "local_step", "noise_scales", "open_store", "synchronize",
 ]

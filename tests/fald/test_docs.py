@@ -34,3 +34,12 @@ def test_the_write_your_own_block_runs_and_prints_what_it_says(tmp_path, monkeyp
     (block,) = [b for b in python_blocks(PAGE) if "class ScaledIdentity" in b]
     lines = run_block(block, PAGE).splitlines()
     assert lines == ["[True, True, True]", "True 30", "ShrinkToAverage(0.5) 660.0", "True"]
+
+
+def test_the_write_your_own_kernel_block_runs_and_prints_what_it_says(tmp_path, monkeypatch):
+    """The kernel written on the page runs through fl.fald.Runner, samples the posterior mean and
+    resumes its momentum from the checkpoint."""
+    monkeypatch.chdir(tmp_path)
+    (block,) = [b for b in python_blocks(PAGE) if "class Underdamped" in b]
+    lines = run_block(block, PAGE).splitlines()
+    assert lines == ["BAOAB torch.Size([200, 50, 2])", "True", "True"]
