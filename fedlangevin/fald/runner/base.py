@@ -28,6 +28,7 @@ import torch
 from fedlangevin._validation import check_device, check_dtype, check_init, check_int, check_memory_draws, check_optional_bool, check_seed
 from fedlangevin.fald.contracts import KERNEL, check_conforms
 from fedlangevin.fald.core.schedules import as_schedule, check_schedule, round_step_sizes
+from fedlangevin.fald.results.ledger import Ledger
 from fedlangevin.fald.results.settings import Settings
 from fedlangevin.fald.results.trace import Communication, DivergenceError, StepSizes, Trace
 from fedlangevin.fald.runner import loop
@@ -36,9 +37,6 @@ from fedlangevin.fald.runner.runs import Run, communication, continue_arguments,
 from fedlangevin.problems.base import FederatedProblem, check_problem
 
 __all__ = ["Runner"]
-
-#: the counters of the ledger a sampler starts with (cumulative across runs and resumes)
-LEDGER = ("steps", "rounds", "eta_sum", "eta_max", "uploads")
 
 
 class Runner:
@@ -71,7 +69,7 @@ class Runner:
     generator: torch.Generator         #: the single random stream
     state: Any                         #: the kernel's frozen state after the last completed round
     active: np.ndarray                 #: sampler indices of the chains still running (rows of state.theta)
-    ledger: dict                       #: cumulative counters (LEDGER, and a family's set-up floats)
+    ledger: Ledger                     #: cumulative counters (rounds, steps, uploads, set-up floats)
     interrupted_trace: Trace | None    #: draws of a run stopped by an exception other than a divergence
     transport: Any = None              #: a distributed run's synchronisation (FA-LD), None in one process
     adapter: Any = None                #: an adaptive warm-up in progress (FA-LD), None otherwise
@@ -101,7 +99,7 @@ class Runner:
         generator, the chains, the ledger, no run yet."""
         self.generator = torch.Generator(device=self.device).manual_seed(self.seed)
         self.active = np.arange(self.chains, dtype=np.int64)
-        self.ledger = {"steps": 0, "rounds": 0, "eta_sum": 0.0, "eta_max": 0.0, "uploads": 0.0}
+        self.ledger = Ledger()
         self.interrupted_trace = None
         self._pending: Run | None = None
         self._writer = rs.CheckpointWriter(self.problem)

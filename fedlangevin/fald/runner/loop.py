@@ -140,17 +140,18 @@ def _chunk(sampler, run: Run, rounds, chunk: list[list[float]], uploads: float) 
     return True
 
 
-def _account(led: dict, local_steps: int, chunk: list[list[float]], uploads: float) -> None:
-    """The ledger after the rounds ``chunk`` (their step sizes), ``uploads`` each: one addition a
-    round, in round order (so a chunk sums the same floats as its rounds one by one)."""
-    led["steps"] += local_steps * len(chunk)
-    led["rounds"] += len(chunk)
-    eta_sum, eta_max, total = led["eta_sum"], led["eta_max"], led["uploads"]
+def _account(led, local_steps: int, chunk: list[list[float]], uploads: float) -> None:
+    """The ledger (:class:`~fedlangevin.fald.results.ledger.Ledger`) after the rounds ``chunk``
+    (their step sizes), ``uploads`` each: one addition a round, in round order (so a chunk sums
+    the same floats as its rounds one by one)."""
+    led.steps += local_steps * len(chunk)
+    led.rounds += len(chunk)
+    eta_sum, eta_max, total = led.eta_sum, led.eta_max, led.uploads
     for etas in chunk:
         eta_sum += sum(etas)
         eta_max = max(eta_max, max(etas))
         total += uploads
-    led["eta_sum"], led["eta_max"], led["uploads"] = eta_sum, eta_max, total
+    led.eta_sum, led.eta_max, led.uploads = eta_sum, eta_max, total
 
 
 def _after(sampler, run: Run, rounds: int, bar, clock: list[float]) -> None:

@@ -29,6 +29,7 @@ from fedlangevin.fald.warmup import adaptation
 from fedlangevin.fald.core.participation import Participation, as_participation
 from fedlangevin.fald.core.preconditioning import preconditioner_from_record, preconditioner_record
 from fedlangevin.fald.io.records import RECORD_KIND, RECORD_VERSION, RUNNER_KIND, RUNNER_VERSION, check_fald_record, check_runner_record
+from fedlangevin.fald.results.ledger import Ledger
 from fedlangevin.fald.runner.runs import Run
 from fedlangevin.fald.core.schedules import as_schedule
 from fedlangevin.problems.base import FederatedProblem, check_problem
@@ -170,7 +171,7 @@ def resume_runner(cls, path, kernel, *, problem=None, step_size=None, device=Non
         values = {k: None if v is None else v.to(device=runner.device) for k, v in record["state"].items()}
         runner.state = dataclasses.replace(template, step=base.step, round=base.round, **values)
         resume_generator(runner.generator, record, saved_device, new_device, runner.seed)
-        runner.ledger = ckpt.decode(record["ledger"])
+        runner.ledger = Ledger.from_record(ckpt.decode(record["ledger"]))
     main = main_path(used)
     runner._writer.resumed(record, main)
     runner._pending = pending_run(runner, record["run"], main, used, None)
@@ -388,7 +389,7 @@ def resume_sampler(cls, path, *, problem=None, step_size=None, participation=Non
         )
         sampler.state, sampler.active = resume_state(record, used, problem.dim, sampler.device, sampler.dtype)
         resume_generator(sampler.generator, record, saved_device, new_device, sampler.seed)
-        sampler.ledger = ckpt.decode(record["ledger"])
+        sampler.ledger = Ledger.from_record(ckpt.decode(record["ledger"]))
         drift.restore_state(sampler, ckpt.decode(record.get("correction")))
     with reading(used):
         stored = {k: ckpt.decode(record.get(k)) for k in ("preconditioner", "adapted", "adaptation")}

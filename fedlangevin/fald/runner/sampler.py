@@ -104,6 +104,25 @@ class FALD(Runner):
     continues a checkpointed run bit for bit.
     """
 
+    # The state FA-LD adds to the runner's (declared in fedlangevin.fald.runner.base.Runner), all here:
+    # set in __init__, the warm-up's by adaptation.configure / install / observe, the correction's by
+    # drift.configure.
+    correlation: float                 #: rho (eq. 14)
+    participation: Participation       #: Full, SchemeI or SchemeII
+    batch_size: int | None             #: per client and step (None: full gradients)
+    noise_dtype: torch.dtype           #: of the injected normals
+    upload: Any                        #: the upload codec (None: exact states)
+    streams: str                       #: "single" or "per_client"
+    map_result: Any                    #: init="map"'s mode search (None otherwise)
+    adapt_step: bool                   #: step_size="auto": eta adapted in warm-up
+    adapt_matrix: bool                 #: M adapted in the first run's warm-up
+    preconditioner: Any                #: the current M (None: the identity)
+    preconditioner_norm: float         #: the largest lambda_max(M) run with (privacy accounting)
+    adapted: bool                      #: an adaptive warm-up has finished (M and eta frozen)
+    correction: Any                    #: the drift correction's settings record (None without one)
+    built_correction: Any              #: what its build() returned (None without one)
+    _work_problem: FederatedProblem    #: the problem on the run's device and dtype
+
     def __init__(
         self,
         problem: FederatedProblem,
