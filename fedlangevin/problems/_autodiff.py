@@ -219,6 +219,108 @@ class AutodiffProblem(FederatedProblem):
         p = self.weights.to(device=per.device, dtype=per.dtype)
         return (per @ p).reshape(theta.shape[:-1])
 
+    # -- the private gradient (FederatedProblem.private_grad) -----------------------------------
+    # A subclass gives the likelihood and the prior apart: _nll_sum(theta, data, mask), the
+    # negative log-likelihood of a batch's rows (summed; ``mask`` as in _energy), and
+    # _prior_energy(theta, data), U_0 (``data``: one row of the client, for models that need
+    # data to run). Per-example gradients are torch.func.grad of _nll_sum on one-row batches,
+    # vmapped over the rows, the clients and the chains (one call); where vmap cannot run the
+    # energy, one autograd call per (chain, client, row), with the same numbers.
+    def _nll_sum(self, theta: torch.Tensor, data: Any, mask: torch.Tensor | None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _prior_energy(self, theta: torch.Tensor, data: Any) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _row_nll(self, theta: torch.Tensor, row: Any) -> torch.Tensor:
+        """l(theta; x): the energy of one row (leaves without the row axis) as a one-row batch."""
+        leaves, spec = _flatten(row, "data")
+        return self._nll_sum(theta, _unflatten([x.unsqueeze(0) for x in leaves], spec), None)
+
+    def _private_fn(self, kind: str) -> Callable:
+        """Vectorised private-gradient functions, built once per instance (kept with _fn's)."""
+        key = f"private:{kind}"
+        if key not in self._fns:
+            chains = dict(chunk_size=self.chunk_size)
+            if kind == "per_example":  # theta (R, N, d), rows (R, N, B, ...) -> (R, N, B, d)
+                per_row = torch.func.vmap(torch.func.grad(self._row_nll), in_dims=(None, 0))
+                fn = torch.func.vmap(torch.func.vmap(per_row), **chains)
+            elif kind == "batch":  # theta (R, N, d), batch (R, N, b, ...) -> (R, N, d)
+                g = torch.func.grad(lambda t, x: self._nll_sum(t, x, None))
+                fn = torch.func.vmap(torch.func.vmap(g), **chains)
+            elif kind == "full":  # theta (R, G, d), data (G, n, ...) and mask (G, n) shared by the chains
+                per_client = torch.func.vmap(torch.func.grad(self._nll_sum))
+                fn = torch.func.vmap(per_client, in_dims=(0, None, None), **chains)
+            elif kind == "full_nomask":
+                per_client = torch.func.vmap(torch.func.grad(lambda t, x: self._nll_sum(t, x, None)))
+                fn = torch.func.vmap(per_client, in_dims=(0, None), **chains)
+            elif kind == "prior":  # theta (R, N, d), one row per client (N, 1, ...)
+                per_client = torch.func.vmap(torch.func.grad(self._prior_energy))
+                fn = torch.func.vmap(per_client, in_dims=(0, None), **chains)
+            else:  # pragma: no cover
+                raise KeyError(kind)
+            self._fns[key] = fn
+        return self._fns[key]
+
+    @staticmethod
+    def _each(energy: Callable, theta: torch.Tensor, pick: Callable) -> torch.Tensor:
+        """grad of energy(theta[i, c], pick(i, c)) by autograd, one call per (i, c): the path
+        where vmap cannot run the energy."""
+        out = torch.empty_like(theta)
+        for i in range(theta.shape[0]):
+            for c in range(theta.shape[1]):
+                t = theta[i, c].detach().clone().requires_grad_(True)
+                with torch.enable_grad():
+                    (g,) = torch.autograd.grad(energy(t, pick(i, c)), t, allow_unused=True)
+                out[i, c] = 0.0 if g is None else g
+        return out
+
+    def _per_example_grads(self, theta, rows):
+        batch = self.data.gather(rows)
+        if self.vectorized:
+            return self._private_fn("per_example")(theta, batch)
+        r, n, b = rows.shape
+        leaves, spec = _flatten(batch, "data")
+        wide = theta.unsqueeze(2).expand(r, n, b, self.dim).reshape(r, n * b, self.dim)
+        out = self._each(self._row_nll, wide,
+                         lambda i, k: _unflatten([leaf[i, k // b, k % b] for leaf in leaves], spec))
+        return out.reshape(r, n, b, self.dim)
+
+    def _nll_grad(self, theta, rows, clip):
+        if clip is not None:  # per example: FederatedProblem's chunked sum of the clipped gradients
+            return super()._nll_grad(theta, rows, clip)
+        if rows is not None:
+            batch = self.data.gather(rows)
+            if self.vectorized:
+                return self._private_fn("batch")(theta, batch)
+            leaves, spec = _flatten(batch, "data")
+            return self._each(lambda t, x: self._nll_sum(t, x, None), theta,
+                              lambda i, c: _unflatten([leaf[i, c] for leaf in leaves], spec))
+        out = torch.empty_like(theta)
+        for grp in self._full_groups():
+            idx = grp.clients.to(theta.device)
+            th = theta if grp.everyone else theta.index_select(1, idx)
+            if self.vectorized:
+                g = (self._private_fn("full_nomask")(th, grp.data) if grp.mask is None
+                     else self._private_fn("full")(th, grp.data, grp.mask))
+            else:
+                leaves, spec = _flatten(grp.data, "data")
+                g = self._each(lambda t, x: self._nll_sum(t, x[0], x[1]), th,
+                               lambda i, c: (_unflatten([leaf[c] for leaf in leaves], spec),
+                                             None if grp.mask is None else grp.mask[c]))
+            out[:, idx] = g
+        return out
+
+    def prior_grad(self, theta):
+        """grad U_0(theta[r, c]), (R, N, d): the prior share, by torch.func (the model run on
+        one row of each client where it needs data to run; U_0 must not depend on the data)."""
+        self._check_theta(theta)
+        first = self.data.stacked(torch.arange(self.num_clients), 1)  # (N, 1, ...)
+        if self.vectorized:
+            return self._private_fn("prior")(theta, first)
+        leaves, spec = _flatten(first, "data")
+        return self._each(self._prior_energy, theta, lambda i, c: _unflatten([leaf[c] for leaf in leaves], spec))
+
     # -- start-up checks ----------------------------------------------------------------------
     def _probe(self, theta0: torch.Tensor) -> None:
         """Evaluate energies and gradients at theta0 (d,) on every client; decide vmap vs loop.

@@ -116,6 +116,7 @@ class PyroProblem(AutodiffProblem):
         dim = self.sites[-1].stop
         self.data_plate = self._find_data_plate(traces, data.sizes.tolist(), data_plate)
         self._prior_factors = self._classify_factors(traces)
+        self._outside_plate = self._likelihood_outside_plate(traces)
         self._deterministic = self._deterministic_sites(traces)
         self._setup(data, dim, weights, vectorize, chunk_size)
         if self.data_plate is None:
@@ -266,6 +267,11 @@ class PyroProblem(AutodiffProblem):
         return tr, setter.log_det
 
     def _energy(self, theta, data, mask, scale):
+        lik, prior = self._terms(theta, data, mask)
+        return -(scale * lik + prior)
+
+    def _terms(self, theta, data, mask):
+        """(log-likelihood of the data's rows, log prior + log|det J|) at theta, one model run."""
         from pyro.distributions.util import scale_and_mask
 
         tr, log_det = self._run(theta, data)
@@ -286,7 +292,37 @@ class PyroProblem(AutodiffProblem):
             lik = lik + lp.sum()
         for term in log_det:
             prior = prior + term
-        return -(scale * lik + prior)
+        return lik, prior
+
+    # -- the private gradient (FederatedProblem.private_grad) ----------------------------------
+    def _nll_sum(self, theta, data, mask):
+        return -self._terms(theta, data, mask)[0]
+
+    def _prior_energy(self, theta, data):
+        return -self._terms(theta, data, None)[1]
+
+    def _privacy_refusal(self, adjacency):
+        if adjacency == "record" and self.data_plate is None:
+            return ("has no data plate (no pyro.plate over the rows that every observed site is inside): its "
+                    "likelihood is not declared a sum over rows; put the observed sites inside pyro.plate over the "
+                    "data rows (or name it with data_plate=), or use fedlangevin.privacy.ClientLevel")
+        if adjacency == "record" and self._outside_plate:
+            return (f"has likelihood sites outside the data plate {self.data_plate!r} ({', '.join(self._outside_plate)}): "
+                    "they are not per-row terms; move them inside the plate, or use fedlangevin.privacy.ClientLevel")
+        return super()._privacy_refusal(adjacency)
+
+    def _likelihood_outside_plate(self, traces) -> tuple[str, ...]:
+        """Observed sites and likelihood factors not inside the data plate (on any client)."""
+        if self.data_plate is None:
+            return ()
+        out: list[str] = []
+        for tr in traces:
+            for name, site in tr.nodes.items():
+                kind = _site_kind(site)
+                if kind == "observed" or (kind == "factor" and name not in self._prior_factors):
+                    if not any(f.name == self.data_plate for f in site["cond_indep_stack"]) and name not in out:
+                        out.append(name)
+        return tuple(out)
 
     def _mask_rows(self, lp: torch.Tensor, site, mask: torch.Tensor) -> torch.Tensor:
         frame = next((f for f in site["cond_indep_stack"] if f.name == self.data_plate), None)
