@@ -218,7 +218,7 @@ class FederatedProblem:
         if b is None:
             rows, scale = None, 1.0 / p
         else:
-            rows = self.private_rows(theta.shape[0], b, generator=generator, device=theta.device)
+            rows = self._draw_rows(theta.shape[0], b, generator, theta.device)
             scale = self.client_sizes.to(device=theta.device, dtype=theta.dtype) / (p * b)
         record = privacy.adjacency == "record"
         data = self._nll_grad(theta, rows, privacy.clip if record else None) * scale[:, None]
@@ -266,7 +266,10 @@ class FederatedProblem:
         b = self.check_batch_size(batch_size)
         if b is None:
             raise ValueError("batch_size must be an integer >= 1 for a minibatch; got None")
-        device = self.client_sizes.device if device is None else device
+        return self._draw_rows(chains, b, generator, self.client_sizes.device if device is None else device)
+
+    def _draw_rows(self, chains: int, b: int, generator, device) -> torch.Tensor:
+        """:meth:`private_rows` without its checks (the caller made them)."""
         return rows_without_replacement(self.client_sizes, chains, b, generator, device, **self._draw_layout())
 
     def _draw_layout(self) -> dict:

@@ -200,10 +200,10 @@ class QuadraticProblem(FederatedProblem):
                     "fedlangevin.privacy.ClientLevel, or a problem that holds the rows (GaussianSimulation)")
         return super()._privacy_refusal(adjacency)
 
-    def private_rows(self, chains, batch_size, *, generator=None, device=None):
+    def _draw_rows(self, chains, b, generator, device):
         if not self._has_rows:
             raise ValueError(f"batch_size is not supported by {type(self).__name__} (no data rows); use batch_size=None")
-        return super().private_rows(chains, batch_size, generator=generator, device=device)
+        return super()._draw_rows(chains, b, generator, device)
 
     def clients(self, indices):
         """The quadratic of the clients ``indices`` only: A_c and b_c of those clients, their p_c

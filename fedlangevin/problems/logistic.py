@@ -270,7 +270,8 @@ class LogisticRegression(FederatedProblem):
             xb, yb = self._rows(rows)
         s = self._residuals(theta, xb, yb)
         if clip is not None:
-            norms = torch.linalg.vector_norm(s, dim=-2) * torch.linalg.vector_norm(xb, dim=-1)  # (R, N, B)
+            # ||s - e_y|| as a sum of squares (entries in [-1, 1]; vector_norm over the class axis is ~20x slower)
+            norms = (s * s).sum(-2).sqrt_() * torch.linalg.vector_norm(xb, dim=-1)  # (R, N, B)
             s.mul_(clip_factor(norms, clip).unsqueeze(-2))
         if rows is None:
             s.mul_(self.mask.unsqueeze(1))

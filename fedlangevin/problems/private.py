@@ -57,7 +57,7 @@ def rows_without_replacement(sizes: torch.Tensor, chains: int, batch_size: int, 
         u = u.index_select(1, held.to(device))
     padding = torch.arange(width, device=device)[None, :] >= sizes[:, None]
     u.masked_fill_(padding.unsqueeze(0), 2.0)
-    return u.topk(batch_size, dim=-1, largest=False).indices
+    return u.topk(batch_size, dim=-1, largest=False, sorted=False).indices
 
 
 def summed_per_example(per_example, theta: torch.Tensor, sizes: torch.Tensor, rows: torch.Tensor | None,
