@@ -18,6 +18,11 @@ largest n_c with copies of their own rows (so every padded value is a valid data
 padded rows are masked out where the subclass can mask, else clients of equal size are
 grouped (one vectorised call per distinct size).
 
+The private gradient (:meth:`FederatedProblem.private_grad`) needs the likelihood and the
+prior apart: a subclass also gives ``_nll_sum(theta, data, mask)`` (ell of the rows) and
+``_prior_energy(theta, data)`` (U_0); per-example gradients are ``grad`` of ``_nll_sum`` on
+one-row batches, ``vmap``-ed over rows, clients and chains.
+
 Full-batch energy (scale = 1/p_c):         f^c = (1/p_c) ell^c(theta) + U_0(theta).
 Minibatch energy (b rows drawn uniformly with replacement, scale = (1/p_c)(n_c/b)):
 E[f~^c] = f^c, so the gradient estimate is unbiased.

@@ -103,6 +103,11 @@ class FederatedProblem:
     (exact Gaussian posterior), :meth:`constrain` (draws in the model's own space, named),
     ``smoothness`` L and ``convexity`` m (Assumptions 5.1–5.2), ``client_sizes`` n_c
     (needed for minibatches).
+
+    Private runs use :meth:`private_grad` (clipped gradients, minibatches without replacement);
+    a problem supports it by implementing :meth:`prior_grad` and ``_per_example_grads(theta,
+    rows)`` (per-example gradients: record and client level) or ``_nll_grad`` (the likelihood's
+    gradient alone: client level only); :meth:`check_privacy` says what is missing.
     """
 
     num_clients: int

@@ -79,7 +79,8 @@ class CustomProblem(AutodiffProblem):
         ``client_energy(theta, batch)`` equals the sum of ``client_energy(theta, row)`` over
         one-row batches). Clients of different sizes then take one vectorised call instead of
         one per distinct size (``docs/models.md``: up to N times faster for N sizes); the
-        gradients agree with ``rowwise=False`` to rounding. Default False.
+        gradients agree with ``rowwise=False`` to rounding. Default False. Record-level
+        privacy (per-example gradients, ``fedlangevin.privacy.RecordLevel``) needs it.
     """
 
     def __init__(

@@ -36,6 +36,13 @@ without a vectorised data plate falls back to one vectorised call per distinct c
 Minibatches (``FALD(batch_size=b)``): b rows per client drawn uniformly with replacement,
 likelihood scaled by (1/p_c)(n_c/b); unbiased when the rows are conditionally independent
 given the latents (what the data plate declares).
+
+Privacy (:meth:`~fedlangevin.problems.FederatedProblem.private_grad`): per-example gradients
+are ``torch.func.grad`` of the likelihood of one-row batches, vmapped over rows, clients and
+chains; record-level privacy needs the data plate (every observed site inside it: the
+likelihood is then a sum over rows). The prior share (latent sites, factors outside the data
+plate, log-Jacobians) is public and must not depend on the data; its gradient takes one more
+run of the model (on one row of each client).
 """
 
 from __future__ import annotations
@@ -116,7 +123,6 @@ class PyroProblem(AutodiffProblem):
         dim = self.sites[-1].stop
         self.data_plate = self._find_data_plate(traces, data.sizes.tolist(), data_plate)
         self._prior_factors = self._classify_factors(traces)
-        self._outside_plate = self._likelihood_outside_plate(traces)
         self._deterministic = self._deterministic_sites(traces)
         self._setup(data, dim, weights, vectorize, chunk_size)
         if self.data_plate is None:
@@ -306,23 +312,7 @@ class PyroProblem(AutodiffProblem):
             return ("has no data plate (no pyro.plate over the rows that every observed site is inside): its "
                     "likelihood is not declared a sum over rows; put the observed sites inside pyro.plate over the "
                     "data rows (or name it with data_plate=), or use fedlangevin.privacy.ClientLevel")
-        if adjacency == "record" and self._outside_plate:
-            return (f"has likelihood sites outside the data plate {self.data_plate!r} ({', '.join(self._outside_plate)}): "
-                    "they are not per-row terms; move them inside the plate, or use fedlangevin.privacy.ClientLevel")
         return super()._privacy_refusal(adjacency)
-
-    def _likelihood_outside_plate(self, traces) -> tuple[str, ...]:
-        """Observed sites and likelihood factors not inside the data plate (on any client)."""
-        if self.data_plate is None:
-            return ()
-        out: list[str] = []
-        for tr in traces:
-            for name, site in tr.nodes.items():
-                kind = _site_kind(site)
-                if kind == "observed" or (kind == "factor" and name not in self._prior_factors):
-                    if not any(f.name == self.data_plate for f in site["cond_indep_stack"]) and name not in out:
-                        out.append(name)
-        return tuple(out)
 
     def _mask_rows(self, lp: torch.Tensor, site, mask: torch.Tensor) -> torch.Tensor:
         frame = next((f for f in site["cond_indep_stack"] if f.name == self.data_plate), None)
