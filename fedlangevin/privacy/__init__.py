@@ -16,6 +16,8 @@
   listed in its docstring and in docs/privacy.md.
 - :mod:`fedlangevin.privacy.budget`: the largest eta, T, S or rho within a budget.
 - :mod:`fedlangevin.privacy.report`: what a run (a ``Trace``) spent, ``trace.privacy(...)``.
+- :mod:`fedlangevin.privacy.mechanism`: what a private run clips, ``RecordLevel(clip=C)`` and
+  ``ClientLevel(clip=C)``, and the sensitivity 2C derived from the clipping norm.
 
 The tight accountant needs the ``privacy`` extra (``pip install 'fedlangevin[privacy]'``);
 the paper's formulas do not.
@@ -36,6 +38,7 @@ from fedlangevin.privacy.budget import (
     largest_num_sampled,
     largest_step_size,
 )
+from fedlangevin.privacy.mechanism import ClientLevel, RecordLevel
 from fedlangevin.privacy.paper import (
     PaperBound,
     eq71_step_size,
@@ -49,7 +52,7 @@ from fedlangevin.privacy.paper import (
 from fedlangevin.privacy.report import PrivacyReport, trace_privacy
 
 __all__ = [
-    "Accounting", "BudgetSolution", "PaperBound", "PrivacyReport", "account", "eq71_step_size", "eq75_epsilon",
+    "Accounting", "BudgetSolution", "ClientLevel", "PaperBound", "PrivacyReport", "RecordLevel", "account", "eq71_step_size", "eq75_epsilon",
     "eq76_step_size", "inclusion_probability", "largest_correlation", "largest_iterations", "largest_num_sampled",
     "largest_step_size", "lower_bound_epsilon", "noise_multiplier", "paper_bound", "paper_delta_split",
     "paper_step_size_limit", "rdp_epsilon", "tight_epsilon", "trace_privacy",

@@ -18,6 +18,11 @@ largest n_c with copies of their own rows (so every padded value is a valid data
 padded rows are masked out where the subclass can mask, else clients of equal size are
 grouped (one vectorised call per distinct size).
 
+The private gradient (:meth:`FederatedProblem.private_grad`) needs the likelihood and the
+prior apart: a subclass also gives ``_nll_sum(theta, data, mask)`` (ell of the rows) and
+``_prior_energy(theta, data)`` (U_0); per-example gradients are ``grad`` of ``_nll_sum`` on
+one-row batches, ``vmap``-ed over rows, clients and chains.
+
 Full-batch energy (scale = 1/p_c):         f^c = (1/p_c) ell^c(theta) + U_0(theta).
 Minibatch energy (b rows drawn uniformly with replacement, scale = (1/p_c)(n_c/b)):
 E[f~^c] = f^c, so the gradient estimate is unbiased.
@@ -28,161 +33,19 @@ from __future__ import annotations
 import copy
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
-import numpy as np
 import torch
 
+from fedlangevin.problems._client_data import (  # noqa: F401  (minibatch_indices: import path kept for callers)
+    ClientData,
+    _flatten,
+    _unflatten,
+    minibatch_indices,
+)
 from fedlangevin.problems.base import FederatedProblem, check_weights
 
 __all__ = ["ClientData", "AutodiffProblem"]
-
-
-# -- client datasets -----------------------------------------------------------------------
-
-
-def _as_leaf(value: Any, where: str) -> torch.Tensor:
-    if isinstance(value, torch.Tensor):
-        return value.detach()
-    if isinstance(value, np.ndarray) or hasattr(value, "__array__"):
-        return torch.as_tensor(np.asarray(value))
-    raise ValueError(
-        f"client_data: {where} must be a tensor or array with the data rows on axis 0; got {type(value).__name__} "
-        "(pass fixed non-data arguments to the model with functools.partial)"
-    )
-
-
-def _flatten(dataset: Any, where: str) -> tuple[list[torch.Tensor], Any]:
-    """Leaves (tensors) and a spec to rebuild the container: tensor, tuple/list, or dict."""
-    if isinstance(dataset, dict):
-        keys = list(dataset.keys())
-        if not keys or not all(isinstance(k, str) for k in keys):
-            raise ValueError(f"client_data: {where} must be a non-empty dict with string keys")
-        return [_as_leaf(dataset[k], f"{where}[{k!r}]") for k in keys], ("dict", tuple(keys))
-    if isinstance(dataset, (tuple, list)):
-        if not dataset:
-            raise ValueError(f"client_data: {where} is an empty {type(dataset).__name__}")
-        kind = "tuple" if isinstance(dataset, tuple) else "list"
-        return [_as_leaf(v, f"{where}[{i}]") for i, v in enumerate(dataset)], (kind, len(dataset))
-    return [_as_leaf(dataset, where)], ("tensor", None)
-
-
-def _unflatten(leaves: Sequence[torch.Tensor], spec: Any) -> Any:
-    kind, info = spec
-    if kind == "dict":
-        return dict(zip(info, leaves))
-    if kind == "tuple":
-        return tuple(leaves)
-    if kind == "list":
-        return list(leaves)
-    return leaves[0]
-
-
-@dataclass
-class ClientData:
-    """Per-client datasets, validated and stacked.
-
-    ``padded``: one tensor per leaf, (N, n_max, ...), rows past n_c are copies of the
-    client's own rows (cyclic); ``sizes``: n_c (int64, CPU); ``spec``: the container type.
-    """
-
-    padded: list[torch.Tensor]
-    sizes: torch.Tensor
-    spec: Any
-
-    @classmethod
-    def from_clients(cls, client_data: Any) -> "ClientData":
-        if isinstance(client_data, (torch.Tensor, np.ndarray)):
-            raise ValueError(
-                "client_data must be a sequence with one dataset per client (a list of tensors, of "
-                "tuples of tensors or of dicts of tensors); for a stacked (N, n, ...) tensor pass list(tensor)"
-            )
-        try:
-            clients = list(client_data)
-        except TypeError:
-            raise ValueError("client_data must be a sequence with one dataset per client") from None
-        if not clients:
-            raise ValueError("client_data must hold at least one client's dataset")
-        flat = [_flatten(ds, f"client {c}'s dataset") for c, ds in enumerate(clients)]
-        spec = flat[0][1]
-        sizes = []
-        for c, (leaves, sp) in enumerate(flat):
-            if sp != spec:
-                raise ValueError(
-                    f"client_data: every client's dataset must have the same structure; client 0 is {spec}, client {c} is {sp}"
-                )
-            for j, leaf in enumerate(leaves):
-                if leaf.dim() == 0:
-                    raise ValueError(f"client_data: leaf {j} of client {c}'s dataset is a scalar; data rows must be on axis 0")
-                ref = flat[0][0][j]
-                if leaf.shape[1:] != ref.shape[1:] or leaf.dtype != ref.dtype:
-                    raise ValueError(
-                        f"client_data: leaf {j} of client {c} has row shape {tuple(leaf.shape[1:])} and dtype {leaf.dtype}; "
-                        f"client 0 has {tuple(ref.shape[1:])} and {ref.dtype}"
-                    )
-                if leaf.is_floating_point() and not torch.isfinite(leaf).all():
-                    raise ValueError(f"client_data: client {c}'s dataset has non-finite values (leaf {j})")
-            n_c = {int(leaf.shape[0]) for leaf in leaves}
-            if len(n_c) != 1:
-                raise ValueError(f"client_data: the tensors of client {c}'s dataset have different numbers of rows {sorted(n_c)}")
-            n_c = n_c.pop()
-            if n_c < 1:
-                raise ValueError(f"client_data: client {c} has no data rows")
-            sizes.append(n_c)
-        n_max = max(sizes)
-        padded = []
-        for j in range(len(flat[0][0])):
-            rows = []
-            for c, (leaves, _) in enumerate(flat):
-                leaf = leaves[j].cpu()
-                if leaf.shape[0] < n_max:
-                    leaf = leaf[torch.arange(n_max) % leaf.shape[0]]
-                rows.append(leaf)
-            padded.append(torch.stack(rows))
-        return cls(padded, torch.tensor(sizes, dtype=torch.int64), spec)
-
-    @property
-    def num_clients(self) -> int:
-        return int(self.sizes.numel())
-
-    def client(self, c: int) -> Any:
-        """Client c's dataset in its own container, without padding."""
-        n = int(self.sizes[c])
-        return _unflatten([leaf[c, :n] for leaf in self.padded], self.spec)
-
-    def stacked(self, clients: torch.Tensor, rows: int) -> Any:
-        """Datasets of ``clients`` stacked on axis 0, first ``rows`` rows each."""
-        return _unflatten([leaf[clients.to(leaf.device), :rows] for leaf in self.padded], self.spec)
-
-    def gather(self, idx: torch.Tensor) -> Any:
-        """Rows idx (R, N, b) of every client: leaves of shape (R, N, b, ...)."""
-        r, n, b = idx.shape
-        out = []
-        for leaf in self.padded:
-            n_max = leaf.shape[1]
-            flat = idx.to(leaf.device) + (torch.arange(n, device=leaf.device) * n_max)[None, :, None]
-            rows = leaf.reshape(n * n_max, *leaf.shape[2:]).index_select(0, flat.reshape(-1))
-            out.append(rows.reshape(r, n, b, *leaf.shape[2:]))
-        return _unflatten(out, self.spec)
-
-    def to(self, device=None, dtype=None) -> "ClientData":
-        leaves = [
-            leaf.to(device=device, dtype=dtype if (dtype is not None and leaf.is_floating_point()) else None)
-            for leaf in self.padded
-        ]
-        return ClientData(leaves, self.sizes, self.spec)
-
-
-def minibatch_indices(sizes: torch.Tensor, chains: int, batch_size: int, generator, device, dtype) -> torch.Tensor:
-    """Row indices (R, N, b) drawn uniformly with replacement inside each client.
-
-    The same draw as :class:`~fedlangevin.problems.GaussianSimulation` (one uniform per
-    index in the state's dtype), so equal seeds give equal minibatches.
-    """
-    n = sizes.numel()
-    sizes = sizes.to(device)
-    u = torch.rand(chains, n, batch_size, generator=generator, device=device, dtype=dtype)
-    return (u * sizes[None, :, None]).long().clamp_max_(sizes[None, :, None] - 1)
 
 
 # -- the problem -----------------------------------------------------------------------------
@@ -360,6 +223,108 @@ class AutodiffProblem(FederatedProblem):
         per = self.energy(flat[:, None, :].expand(-1, self.num_clients, -1))
         p = self.weights.to(device=per.device, dtype=per.dtype)
         return (per @ p).reshape(theta.shape[:-1])
+
+    # -- the private gradient (FederatedProblem.private_grad) -----------------------------------
+    # A subclass gives the likelihood and the prior apart: _nll_sum(theta, data, mask), the
+    # negative log-likelihood of a batch's rows (summed; ``mask`` as in _energy), and
+    # _prior_energy(theta, data), U_0 (``data``: one row of the client, for models that need
+    # data to run). Per-example gradients are torch.func.grad of _nll_sum on one-row batches,
+    # vmapped over the rows, the clients and the chains (one call); where vmap cannot run the
+    # energy, one autograd call per (chain, client, row), with the same numbers.
+    def _nll_sum(self, theta: torch.Tensor, data: Any, mask: torch.Tensor | None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _prior_energy(self, theta: torch.Tensor, data: Any) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _row_nll(self, theta: torch.Tensor, row: Any) -> torch.Tensor:
+        """l(theta; x): the energy of one row (leaves without the row axis) as a one-row batch."""
+        leaves, spec = _flatten(row, "data")
+        return self._nll_sum(theta, _unflatten([x.unsqueeze(0) for x in leaves], spec), None)
+
+    def _private_fn(self, kind: str) -> Callable:
+        """Vectorised private-gradient functions, built once per instance (kept with _fn's)."""
+        key = f"private:{kind}"
+        if key not in self._fns:
+            chains = dict(chunk_size=self.chunk_size)
+            if kind == "per_example":  # theta (R, N, d), rows (R, N, B, ...) -> (R, N, B, d)
+                per_row = torch.func.vmap(torch.func.grad(self._row_nll), in_dims=(None, 0))
+                fn = torch.func.vmap(torch.func.vmap(per_row), **chains)
+            elif kind == "batch":  # theta (R, N, d), batch (R, N, b, ...) -> (R, N, d)
+                g = torch.func.grad(lambda t, x: self._nll_sum(t, x, None))
+                fn = torch.func.vmap(torch.func.vmap(g), **chains)
+            elif kind == "full":  # theta (R, G, d), data (G, n, ...) and mask (G, n) shared by the chains
+                per_client = torch.func.vmap(torch.func.grad(self._nll_sum))
+                fn = torch.func.vmap(per_client, in_dims=(0, None, None), **chains)
+            elif kind == "full_nomask":
+                per_client = torch.func.vmap(torch.func.grad(lambda t, x: self._nll_sum(t, x, None)))
+                fn = torch.func.vmap(per_client, in_dims=(0, None), **chains)
+            elif kind == "prior":  # theta (R, N, d), one row per client (N, 1, ...)
+                per_client = torch.func.vmap(torch.func.grad(self._prior_energy))
+                fn = torch.func.vmap(per_client, in_dims=(0, None), **chains)
+            else:  # pragma: no cover
+                raise KeyError(kind)
+            self._fns[key] = fn
+        return self._fns[key]
+
+    @staticmethod
+    def _each(energy: Callable, theta: torch.Tensor, pick: Callable) -> torch.Tensor:
+        """grad of energy(theta[i, c], pick(i, c)) by autograd, one call per (i, c): the path
+        where vmap cannot run the energy."""
+        out = torch.empty_like(theta)
+        for i in range(theta.shape[0]):
+            for c in range(theta.shape[1]):
+                t = theta[i, c].detach().clone().requires_grad_(True)
+                with torch.enable_grad():
+                    (g,) = torch.autograd.grad(energy(t, pick(i, c)), t, allow_unused=True)
+                out[i, c] = 0.0 if g is None else g
+        return out
+
+    def _per_example_grads(self, theta, rows):
+        batch = self.data.gather(rows)
+        if self.vectorized:
+            return self._private_fn("per_example")(theta, batch)
+        r, n, b = rows.shape
+        leaves, spec = _flatten(batch, "data")
+        wide = theta.unsqueeze(2).expand(r, n, b, self.dim).reshape(r, n * b, self.dim)
+        out = self._each(self._row_nll, wide,
+                         lambda i, k: _unflatten([leaf[i, k // b, k % b] for leaf in leaves], spec))
+        return out.reshape(r, n, b, self.dim)
+
+    def _nll_grad(self, theta, rows, clip):
+        if clip is not None:  # per example: FederatedProblem's chunked sum of the clipped gradients
+            return super()._nll_grad(theta, rows, clip)
+        if rows is not None:
+            batch = self.data.gather(rows)
+            if self.vectorized:
+                return self._private_fn("batch")(theta, batch)
+            leaves, spec = _flatten(batch, "data")
+            return self._each(lambda t, x: self._nll_sum(t, x, None), theta,
+                              lambda i, c: _unflatten([leaf[i, c] for leaf in leaves], spec))
+        out = torch.empty_like(theta)
+        for grp in self._full_groups():
+            idx = grp.clients.to(theta.device)
+            th = theta if grp.everyone else theta.index_select(1, idx)
+            if self.vectorized:
+                g = (self._private_fn("full_nomask")(th, grp.data) if grp.mask is None
+                     else self._private_fn("full")(th, grp.data, grp.mask))
+            else:
+                leaves, spec = _flatten(grp.data, "data")
+                g = self._each(lambda t, x: self._nll_sum(t, x[0], x[1]), th,
+                               lambda i, c: (_unflatten([leaf[c] for leaf in leaves], spec),
+                                             None if grp.mask is None else grp.mask[c]))
+            out[:, idx] = g
+        return out
+
+    def prior_grad(self, theta):
+        """grad U_0(theta[r, c]), (R, N, d): the prior share, by torch.func (the model run on
+        one row of each client where it needs data to run; U_0 must not depend on the data)."""
+        self._check_theta(theta)
+        first = self.data.stacked(torch.arange(self.num_clients), 1)  # (N, 1, ...)
+        if self.vectorized:
+            return self._private_fn("prior")(theta, first)
+        leaves, spec = _flatten(first, "data")
+        return self._each(self._prior_energy, theta, lambda i, c: _unflatten([leaf[c] for leaf in leaves], spec))
 
     # -- start-up checks ----------------------------------------------------------------------
     def _probe(self, theta0: torch.Tensor) -> None:

@@ -22,6 +22,7 @@ from typing import Any, Sequence
 import torch
 
 from fedlangevin._validation import check_int, check_tensor, gib, memory_bytes
+from fedlangevin.problems.private import check_rows, clip_norms, rows_without_replacement, summed_per_example
 
 __all__ = ["ClientSubset", "FederatedProblem", "QuadraticForm", "check_client_indices", "check_count_fits",
            "check_problem", "check_weights"]
@@ -102,6 +103,11 @@ class FederatedProblem:
     (exact Gaussian posterior), :meth:`constrain` (draws in the model's own space, named),
     ``smoothness`` L and ``convexity`` m (Assumptions 5.1–5.2), ``client_sizes`` n_c
     (needed for minibatches).
+
+    Private runs use :meth:`private_grad` (clipped gradients, minibatches without replacement);
+    a problem supports it by implementing :meth:`prior_grad` and ``_per_example_grads(theta,
+    rows)`` (per-example gradients: record and client level) or ``_nll_grad`` (the likelihood's
+    gradient alone: client level only); :meth:`check_privacy` says what is missing.
     """
 
     num_clients: int
@@ -181,6 +187,129 @@ class FederatedProblem:
             return list(self.var_names)
         return [f"theta[{i}]" for i in range(self.dim)]
 
+    # -- privacy (fedlangevin.privacy.RecordLevel / ClientLevel; docs/privacy.md) ---------------
+    def private_grad(
+        self,
+        theta: torch.Tensor,
+        privacy: Any,
+        *,
+        batch_size: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """grad f^c at theta[r, c] (shape (R, N, d)) with its data term clipped as ``privacy`` says.
+
+        The data term is s_c = (1/p_c)(n_c/b) sum_{i in B} g_i with g_i = grad l(theta; x_ci) the
+        per-example gradients of the negative log-likelihood (full batch, ``batch_size=None``:
+        every row, scale 1/p_c); the returned value is the clipped data term + grad U_0(theta),
+        the prior's gradient, which is public and never clipped.
+
+        - ``RecordLevel(clip=C)``: every g_i is clipped to clip_C(g_i) = g_i min(1, C/||g_i||)
+          before the sum. Substituting one record of client c moves sum_i clip_C(g_i) by at most
+          ``privacy.sensitivity`` = 2C, hence the returned gradient by at most (1/p_c)(n_c/b) 2C
+          (2C / p_c in full batch).
+        - ``ClientLevel(clip=C)``: the scaled data term s_c itself is clipped to norm <= C, so
+          replacing client c's whole data moves the returned gradient by at most 2C.
+
+        With ``batch_size=b`` each client's minibatch is b distinct rows drawn uniformly
+        without replacement (:meth:`private_rows`, with ``generator``), independently per chain,
+        client and call: the sampling the accountant assumes. A problem whose negative
+        log-likelihood is not a sum of per-row terms refuses ``RecordLevel`` (:meth:`check_privacy`,
+        a ValueError saying why, before any work). ``grad`` is unchanged by all of this.
+        """
+        privacy = self.check_privacy(privacy)
+        self._check_private_theta(theta)
+        b = self.check_batch_size(batch_size)
+        p = self.weights.to(device=theta.device, dtype=theta.dtype)
+        if b is None:
+            rows, scale = None, 1.0 / p
+        else:
+            rows = self._draw_rows(theta.shape[0], b, generator, theta.device)
+            scale = self.client_sizes.to(device=theta.device, dtype=theta.dtype) / (p * b)
+        record = privacy.adjacency == "record"
+        data = self._nll_grad(theta, rows, privacy.clip if record else None) * scale[:, None]
+        if not record:
+            data = clip_norms(data, privacy.clip)
+        return data + self.prior_grad(theta)
+
+    def check_privacy(self, privacy: Any) -> Any:
+        """``privacy`` if it is a :class:`~fedlangevin.privacy.RecordLevel` or
+        :class:`~fedlangevin.privacy.ClientLevel` record this problem can apply; else a
+        ValueError naming ``privacy`` and saying why (for instance record-level privacy on a
+        model whose energy is not a sum of per-row terms). Cheap: call it before any work."""
+        from fedlangevin.privacy.mechanism import check_privacy
+
+        privacy = check_privacy(privacy)
+        reason = self._privacy_refusal(privacy.adjacency)
+        if reason is not None:
+            what = ("record-level privacy clips per-example gradients, so it needs a negative log-likelihood that is "
+                    "a sum of per-row terms" if privacy.adjacency == "record" else
+                    "client-level privacy clips each client's likelihood gradient, so it needs the likelihood apart "
+                    "from the prior")
+            raise ValueError(f"privacy={privacy!r}: {what}; {type(self).__name__} {reason}")
+        return privacy
+
+    def per_example_grads(self, theta: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """The per-example gradients grad l(theta[r, c]; x_{c, rows[r, c, i]}) of the negative
+        log-likelihood, shape (R, N, B, d), unscaled and unclipped; theta (R, N, d), ``rows``
+        (R, N, B) integer row indices of each client, in [0, n_c). Vectorised over chains,
+        clients and rows (closed form or ``torch.func``)."""
+        self._check_private_theta(theta)
+        if self._privacy_refusal("record") is not None:
+            raise ValueError(f"per_example_grads: {type(self).__name__} {self._privacy_refusal('record')}")
+        rows = check_rows(rows, theta.shape[0], self.client_sizes)
+        return self._per_example_grads(theta, rows.to(theta.device))
+
+    def prior_grad(self, theta: torch.Tensor) -> torch.Tensor:
+        """grad U_0(theta[r, c]), the prior share's gradient (public: no data), shape (R, N, d)."""
+        raise NotImplementedError
+
+    def private_rows(self, chains: int, batch_size: int, *, generator: torch.Generator | None = None,
+                     device: torch.device | str | None = None) -> torch.Tensor:
+        """Row indices (R, N, b) of a private minibatch: b distinct rows of each client, drawn
+        uniformly without replacement, independently per chain and client (one call: one step)."""
+        chains = check_int("chains", chains, 1)
+        b = self.check_batch_size(batch_size)
+        if b is None:
+            raise ValueError("batch_size must be an integer >= 1 for a minibatch; got None")
+        return self._draw_rows(chains, b, generator, self.client_sizes.device if device is None else device)
+
+    def _draw_rows(self, chains: int, b: int, generator, device) -> torch.Tensor:
+        """:meth:`private_rows` without its checks (the caller made them)."""
+        return rows_without_replacement(self.client_sizes, chains, b, generator, device, **self._draw_layout())
+
+    def _draw_layout(self) -> dict:
+        """Keyword arguments of :func:`~fedlangevin.problems.private.rows_without_replacement`
+        beyond the sizes (a problem restricted to some clients draws for the whole federation)."""
+        return {}
+
+    # extension points of the private gradient (a problem implements what it can):
+    def _per_example_grads(self, theta: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """Per-example NLL gradients (R, N, B, d) at the valid rows (R, N, B); no checks."""
+        raise NotImplementedError
+
+    def _nll_grad(self, theta: torch.Tensor, rows: torch.Tensor | None, clip: float | None) -> torch.Tensor:
+        """sum_i clip_C(g_i) over the rows (R, N, b) of each client, or over all its rows for
+        ``rows=None``, unscaled, (R, N, d); ``clip=None``: the plain sum. Default: from
+        :meth:`_per_example_grads` in chunks of rows (bounded memory)."""
+        return summed_per_example(self._per_example_grads, theta, self.client_sizes, rows, clip)
+
+    def _privacy_refusal(self, adjacency: str) -> str | None:
+        """Why this problem cannot apply privacy of this ``adjacency`` ("record" / "client"), or None."""
+        cls = type(self)
+        if cls.prior_grad is FederatedProblem.prior_grad:
+            return "does not implement prior_grad() (the prior's gradient, kept apart from the likelihood's)"
+        rowwise = cls._per_example_grads is not FederatedProblem._per_example_grads
+        if adjacency == "record" and (not rowwise or self.client_sizes is None):
+            return "does not implement per-example gradients (_per_example_grads) over per-client data rows"
+        if not rowwise and cls._nll_grad is FederatedProblem._nll_grad:
+            return "does not implement the likelihood's gradient alone (_nll_grad)"
+        return None
+
+    def _check_private_theta(self, theta: torch.Tensor) -> None:
+        if not isinstance(theta, torch.Tensor) or theta.dim() != 3 or tuple(theta.shape[1:]) != (self.num_clients, self.dim):
+            shape = tuple(theta.shape) if isinstance(theta, torch.Tensor) else type(theta).__name__
+            raise ValueError(f"theta must be a tensor of shape (R, {self.num_clients}, {self.dim}); got {shape}")
+
 
 def check_client_indices(indices: Sequence[int], num_clients: int) -> torch.Tensor:
     """Distinct client indices in [0, N - 1], as an int64 tensor (ValueError naming ``indices``)."""
@@ -221,6 +350,42 @@ class ClientSubset(FederatedProblem):
         full = theta[:, :1].expand(r, self.problem.num_clients, d).clone()
         full.index_copy_(1, idx, theta)
         return self.problem.grad(full, batch_size=batch_size, generator=generator).index_select(1, idx)
+
+    def _full(self, theta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The held clients' states placed in a full (R, N, ...) tensor, and the held indices."""
+        idx = self.indices.to(theta.device)
+        full = theta[:, :1].expand(theta.shape[0], self.problem.num_clients, *theta.shape[2:]).clone()
+        full.index_copy_(1, idx, theta)
+        return full, idx
+
+    # the private gradient: the full problem's (its draws for every client, the held ones kept)
+    def check_privacy(self, privacy):
+        return self.problem.check_privacy(privacy)
+
+    def private_grad(self, theta, privacy, *, batch_size=None, generator=None):
+        self._check_private_theta(theta)
+        full, idx = self._full(theta)
+        return self.problem.private_grad(full, privacy, batch_size=batch_size, generator=generator).index_select(1, idx)
+
+    def private_rows(self, chains, batch_size, *, generator=None, device=None):
+        rows = self.problem.private_rows(chains, batch_size, generator=generator, device=device)
+        return rows.index_select(1, self.indices.to(rows.device))
+
+    def per_example_grads(self, theta, rows):
+        self._check_private_theta(theta)
+        rows = check_rows(rows, theta.shape[0], self.client_sizes).to(theta.device)
+        full, idx = self._full(theta)
+        full_rows = rows.new_zeros(rows.shape[0], self.problem.num_clients, rows.shape[2])  # row 0 exists everywhere
+        full_rows.index_copy_(1, idx, rows)
+        return self.problem.per_example_grads(full, full_rows).index_select(1, idx)
+
+    def prior_grad(self, theta):
+        self._check_private_theta(theta)
+        full, idx = self._full(theta)
+        return self.problem.prior_grad(full).index_select(1, idx)
+
+    def _privacy_refusal(self, adjacency):
+        return self.problem._privacy_refusal(adjacency)
 
     def to(self, device=None, dtype=None):
         return ClientSubset(self.problem.to(device=device, dtype=dtype), self.indices.tolist())

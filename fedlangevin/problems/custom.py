@@ -79,7 +79,8 @@ class CustomProblem(AutodiffProblem):
         ``client_energy(theta, batch)`` equals the sum of ``client_energy(theta, row)`` over
         one-row batches). Clients of different sizes then take one vectorised call instead of
         one per distinct size (``docs/models.md``: up to N times faster for N sizes); the
-        gradients agree with ``rowwise=False`` to rounding. Default False.
+        gradients agree with ``rowwise=False`` to rounding. Default False. Record-level
+        privacy (per-example gradients, ``fedlangevin.privacy.RecordLevel``) needs it.
     """
 
     def __init__(
@@ -195,6 +196,26 @@ class CustomProblem(AutodiffProblem):
 
         rows = torch.func.vmap(one_row)(*leaves)
         return (rows * mask.to(rows.dtype)).sum()
+
+    # -- the private gradient (FederatedProblem.private_grad) -------------------------------------
+    def _nll_sum(self, theta, data, mask):
+        return self.client_energy(theta, data) if mask is None else self._rowwise(theta, data, mask)
+
+    def _prior_energy(self, theta, data):
+        return self.prior(theta)
+
+    def prior_grad(self, theta):
+        """grad U_0(theta[r, c]) of ``prior`` (zeros for a flat prior), shape (R, N, d)."""
+        self._check_theta(theta)
+        return torch.zeros_like(theta) if self.prior is None else super().prior_grad(theta)
+
+    def _privacy_refusal(self, adjacency):
+        if adjacency == "record" and not self._can_mask:
+            return ("was built with rowwise=False: client_energy(theta, batch) is not declared a sum of per-row "
+                    "terms, so a record's gradient is not defined. Pass rowwise=True if client_energy(theta, batch) "
+                    "equals the sum of client_energy(theta, row) over one-row batches, or use "
+                    "fedlangevin.privacy.ClientLevel")
+        return super()._privacy_refusal(adjacency)
 
     def constrain(self, samples: Any) -> dict[str, np.ndarray] | None:
         """Draws (..., d) split into the named blocks of ``param_shapes`` (None without it)."""

@@ -180,6 +180,31 @@ class QuadraticProblem(FederatedProblem):
         grads = (a @ mean if a.dim() == 2 else torch.einsum("nij,j->ni", a, mean)) - self.shifts.double().cpu()
         return float(torch.linalg.vector_norm(grads, dim=-1).max())
 
+    # -- the private gradient (FederatedProblem.private_grad) -----------------------------
+    #: whether the problem keeps its data rows (per-example gradients, private minibatches)
+    _has_rows = False
+
+    def prior_grad(self, theta):
+        """0: a quadratic problem keeps no prior apart from its client energies, so the whole
+        gradient A_c theta - b_c counts as the client's data term (client-level privacy clips it all)."""
+        self._check_private_theta(theta)
+        return torch.zeros_like(theta)
+
+    def _nll_grad(self, theta, rows, clip):
+        # p_c (A_c theta - b_c): the data term A_c theta - b_c once private_grad scales it by 1/p_c
+        return (self._affine(theta) - self.shifts) * self.weights.to(theta)[:, None]
+
+    def _privacy_refusal(self, adjacency):
+        if adjacency == "record" and not self._has_rows:
+            return ("keeps no data rows (its client energies are quadratic forms A_c, b_c): use "
+                    "fedlangevin.privacy.ClientLevel, or a problem that holds the rows (GaussianSimulation)")
+        return super()._privacy_refusal(adjacency)
+
+    def _draw_rows(self, chains, b, generator, device):
+        if not self._has_rows:
+            raise ValueError(f"batch_size is not supported by {type(self).__name__} (no data rows); use batch_size=None")
+        return super()._draw_rows(chains, b, generator, device)
+
     def clients(self, indices):
         """The quadratic of the clients ``indices`` only: A_c and b_c of those clients, their p_c
         (see :meth:`FederatedProblem.clients`); no random draws, so nothing else to keep."""
@@ -306,6 +331,31 @@ class GaussianSimulation(QuadraticProblem):
 
     def _tensor_attrs(self):
         return ("hessians", "shifts", "data", "lik_hessian")
+
+    # -- the private gradient: l(theta; x) = 1/2 (theta - x)^T Sigma^{-1} (theta - x) per row ------
+    _has_rows = True
+
+    def _per_example_grads(self, theta, rows):
+        """Sigma^{-1} (theta - x_i) for the rows (R, N, B): shape (R, N, B, d)."""
+        r, n, b = rows.shape
+        d, n_max = self.dim, self.data.shape[1]
+        flat = rows.to(self.data.device) + (torch.arange(n, device=self.data.device) * n_max)[None, :, None]
+        x = self.data.reshape(-1, d).index_select(0, flat.reshape(-1)).reshape(r, n, b, d)
+        return (theta.unsqueeze(2) - x) @ (self.lik_hessian / self.num_data)  # Sigma^{-1} symmetric
+
+    def _nll_grad(self, theta, rows, clip):
+        if clip is not None:  # per example: FederatedProblem's chunked sum of the clipped gradients
+            return FederatedProblem._nll_grad(self, theta, rows, clip)
+        precision = self.lik_hessian / self.num_data
+        if rows is None:  # sum_i Sigma^{-1} (theta - x_i) = Sigma^{-1} (n_c theta - sum_i x_i); padding rows are 0
+            sizes = self.client_sizes.to(device=theta.device, dtype=theta.dtype)
+            return (theta * sizes[:, None] - self.data.sum(1)) @ precision
+        return self._per_example_grads(theta, rows).sum(2)
+
+    def prior_grad(self, theta):
+        """grad U_0 = lambda theta (the prior_precision's share of every client)."""
+        self._check_private_theta(theta)
+        return theta * self.prior_precision
 
     def __repr__(self) -> str:
         return (

@@ -36,113 +36,27 @@ without a vectorised data plate falls back to one vectorised call per distinct c
 Minibatches (``FALD(batch_size=b)``): b rows per client drawn uniformly with replacement,
 likelihood scaled by (1/p_c)(n_c/b); unbiased when the rows are conditionally independent
 given the latents (what the data plate declares).
+
+Privacy (:meth:`~fedlangevin.problems.FederatedProblem.private_grad`): per-example gradients
+are ``torch.func.grad`` of the likelihood of one-row batches, vmapped over rows, clients and
+chains; record-level privacy needs the data plate (every observed site inside it: the
+likelihood is then a sum over rows). The prior share (latent sites, factors outside the data
+plate, log-Jacobians) is public and must not depend on the data; its gradient takes one more
+run of the model (on one row of each client).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 
 from fedlangevin.problems._autodiff import AutodiffProblem, ClientData
+from fedlangevin.problems._pyro_sites import LatentSite, _is_identity, _messenger_class, _pyro, _site_kind
 
 __all__ = ["PyroProblem"]
-
-
-def _pyro():
-    try:
-        import pyro  # noqa: F401
-    except ImportError as exc:  # pragma: no cover - pyro is in the [pyro] extra
-        raise ImportError("PyroProblem needs pyro-ppl: pip install 'fedlangevin[pyro]'") from exc
-    return pyro
-
-
-@dataclass(frozen=True)
-class LatentSite:
-    """A latent (global) site: constrained shape, unconstrained shape, slice of theta."""
-
-    name: str
-    shape: tuple[int, ...]
-    unconstrained_shape: tuple[int, ...]
-    start: int
-    stop: int
-    transform: Any  # biject_to(support) at the initial point (used for init and names)
-    support: str
-
-
-def _site_kind(site) -> str:
-    """'subsample' | 'latent' | 'deterministic' | 'factor' | 'observed' | 'other'."""
-    from pyro.poutine.util import site_is_subsample
-
-    if site["type"] != "sample":
-        return "other"
-    if site_is_subsample(site):
-        return "subsample"
-    if not site["is_observed"]:
-        return "latent"
-    infer = site.get("infer") or {}
-    if infer.get("_deterministic"):
-        return "deterministic"
-    if infer.get("is_auxiliary"):
-        return "factor"
-    return "observed"
-
-
-def _is_identity(t) -> bool:
-    from torch.distributions import transforms as T
-
-    while isinstance(t, T.IndependentTransform):
-        t = t.base_transform
-    return isinstance(t, T.ComposeTransform) and not t.parts
-
-
-def _messenger_class():
-    from pyro.poutine.messenger import Messenger
-    from pyro.poutine.util import site_is_subsample
-    from torch.distributions import biject_to
-
-    class _SetLatents(Messenger):
-        """Sets every latent site to T_s(z_s) and records log|det J_s| (no random draws)."""
-
-        def __init__(self, values: Mapping[str, torch.Tensor] | None) -> None:
-            super().__init__()
-            self.values = values  # None: discovery, every latent at z = 0
-            self.log_det: list[torch.Tensor] = []
-
-        def _pyro_sample(self, msg) -> None:
-            if msg["is_observed"] or site_is_subsample(msg):
-                return
-            name = msg["name"]
-            if msg["fn"].support.is_discrete:
-                raise ValueError(
-                    f"latent site {name!r} is discrete (support {msg['fn'].support}); PyroProblem needs continuous "
-                    "latent sites (FA-LD is a gradient method): marginalise it out of the model or observe it"
-                )
-            try:
-                t = biject_to(msg["fn"].support)
-            except NotImplementedError:
-                raise ValueError(
-                    f"latent site {name!r} has a support ({msg['fn'].support}) with no registered bijection (biject_to); "
-                    "PyroProblem needs continuous latent sites"
-                ) from None
-            if self.values is None:
-                shape = msg["fn"].batch_shape + msg["fn"].event_shape
-                z = torch.zeros(t.inverse_shape(shape), dtype=torch.float64)
-            elif name in self.values:
-                z = self.values[name]
-            else:
-                raise ValueError(
-                    f"the model drew a latent site {name!r} that it did not have when the problem was built; "
-                    "PyroProblem needs a model whose latent sites are the same on every call and every client"
-                )
-            x = t(z)
-            self.log_det.append(t.log_abs_det_jacobian(z, x).sum())
-            msg["value"] = x
-
-    return _SetLatents
 
 
 class PyroProblem(AutodiffProblem):
@@ -359,6 +273,11 @@ class PyroProblem(AutodiffProblem):
         return tr, setter.log_det
 
     def _energy(self, theta, data, mask, scale):
+        lik, prior = self._terms(theta, data, mask)
+        return -(scale * lik + prior)
+
+    def _terms(self, theta, data, mask):
+        """(log-likelihood of the data's rows, log prior + log|det J|) at theta, one model run."""
         from pyro.distributions.util import scale_and_mask
 
         tr, log_det = self._run(theta, data)
@@ -379,7 +298,21 @@ class PyroProblem(AutodiffProblem):
             lik = lik + lp.sum()
         for term in log_det:
             prior = prior + term
-        return -(scale * lik + prior)
+        return lik, prior
+
+    # -- the private gradient (FederatedProblem.private_grad) ----------------------------------
+    def _nll_sum(self, theta, data, mask):
+        return -self._terms(theta, data, mask)[0]
+
+    def _prior_energy(self, theta, data):
+        return -self._terms(theta, data, None)[1]
+
+    def _privacy_refusal(self, adjacency):
+        if adjacency == "record" and self.data_plate is None:
+            return ("has no data plate (no pyro.plate over the rows that every observed site is inside): its "
+                    "likelihood is not declared a sum over rows; put the observed sites inside pyro.plate over the "
+                    "data rows (or name it with data_plate=), or use fedlangevin.privacy.ClientLevel")
+        return super()._privacy_refusal(adjacency)
 
     def _mask_rows(self, lp: torch.Tensor, site, mask: torch.Tensor) -> torch.Tensor:
         frame = next((f for f in site["cond_indep_stack"] if f.name == self.data_plate), None)

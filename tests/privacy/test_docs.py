@@ -65,3 +65,12 @@ def test_bounded_work_example_prints_what_the_page_says():
     printed = _run(blocks[0])
     assert printed[0] == "True pld"
     assert printed[1].startswith("discretization=1e-09 needs about 7.81e+07 grid points")
+
+
+def test_clipping_example_prints_what_its_comments_say():
+    blocks = [body for lang, body in _blocks(PAGE.read_text()) if lang == "python" and "private_grad" in body]
+    assert len(blocks) == 1
+    printed = _run(blocks[0])
+    expected = [line.split("#", 1)[1].strip() for line in blocks[0].splitlines()
+                if line.startswith("print(") and "#" in line]
+    assert printed == expected
