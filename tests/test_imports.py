@@ -128,16 +128,11 @@ def test_the_layer_rule_catches_an_upward_import(monkeypatch):
         test_fald_modules_import_only_from_their_own_and_lower_layers()
 
 
-# split by a parallel change (issue 24): these two are still longer than 500 lines on this branch;
-# the list is removed when that change is merged
-LONG_MODULES_ALLOWED = {"fedlangevin/problems/pyro.py", "fedlangevin/privacy/accountant.py"}
-
-
 def test_no_module_in_the_package_is_longer_than_500_lines():
     """One job per module, readable in one sitting: every module of the package, subpackages included."""
     long = {}
     for p in ROOT.rglob("*.py"):
         name = p.relative_to(ROOT.parent).as_posix()
-        if (n := len(p.read_text().splitlines())) > 500 and name not in LONG_MODULES_ALLOWED:
+        if (n := len(p.read_text().splitlines())) > 500:
             long[name] = n
     assert not long, long
