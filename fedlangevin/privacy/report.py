@@ -67,7 +67,8 @@ class PrivacyReport:
         lines = [
             f"FA-LD run: {m['chains']} chain(s) x {m['iterations']} local steps (K = {m['local_steps']}, "
             f"{m['iterations'] // m['local_steps']} rounds), {m['participation']}, gamma = {m['gamma']:.4g}, eta <= {m['eta_max']:.4g}, tau = {m['tau']:g}, "
-            f"rho = {m['rho']:g}, sensitivity = {m['sensitivity']:g}",
+            f"rho = {m['rho']:g}, sensitivity = {m['sensitivity']:g} ({m.get('sensitivity_basis', 'given')}); "
+            f"adjacency: one record of one client substituted; the server sees every upload",
             f"tight accountant (PLD): epsilon = {self.tight.epsilon:.4g} at delta = {self.delta:.3g}   "
             f"[RDP: {self.tight.rdp_epsilon:.4g}, lower bound: {self.tight.lower_epsilon:.4g}; z = "
             f"{self.tight.noise_multiplier:.4g}, q = {self.tight.q:.4g}]",
@@ -86,7 +87,34 @@ def _participation(settings: Any, num_clients: int) -> tuple[str, int]:
     return scheme, int(settings.num_sampled)
 
 
-def trace_privacy(trace: Any, *, delta: float, sensitivity: float, delta0: float | None = None,
+def _sensitivity(settings: Any, sensitivity: Any) -> tuple[float, str]:
+    """(Delta_l, how it is known): derived from a private run's clip, or the given assumption."""
+    mechanism = getattr(settings, "privacy", "none")
+    if mechanism == "none":
+        if sensitivity is None:
+            raise ValueError("sensitivity: this run clipped nothing (it was built without privacy=), so its "
+                             "sensitivity can only be assumed: give sensitivity=, or run with "
+                             "privacy=fedlangevin.privacy.RecordLevel(clip=C), whose sensitivity 2C is derived")
+        if settings.batch_size is not None:
+            raise ValueError(
+                "trace.privacy: this run drew its minibatches with replacement (runs without privacy= do), which the "
+                "accountant (Assumption G.2: fixed-size batches without replacement) does not cover, so no epsilon "
+                "is reported; run with privacy=RecordLevel(clip=C) (fixed-size batches without replacement) or "
+                "full batches")
+        return check_real("sensitivity", sensitivity, low=0.0, low_open=True), "assumed, not enforced"
+    if sensitivity is not None:
+        raise ValueError(f"sensitivity: the run's mechanism {mechanism} derives it from its clip; do not give one")
+    from fedlangevin.privacy.mechanism import RecordLevel
+
+    if not mechanism.startswith("RecordLevel("):
+        raise ValueError(f"trace.privacy: the accountant here is record-level (Assumption G.1, one record of one "
+                         f"client changes); the run's {mechanism} is client-level, whose accounting is not built yet, "
+                         "so no epsilon is reported")
+    clip = float(mechanism[len("RecordLevel(clip="):-1])
+    return RecordLevel(clip=clip).sensitivity, f"derived: 2 x clip {clip:g}, every per-example gradient clipped"
+
+
+def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None, delta0: float | None = None,
                   delta1: float | None = None, delta2: float | None = None, chains: int | None = None,
                   discretization: float | None = None, step_size_ratio: float = 1.05) -> PrivacyReport:
     """Report the (epsilon, delta) an FA-LD run spent, under the tight accountant and the paper's bound.
@@ -109,8 +137,8 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float, delta0: float
     if problem is None:
         raise ValueError("trace.privacy needs the trace's problem (client weights); this trace has none")
     delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
-    sensitivity = check_real("sensitivity", sensitivity, low=0.0, low_open=True)
     settings = trace.settings
+    sensitivity, enforced = _sensitivity(settings, sensitivity)
     if getattr(settings, "scheme", None) not in ("full", "I", "II"):
         raise ValueError("trace.settings must be the run's Settings record (with its participation scheme); "
                          f"got {type(settings).__name__}")
@@ -153,8 +181,8 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float, delta0: float
     else:
         sizes = np.asarray(sizes, dtype=np.float64)
         gammas = np.minimum(1.0, float(b) / sizes)
-        notes.append("assumes minibatches drawn uniformly without replacement (Assumption G.2); a sampler drawing "
-                     "indices with replacement is not covered")
+        notes.append("minibatches of fixed size drawn uniformly without replacement in every step (Assumption "
+                     "G.2), as the private run drew them")
     gamma = float(gammas.max())
     # z_c^2 is proportional to gamma_c^2 p_c: the tight accountant takes the smallest over clients
     p_eff = float((gammas**2 * weights).min() / gamma**2)
@@ -196,7 +224,7 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float, delta0: float
         notes.append(f"{r} chains released: composed as {r} runs on the same data")
     participation = (f"full participation of N = {n}" if settings.scheme == "full"
                      else f"scheme {scheme} with S = {s} of N = {n}")
-    mechanism = dict(common, participation=participation, gamma=gamma, p_min=p_min, eta_max=eta_max, iterations=t, chains=r,
+    mechanism = dict(common, sensitivity_basis=enforced, participation=participation, gamma=gamma, p_min=p_min, eta_max=eta_max, iterations=t, chains=r,
                      delta0=delta0, delta1=delta1, delta2=delta2)
     return PrivacyReport(delta=delta, epsilon=tight.epsilon, tight=tight, paper=paper, chains=r,
                          mechanism=mechanism, notes=tuple(notes))

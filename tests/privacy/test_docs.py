@@ -74,3 +74,9 @@ def test_clipping_example_prints_what_its_comments_say():
     expected = [line.split("#", 1)[1].strip() for line in blocks[0].splitlines()
                 if line.startswith("print(") and "#" in line]
     assert printed == expected
+
+
+def test_private_run_example_prints_what_its_comments_say():
+    blocks = [body for lang, body in _blocks(PAGE.read_text()) if lang == "python" and "RecordLevel(clip=1.0))" in body]
+    assert len(blocks) == 1
+    assert _run(blocks[0]) == ["2.0 RecordLevel(clip=1.0)", "True"]

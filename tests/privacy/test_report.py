@@ -25,8 +25,10 @@ def _run(problem, **kw):
 
 
 def test_report_matches_the_accountants_on_the_run_settings(problem):
-    trace = _run(problem, participation=fl.SchemeII(4), batch_size=2)  # gamma = 2 / 20
-    report = trace.privacy(delta=1e-5, sensitivity=1.0)
+    # a private run: per-example gradients clipped to 0.5, so the sensitivity 2 x 0.5 = 1 is derived
+    trace = _run(problem, participation=fl.SchemeII(4), batch_size=2,  # gamma = 2 / 20
+                 privacy=fl.privacy.RecordLevel(clip=0.5))
+    report = trace.privacy(delta=1e-5)
     mech = dict(tau=1.0, rho=0.0, gamma=0.1, sensitivity=1.0, p_min=0.1, num_clients=10, num_sampled=4,
                 local_steps=5, scheme="II")
     # two chains released: two runs of T = 100 steps composed = 200 steps
@@ -38,10 +40,29 @@ def test_report_matches_the_accountants_on_the_run_settings(problem):
     assert report.paper.delta == pytest.approx(1e-5, rel=1e-12)
     assert report.tight.lower_epsilon <= report.epsilon <= report.tight.rdp_epsilon
     assert any("2 chains" in n for n in report.notes) and any("without replacement" in n for n in report.notes)
-    one = trace.privacy(delta=1e-5, sensitivity=1.0, chains=1)
+    one = trace.privacy(delta=1e-5, chains=1)
     assert one.epsilon < report.epsilon
     text = report.summary()
     assert "tight accountant" in text and "paper" in text
+    assert "sensitivity = 1 (derived: 2 x clip 0.5" in text
+
+
+def test_a_private_run_derives_the_sensitivity_and_refuses_a_typed_one(problem):
+    trace = _run(problem, batch_size=2, privacy=fl.privacy.RecordLevel(clip=0.5))
+    with pytest.raises(ValueError, match="sensitivity: the run's mechanism RecordLevel.clip=0.5. derives it"):
+        trace.privacy(delta=1e-5, sensitivity=1.0)
+    client = _run(problem, privacy=fl.privacy.ClientLevel(clip=0.5))
+    with pytest.raises(ValueError, match="client-level, whose accounting is not built yet"):
+        client.privacy(delta=1e-5)
+
+
+def test_a_run_without_privacy_has_an_assumed_sensitivity_and_no_epsilon_for_minibatches_with_replacement(problem):
+    report = _run(problem, chains=1).privacy(delta=1e-5, sensitivity=1.0)
+    assert "sensitivity = 1 (assumed, not enforced)" in report.summary()
+    with pytest.raises(ValueError, match="sensitivity: this run clipped nothing"):
+        _run(problem, chains=1).privacy(delta=1e-5)
+    with pytest.raises(ValueError, match="drew its minibatches with replacement"):
+        _run(problem, chains=1, batch_size=2).privacy(delta=1e-5, sensitivity=1.0)
 
 
 def test_full_participation_and_full_batch(problem):
@@ -77,8 +98,8 @@ def test_step_size_condition_is_checked_client_by_client():
     for every client; the binding one is the largest client (gamma_c^2 p_c = b^2 / (n_c n))."""
     problem = fl.problems.GaussianSimulation(num_clients=2, samples_per_client=[10, 90], seed=0)
     trace = fl.FALD(problem, step_size=1e-7, local_steps=1, batch_size=5, seed=0,
-                    participation=fl.SchemeI(1)).run(4)
-    report = trace.privacy(delta=1e-5, sensitivity=1.0)
+                    participation=fl.SchemeI(1), privacy=fl.privacy.RecordLevel(clip=0.5)).run(4)
+    report = trace.privacy(delta=1e-5)  # sensitivity 2 x 0.5 = 1
     d0 = report.mechanism["delta0"]
     limit = (5 / 90) ** 2 * 0.9 / math.log(1.25 / d0)
     assert report.paper.eta_max == pytest.approx(limit, rel=1e-12)

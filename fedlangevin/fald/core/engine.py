@@ -252,8 +252,11 @@ def check_gradient(work: FederatedProblem, dtype: torch.dtype, device: torch.dev
     with its own generator (the run's random stream is untouched). ``ValueError`` naming the
     problem's ``grad``. A gradient that raises at the probe point is left to the run (which
     reports it where it happens), so that a problem defined away from the probe point is not
-    refused."""
+    refused. Not evaluated for a problem with ``no_probe`` set (:class:`~fedlangevin.problems.clipped.Clipped`:
+    a private run reads data only in its noisy steps; its gradient is the package's ``private_grad``)."""
     problem = work if problem is None else problem
+    if getattr(work, "no_probe", False):  # a private run's problem: a probe would read data outside the noisy steps
+        return
     n, d = work.num_clients, work.dim
     theta = torch.zeros(1, n, d, dtype=dtype, device=device)
     start = getattr(problem, "initial_params", None)

@@ -41,7 +41,9 @@ class Settings(Mapping):
     correction_releases : what the correction releases besides FA-LD's uploads ("" when nothing:
     none, or switched off); privacy accounting refuses a run where it is not empty; sampler : the
     sampler family ("FA-LD"; a kernel of your own run by :class:`~fedlangevin.fald.runner.base.Runner`
-    gives its ``name``): privacy accounting is FA-LD's and refuses any other.
+    gives its ``name``): privacy accounting is FA-LD's and refuses any other; privacy : the
+    mechanism's repr (``"RecordLevel(clip=1.0)"``), "none" for a run that clips nothing (its
+    sensitivity can only be assumed).
     """
 
     local_steps: int
@@ -68,6 +70,7 @@ class Settings(Mapping):
     correction: str = "none"
     correction_releases: str = ""
     sampler: str = "FA-LD"
+    privacy: str = "none"
 
     def __getitem__(self, key: str) -> Any:
         if key not in MAPPING_KEYS:

@@ -188,10 +188,13 @@ class Trace:
             mean, cov = self.posterior()
         return w2_floor(mean, cov, self.num_chains, repeats=repeats, seed=seed)
 
-    def privacy(self, *, delta: float, sensitivity: float, **kwargs: Any):
+    def privacy(self, *, delta: float, sensitivity: float | None = None, **kwargs: Any):
         """(epsilon, delta) this run spent: tight accountant and the paper's Thm 6.1 / G.3.
 
-        ``sensitivity`` is Delta_l of Assumption G.1; other keywords (delta0/1/2, chains,
+        A private run (``FALD(..., privacy=RecordLevel(clip=C))``) derives the sensitivity from
+        its clip (2C) and refuses one given here; a run without ``privacy=`` clips nothing, so
+        ``sensitivity`` (Delta_l of Assumption G.1) is an assumption the report says is not
+        enforced; other keywords (delta0/1/2, chains,
         discretization) as :func:`fedlangevin.privacy.trace_privacy`, which documents what is
         counted. Returns a :class:`fedlangevin.privacy.PrivacyReport` (``.summary()`` prints it).
         """

@@ -118,6 +118,8 @@ def fald_record(sampler: Any) -> dict:
         "adapted": bool(sampler.adapted),
         "adaptation": None if sampler.adapter is None else ckpt.encode(sampler.adapter.record()),
         "correction": ckpt.encode(drift.record(sampler)),
+        "privacy": None if sampler.privacy is None else {"adjacency": sampler.privacy.adjacency,
+                                                         "clip": float(sampler.privacy.clip)},
     }
 
 
@@ -385,7 +387,7 @@ def resume_sampler(cls, path, *, problem=None, step_size=None, participation=Non
             correlation=settings["correlation"], participation=rule, chains=settings["chains"],
             batch_size=settings["batch_size"], device=new_device, dtype=settings["dtype"], seed=settings["seed"],
             noise_dtype=settings["noise_dtype"], streams=settings.get("streams", "single"), transport=transport,
-            adapt=bool(settings.get("adapt", False)), correction=correction,
+            adapt=bool(settings.get("adapt", False)), correction=correction, privacy=_privacy(record.get("privacy")),
         )
         sampler.state, sampler.active = resume_state(record, used, problem.dim, sampler.device, sampler.dtype)
         resume_generator(sampler.generator, record, saved_device, new_device, sampler.seed)
@@ -402,3 +404,15 @@ def resume_sampler(cls, path, *, problem=None, step_size=None, participation=Non
     sampler._writer.resumed(record, main)
     sampler._pending = pending_run(sampler, record["run"], main, used, transport)
     return sampler
+
+
+def _privacy(entry: Any) -> Any:
+    """The private run's mechanism from its checkpoint entry (None: not private)."""
+    if entry is None:
+        return None
+    from fedlangevin.privacy.mechanism import ClientLevel, RecordLevel
+
+    kinds = {"record": RecordLevel, "client": ClientLevel}
+    if not isinstance(entry, dict) or entry.get("adjacency") not in kinds:
+        raise ValueError(f"privacy entry {entry!r:.80} is not a record- or client-level mechanism")
+    return kinds[entry["adjacency"]](clip=entry.get("clip"))

@@ -41,6 +41,7 @@ from fedlangevin.fald.runner.base import Runner
 from fedlangevin.fald.runner.runs import Run
 from fedlangevin.fald.results.settings import Settings
 from fedlangevin.problems.base import FederatedProblem, check_problem, check_weights
+from fedlangevin.problems.clipped import Clipped
 
 __all__ = ["FALD"]
 
@@ -96,6 +97,13 @@ class FALD(Runner):
         with ``step_size="auto"`` only, and not with ``streams="per_client"``).
     correction : a drift correction against heterogeneous clients (``docs/drift.md``):
         ``"control_variates"``, ``"conducive"``, ``"qlsd++"`` or their settings records.
+    privacy : :class:`fedlangevin.privacy.RecordLevel` or :class:`~fedlangevin.privacy.ClientLevel`
+        (``docs/privacy.md``): every local step's likelihood gradient is clipped (per example, or
+        each client's sum) and minibatches are drawn without replacement, so the sensitivity the
+        accountant uses is derived from the clip (``trace.privacy(delta=...)`` takes none). The
+        kernel sees only the clipped gradients (:class:`fedlangevin.problems.clipped.Clipped`).
+        A private run needs a numeric step size or schedule and no ``init="map"``, ``adapt`` or
+        ``correction``: those query client data without noise (refused before any work).
 
     Long runs (``docs/long-runs.md``): :meth:`run` takes ``checkpoint=``/``checkpoint_every=``
     (atomic checkpoints), ``store=`` (draws appended to disk, flat memory), ``stats=``/
@@ -120,6 +128,7 @@ class FALD(Runner):
     preconditioner_norm: float         #: the largest lambda_max(M) run with (privacy accounting)
     adapted: bool                      #: an adaptive warm-up has finished (M and eta frozen)
     correction: Any                    #: the drift correction's settings record (None without one)
+    privacy: Any                       #: RecordLevel / ClientLevel (clipped gradients), None: not private
     built_correction: Any              #: what its build() returned (None without one)
     _work_problem: FederatedProblem    #: the problem on the run's device and dtype
 
@@ -145,8 +154,12 @@ class FALD(Runner):
         preconditioner: Any = None,
         adapt: bool | None = None,
         correction: Any = None,
+        privacy: Any = None,
     ) -> None:
         check_problem(problem)
+        self.privacy = None if privacy is None else problem.check_privacy(privacy)
+        if self.privacy is not None:
+            _check_private(step_size, init, adapt, correction)
         self.local_steps = check_local_steps(local_steps)
         self.temperature = check_real("temperature", temperature, low=0.0, low_open=True)
         self.correlation = check_real("correlation", correlation, low=0.0, high=1.0)
@@ -185,7 +198,9 @@ class FALD(Runner):
                              "one process holding every client); use upload=None, streams='single'")
         self.transport = transport
         self.problem = problem
-        self._work_problem = problem.to(device=self.device, dtype=self.dtype)
+        #: what the kernel queries: the problem itself, or in a private run only its clipped gradients
+        self._kernel_problem = problem if self.privacy is None else Clipped(problem, self.privacy)
+        self._work_problem = self._kernel_problem.to(device=self.device, dtype=self.dtype)
         drift.configure(self, correction)
         self._kernel = self._build(upload)
         self.state: FALDState = init_state(initial)
@@ -194,10 +209,10 @@ class FALD(Runner):
 
     def _build(self, upload):
         if self.streams == "per_client":
-            return build_per_client(self.problem, self.temperature, self.correlation, self.participation,
+            return build_per_client(self._kernel_problem, self.temperature, self.correlation, self.participation,
                                     self.batch_size, seed=self.seed, dtype=self.dtype, device=self.device,
                                     noise_dtype=self.noise_dtype)
-        return build(self.problem, self.temperature, self.correlation, self.participation, self.batch_size,
+        return build(self._kernel_problem, self.temperature, self.correlation, self.participation, self.batch_size,
                      dtype=self.dtype, device=self.device, noise_dtype=self.noise_dtype, upload=upload,
                      transport=self.transport, validated=True, preconditioner=self.preconditioner,
                      correction=self.built_correction)
@@ -219,6 +234,7 @@ class FALD(Runner):
             preconditioner="none" if self.preconditioner is None else repr(self.preconditioner), adapt=self.adapt_matrix,
             auto_step_size=self.adapt_step, preconditioner_norm=float(self.preconditioner_norm),
             **drift.settings_fields(self),
+            privacy="none" if self.privacy is None else repr(self.privacy),
         )
 
     # -- FA-LD's hooks into the runner (fedlangevin.fald.runner.base) ------------------------------
@@ -315,3 +331,20 @@ class FALD(Runner):
                                  device=device, fallback=fallback, transport=transport, correction=correction,
                                  preconditioner=preconditioner)
 
+
+def _check_private(step_size: Any, init: Any, adapt: Any, correction: Any) -> None:
+    """Refuse, before any work, what would query client data without noise in a private run."""
+    if isinstance(step_size, str):
+        raise ValueError(
+            f"privacy: step_size={step_size!r} is computed from the data without noise (Hessian-vector products for "
+            "'auto', the smoothness and convexity constants for 'paper'), outside the private mechanism; give a "
+            "number, a sequence or a schedule")
+    if isinstance(init, str):
+        raise ValueError(f"privacy: init={init!r} searches the mode with noiseless gradients and Hessians; start "
+                         "from zeros, prior draws or a value of your own")
+    if adapt:
+        raise ValueError("privacy: adapt=True starts M from noiseless client curvature; run with adapt=False (or a "
+                         "fixed preconditioner)")
+    if correction is not None:
+        raise ValueError("privacy: a drift correction releases noiseless data-dependent quantities (reference "
+                         "gradients, surrogates, memories); run without correction=")

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import fedlangevin as fl
-from fedlangevin.fald.contracts import KERNEL, check_conforms, conformance
+from fedlangevin.fald.contracts import KERNEL, conformance
 from fedlangevin.fald.runner.base import Runner
 
 

@@ -1,0 +1,137 @@
+"""FALD(..., privacy=RecordLevel(clip=C)): the sensitivity the accountant uses is enforced by the run
+itself (every local step's per-example gradients clipped, minibatches of fixed size without
+replacement), and a private run touches the data only through those clipped, noised steps."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import fedlangevin as fl
+from fedlangevin.privacy import ClientLevel, RecordLevel
+
+
+def _clients(outlier: bool):
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(40, 3, generator=g, dtype=torch.float64)
+    y = (X[:, 0] > 0).long()
+    if outlier:  # neighbouring dataset: client 0's record 7 replaced by one whose gradient is ~1e6 times the others'
+        X = X.clone()
+        X[7] = 1e6 * torch.tensor([1.0, -1.0, 1.0], dtype=torch.float64)
+        y = y.clone()
+        y[7] = 0
+    return [(X[:20], y[:20]), (X[20:], y[20:])]
+
+
+def _uploads(privacy, outlier, batch_size=None, eta=1e-3):
+    """Client states beta (R, N, d) uploaded in one round of one chain from seed 0."""
+    seen = []
+
+    def capture(beta, theta, generator):
+        seen.append(beta.clone())
+        return beta
+
+    problem = fl.problems.LogisticRegression(_clients(outlier))
+    fl.FALD(problem, step_size=eta, chains=1, seed=0, batch_size=batch_size, upload=capture,
+            privacy=privacy).run(1)
+    return seen[0], problem
+
+
+def test_one_outlier_record_moves_an_upload_by_at_most_the_derived_bound():
+    """Full batch, K = 1: the same seed draws the same noise, so the uploads of the two neighbouring
+    datasets differ only through the clipped data term: |beta - beta'| <= eta 2C / p_c (eq. 10 with
+    f^c = (1/p_c) NLL_c + prior); client 1's data are equal, so its upload is equal bit for bit."""
+    eta, clip = 1e-3, 1.0
+    a, problem = _uploads(RecordLevel(clip=clip), False, eta=eta)
+    b, _ = _uploads(RecordLevel(clip=clip), True, eta=eta)
+    p0 = float(problem.weights[0])
+    bound = eta * 2 * clip / p0
+    moved = float((a[0, 0] - b[0, 0]).norm())
+    assert 0 < moved <= bound * (1 + 1e-9), (moved, bound)
+    assert torch.equal(a[0, 1], b[0, 1])
+    a0, _ = _uploads(None, False, eta=eta)
+    b0, _ = _uploads(None, True, eta=eta)
+    assert float((a0[0, 0] - b0[0, 0]).norm()) > 1e3 * bound  # without clipping: unbounded by the clip
+
+
+def test_the_minibatch_bound_holds_too():
+    """batch_size = b: the data term is (1/p_c)(n_c/b) sum over b distinct rows, so one record moves
+    the upload by at most eta (1/p_c)(n_c/b) 2C (0 when the record is not in the batch)."""
+    eta, clip, b = 1e-3, 1.0, 5
+    worst, bound = 0.0, None
+    for seed_shift in range(8):  # the same rows are drawn for both datasets (same sizes, same seed)
+        torch.manual_seed(seed_shift)
+        a, problem = _uploads(RecordLevel(clip=clip), False, batch_size=b, eta=eta)
+        c, _ = _uploads(RecordLevel(clip=clip), True, batch_size=b, eta=eta)
+        bound = eta * (20 / b) * 2 * clip / float(problem.weights[0])
+        worst = max(worst, float((a[0, 0] - c[0, 0]).norm()))
+    assert worst <= bound * (1 + 1e-9)
+
+
+class NoNoiselessAccess(fl.problems.LogisticRegression):
+    """Any query of the data outside the clipped private gradient fails."""
+
+    def grad(self, *args, **kwargs):
+        raise AssertionError("a noiseless gradient query in a private run")
+
+    def energy(self, *args, **kwargs):
+        raise AssertionError("an energy query in a private run")
+
+    def client_hessian_diagonal(self, *args, **kwargs):
+        raise AssertionError("a Hessian query in a private run")
+
+    def to(self, device=None, dtype=None):
+        return self  # the run's device and dtype already
+
+    def _draw_rows(self, chains, b, generator, device):
+        rows = super()._draw_rows(chains, b, generator, device)
+        self.drawn.append(rows.clone())
+        return rows
+
+
+def test_a_private_run_touches_the_data_only_through_clipped_steps_and_draws_no_repeated_rows(tmp_path):
+    problem = NoNoiselessAccess(_clients(False))
+    problem.drawn = []
+    sampler = fl.FALD(problem, step_size=1e-3, local_steps=3, chains=4, batch_size=6, seed=0,
+                      privacy=RecordLevel(clip=1.0))
+    trace = sampler.run(20, warmup=5, checkpoint=tmp_path / "run.ckpt")
+    assert trace.settings.privacy == "RecordLevel(clip=1.0)" and trace.num_draws == 15
+    assert len(problem.drawn) == 20 * 3  # one draw per local step
+    for rows in problem.drawn:  # (R, N, b): b distinct rows of every client in every chain
+        assert rows.shape == (4, 2, 6)
+        assert all(len(set(r.tolist())) == 6 for r in rows.reshape(-1, 6))
+    report = trace.privacy(delta=1e-5)
+    assert math.isfinite(report.epsilon) and report.mechanism["sensitivity"] == 2.0
+    resumed = fl.FALD.resume(tmp_path / "run.ckpt", problem=problem)
+    assert resumed.privacy == RecordLevel(clip=1.0)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(step_size="auto"), "step_size='auto' is computed from the data without noise"),
+    (dict(step_size="paper"), "step_size='paper'"),
+    (dict(step_size=1e-3, init="map"), "init='map'"),
+    (dict(step_size=1e-3, adapt=True), "adapt=True"),
+    (dict(step_size=1e-3, correction="control_variates"), "drift correction"),
+])
+def test_what_would_touch_the_data_without_noise_is_refused_before_any_work(kwargs, match):
+    problem = NoNoiselessAccess(_clients(False))
+    with pytest.raises(ValueError, match=match):
+        fl.FALD(problem, privacy=RecordLevel(clip=1.0), **kwargs)
+
+
+@pytest.mark.parametrize("clip", [0.0, -1.0, float("nan"), float("inf"), "a", True])
+def test_a_bad_clip_is_refused_naming_it(clip):
+    with pytest.raises(ValueError, match="clip"):
+        fl.FALD(fl.problems.LogisticRegression(_clients(False)), step_size=1e-3, privacy=RecordLevel(clip=clip))
+
+
+def test_record_level_privacy_needs_a_row_wise_likelihood():
+    quadratic = fl.problems.GaussianSimulation(num_clients=2, seed=0)
+    curvature = fl.problems.CurvatureSimulation(num_clients=2, alpha=1.0)
+    with pytest.raises(ValueError, match="privacy=RecordLevel.*per-row"):
+        fl.FALD(curvature, step_size=1e-3, privacy=RecordLevel(clip=1.0))
+    assert fl.FALD(quadratic, step_size=1e-3, privacy=ClientLevel(clip=1.0)).privacy == ClientLevel(clip=1.0)
+    with pytest.raises(ValueError, match="privacy"):
+        fl.FALD(quadratic, step_size=1e-3, privacy="record")
