@@ -27,16 +27,7 @@ import torch
 import fedlangevin as fl
 from fedlangevin.data import iid_partition, load_digits
 
-
-def blr(data):
-    import pyro
-    import pyro.distributions as dist
-
-    X, y = data
-    beta = pyro.sample("beta", dist.Normal(X.new_zeros(X.shape[1]), 1.0).to_event(1))
-    sigma = pyro.sample("sigma", dist.HalfNormal(X.new_tensor(1.0)))
-    with pyro.plate("data", X.shape[0]):
-        pyro.sample("y", dist.Normal(X @ beta, sigma), obs=y)
+from bench_autodiff import blr  # the Bayesian linear regression model both benchmarks time
 
 
 def problems(clients: int, rows: int):
