@@ -328,9 +328,8 @@ KERNEL = Contract(
                required=False, default="False"),
         Member("name", "name: str", "the sampler family in settings and messages", method=False, required=False,
                default="the class name"),
-        Member("temperature", "temperature: float", "tau of the target (target='posterior')", method=False,
-               required=False, default="1.0"),
-        Member("settings", "settings() -> dict", "fields of the Settings record the family sets", positional=0,
+        Member("settings", "settings() -> dict", "fields of the Settings record the family sets (its "
+               "temperature: tau of the target, for target='posterior')", positional=0,
                required=False, default="the runner's own fields"),
         Member("uploads", "uploads(info) -> float", "client uploads of a round (the ledger)", positional=1,
                required=False, default="N uploads every round"),

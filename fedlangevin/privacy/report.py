@@ -89,8 +89,8 @@ def _participation(settings: Any, num_clients: int) -> tuple[str, int]:
 
 def _sensitivity(settings: Any, sensitivity: Any) -> tuple[float, str]:
     """(Delta_l, how it is known): derived from a private run's clip, or the given assumption."""
-    mechanism = getattr(settings, "privacy", "none")
-    if mechanism == "none":
+    adjacency = getattr(settings, "adjacency", "")
+    if not adjacency:
         if sensitivity is None:
             raise ValueError("sensitivity: this run clipped nothing (it was built without privacy=), so its "
                              "sensitivity can only be assumed: give sensitivity=, or run with "
@@ -102,15 +102,16 @@ def _sensitivity(settings: Any, sensitivity: Any) -> tuple[float, str]:
                 "is reported; run with privacy=RecordLevel(clip=C) (fixed-size batches without replacement) or "
                 "full batches")
         return check_real("sensitivity", sensitivity, low=0.0, low_open=True), "assumed, not enforced"
+    mechanism = settings.privacy
     if sensitivity is not None:
         raise ValueError(f"sensitivity: the run's mechanism {mechanism} derives it from its clip; do not give one")
-    from fedlangevin.privacy.mechanism import RecordLevel
-
-    if not mechanism.startswith("RecordLevel("):
+    if adjacency != "record":
         raise ValueError(f"trace.privacy: the accountant here is record-level (Assumption G.1, one record of one "
                          f"client changes); the run's {mechanism} is client-level, whose accounting is not built yet, "
                          "so no epsilon is reported")
-    clip = float(mechanism[len("RecordLevel(clip="):-1])
+    from fedlangevin.privacy.mechanism import RecordLevel
+
+    clip = settings.clip
     return RecordLevel(clip=clip).sensitivity, f"derived: 2 x clip {clip:g}, every per-example gradient clipped"
 
 

@@ -37,9 +37,6 @@ class Clipped(FederatedProblem):
     def grad(self, theta, *, batch_size=None, generator=None):
         return self.problem.private_grad(theta, self.privacy, batch_size=batch_size, generator=generator)
 
-    def check_batch_size(self, batch_size):
-        return self.problem.check_batch_size(batch_size)
-
     def to(self, device=None, dtype=None) -> "Clipped":
         return Clipped(self.problem.to(device=device, dtype=dtype), self.privacy)
 

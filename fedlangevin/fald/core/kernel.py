@@ -17,7 +17,7 @@ theta <- theta (I - eta A_c) + eta b_c + noise that never touches data).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Callable, Sequence
 
 import torch
@@ -28,7 +28,7 @@ from fedlangevin.fald.core.participation import Participation, synchronize
 from fedlangevin.fald.core.steppers import Stepper, make_stepper, round_threads
 from fedlangevin.problems.base import FederatedProblem
 
-__all__ = ["FALDState", "UploadCodec", "aggregate", "local_step", "fald_round", "init_state", "make_stepper"]
+__all__ = ["FALDState", "UploadCodec", "aggregate", "local_step", "fald_round", "init_state", "make_stepper", "released"]
 
 #: An upload codec: ``codec(beta, theta, generator) -> beta_received``. It gets the clients'
 #: local states beta (R, N, d) after the round's local steps and the broadcast global
@@ -51,12 +51,13 @@ class FALDState:
     correction: dict | None = None
 
 
-def released(state: FALDState) -> FALDState:
-    """``state`` with a parameter tensor usable outside ``torch.inference_mode`` (a copy when the
-    rounds ran in it, else ``state`` itself)."""
-    if not state.theta.is_inference():
-        return state
-    return replace(state, theta=state.theta.clone())
+def released(state):
+    """``state`` (any kernel's frozen dataclass state) with its tensor fields usable outside
+    ``torch.inference_mode``: a copy of each that the rounds made in it, ``state`` itself when
+    none was."""
+    made = {f.name: v.clone() for f in fields(state)
+            if isinstance(v := getattr(state, f.name), torch.Tensor) and v.is_inference()}
+    return replace(state, **made) if made else state
 
 
 def init_state(initial: torch.Tensor) -> FALDState:

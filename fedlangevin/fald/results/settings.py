@@ -43,7 +43,9 @@ class Settings(Mapping):
     sampler family ("FA-LD"; a kernel of your own run by :class:`~fedlangevin.fald.runner.base.Runner`
     gives its ``name``): privacy accounting is FA-LD's and refuses any other; privacy : the
     mechanism's repr (``"RecordLevel(clip=1.0)"``), "none" for a run that clips nothing (its
-    sensitivity can only be assumed).
+    sensitivity can only be assumed); adjacency : the mechanism's "record" or "client" ("" when
+    not private); clip : its C (``None`` when not private) — what the accounting and a resume
+    rebuild the mechanism from.
     """
 
     local_steps: int
@@ -71,6 +73,8 @@ class Settings(Mapping):
     correction_releases: str = ""
     sampler: str = "FA-LD"
     privacy: str = "none"
+    adjacency: str = ""
+    clip: float | None = None
 
     def __getitem__(self, key: str) -> Any:
         if key not in MAPPING_KEYS:

@@ -27,6 +27,7 @@ import torch
 
 from fedlangevin._validation import check_device, check_dtype, check_init, check_int, check_memory_draws, check_optional_bool, check_seed
 from fedlangevin.fald.contracts import KERNEL, check_conforms
+from fedlangevin.fald.core.kernel import released
 from fedlangevin.fald.core.schedules import as_schedule, check_schedule, round_step_sizes
 from fedlangevin.fald.results.ledger import Ledger
 from fedlangevin.fald.results.settings import Settings
@@ -73,7 +74,7 @@ class Runner:
     interrupted_trace: Trace | None    #: draws of a run stopped by an exception other than a divergence
     transport: Any = None              #: a distributed run's synchronisation (FA-LD), None in one process
     adapter: Any = None                #: an adaptive warm-up in progress (FA-LD), None otherwise
-    temperature: float = 1.0           #: tau of the target (for target="posterior")
+    temperature: float = 1.0           #: tau of the target (target="posterior"): the kernel's settings()["temperature"]
 
     def __init__(self, kernel: Any, problem: FederatedProblem, step_size: Any, local_steps: int = 1, chains: int = 1,
                  init: Any = None, device: Any = None, dtype: Any = torch.float64, seed: int | None = None) -> None:
@@ -84,8 +85,8 @@ class Runner:
         self.dtype = check_dtype("dtype", dtype)
         self.device = check_device("device", device)
         self.schedule = as_schedule(step_size, problem)
-        self.temperature = float(getattr(kernel, "temperature", 1.0))
         self.problem, self._kernel = problem, kernel
+        self.temperature = float(self._kernel_settings().get("temperature", 1.0))
         self.seed = self._seeded(seed)
         self.state = kernel.init(check_init(init, self.chains, problem.dim, self.dtype, self.device))
         self._start()
@@ -119,8 +120,12 @@ class Runner:
                    step_size=repr(self.schedule), seed=self.seed, device=str(self.device),
                    dtype=str(self.dtype).replace("torch.", ""), noise_dtype=str(self.dtype).replace("torch.", ""),
                    sampler=str(getattr(self._kernel, "name", type(self._kernel).__name__)))
+        return Settings(**{**own, **self._kernel_settings()})
+
+    def _kernel_settings(self) -> dict:
+        """The Settings fields the kernel sets (its optional ``settings()``)."""
         settings = getattr(self._kernel, "settings", None)
-        return Settings(**{**own, **(settings() if settings is not None else {})})
+        return {} if settings is None else dict(settings())
 
     def _fixed_uploads(self) -> float | None:
         """Uploads per round when they do not depend on the round (None: ``_uploads(info)`` each round)."""
@@ -251,7 +256,7 @@ class Runner:
             run.close()
             raise
         finally:
-            self.state = _released(self.state)
+            self.state = released(self.state)
             if bar is not None:
                 bar.close()
         run.finished = True
@@ -368,9 +373,3 @@ class Runner:
         return rs.resume_runner(cls, path, kernel, problem=problem, step_size=step_size, device=device,
                                 fallback=fallback)
 
-
-def _released(state: Any) -> Any:
-    """``state`` with a parameter tensor usable outside ``torch.inference_mode``."""
-    if isinstance(state.theta, torch.Tensor) and state.theta.is_inference():
-        return dataclasses.replace(state, theta=state.theta.clone())
-    return state

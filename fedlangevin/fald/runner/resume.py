@@ -35,7 +35,7 @@ from fedlangevin.fald.core.schedules import as_schedule
 from fedlangevin.problems.base import FederatedProblem, check_problem
 
 __all__ = ["RECORD_KIND", "RECORD_VERSION", "CheckpointWriter", "encoded_or_none", "fald_record", "kernel_record",
-           "load_record", "main_path", "resume_runner",
+           "load_record", "main_path", "mechanism", "resume_runner",
            "resume_device", "resume_participation", "resume_problem", "resume_sampler", "resume_schedule"]
 
 
@@ -118,8 +118,6 @@ def fald_record(sampler: Any) -> dict:
         "adapted": bool(sampler.adapted),
         "adaptation": None if sampler.adapter is None else ckpt.encode(sampler.adapter.record()),
         "correction": ckpt.encode(drift.record(sampler)),
-        "privacy": None if sampler.privacy is None else {"adjacency": sampler.privacy.adjacency,
-                                                         "clip": float(sampler.privacy.clip)},
     }
 
 
@@ -387,7 +385,7 @@ def resume_sampler(cls, path, *, problem=None, step_size=None, participation=Non
             correlation=settings["correlation"], participation=rule, chains=settings["chains"],
             batch_size=settings["batch_size"], device=new_device, dtype=settings["dtype"], seed=settings["seed"],
             noise_dtype=settings["noise_dtype"], streams=settings.get("streams", "single"), transport=transport,
-            adapt=bool(settings.get("adapt", False)), correction=correction, privacy=_privacy(record.get("privacy")),
+            adapt=bool(settings.get("adapt", False)), correction=correction, privacy=mechanism(settings),
         )
         sampler.state, sampler.active = resume_state(record, used, problem.dim, sampler.device, sampler.dtype)
         resume_generator(sampler.generator, record, saved_device, new_device, sampler.seed)
@@ -406,13 +404,16 @@ def resume_sampler(cls, path, *, problem=None, step_size=None, participation=Non
     return sampler
 
 
-def _privacy(entry: Any) -> Any:
-    """The private run's mechanism from its checkpoint entry (None: not private)."""
-    if entry is None:
+def mechanism(settings: Any) -> Any:
+    """A private run's mechanism from its settings (``adjacency`` and ``clip``; a mapping or a
+    :class:`~fedlangevin.fald.results.settings.Settings`); None for a run that clipped nothing."""
+    get = settings.get if isinstance(settings, dict) else (lambda k, d=None: getattr(settings, k, d))
+    adjacency = get("adjacency", "")
+    if not adjacency:
         return None
     from fedlangevin.privacy.mechanism import ClientLevel, RecordLevel
 
     kinds = {"record": RecordLevel, "client": ClientLevel}
-    if not isinstance(entry, dict) or entry.get("adjacency") not in kinds:
-        raise ValueError(f"privacy entry {entry!r:.80} is not a record- or client-level mechanism")
-    return kinds[entry["adjacency"]](clip=entry.get("clip"))
+    if adjacency not in kinds:
+        raise ValueError(f"settings['adjacency'] must be 'record', 'client' or ''; got {adjacency!r:.40}")
+    return kinds[adjacency](clip=get("clip"))

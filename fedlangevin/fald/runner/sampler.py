@@ -235,6 +235,8 @@ class FALD(Runner):
             auto_step_size=self.adapt_step, preconditioner_norm=float(self.preconditioner_norm),
             **drift.settings_fields(self),
             privacy="none" if self.privacy is None else repr(self.privacy),
+            adjacency="" if self.privacy is None else self.privacy.adjacency,
+            clip=None if self.privacy is None else float(self.privacy.clip),
         )
 
     # -- FA-LD's hooks into the runner (fedlangevin.fald.runner.base) ------------------------------
