@@ -102,8 +102,10 @@ class FALD(Runner):
         each client's sum) and minibatches are drawn without replacement, so the sensitivity the
         accountant uses is derived from the clip (``trace.privacy(delta=...)`` takes none). The
         kernel sees only the clipped gradients (:class:`fedlangevin.problems.clipped.Clipped`).
-        A private run needs a numeric step size or schedule and no ``init="map"``, ``adapt`` or
-        ``correction``: those query client data without noise (refused before any work).
+        A private run's warm-up reads only the broadcast iterates (``step_size="auto"`` from their
+        round-to-round regression, M from their covariance scaled to lambda_max(M) = 1:
+        :mod:`fedlangevin.fald.warmup.iterates`); ``step_size="paper"``, ``init="map"`` and a
+        ``correction`` would query client data without noise and are refused before any work.
 
     Long runs (``docs/long-runs.md``): :meth:`run` takes ``checkpoint=``/``checkpoint_every=``
     (atomic checkpoints), ``store=`` (draws appended to disk, flat memory), ``stats=``/
@@ -159,7 +161,7 @@ class FALD(Runner):
         check_problem(problem)
         self.privacy = None if privacy is None else problem.check_privacy(privacy)
         if self.privacy is not None:
-            _check_private(step_size, init, adapt, correction)
+            _check_private(step_size, init, correction)
         self.local_steps = check_local_steps(local_steps)
         self.temperature = check_real("temperature", temperature, low=0.0, low_open=True)
         self.correlation = check_real("correlation", correlation, low=0.0, high=1.0)
@@ -334,19 +336,18 @@ class FALD(Runner):
                                  preconditioner=preconditioner)
 
 
-def _check_private(step_size: Any, init: Any, adapt: Any, correction: Any) -> None:
-    """Refuse, before any work, what would query client data without noise in a private run."""
-    if isinstance(step_size, str):
+def _check_private(step_size: Any, init: Any, correction: Any) -> None:
+    """Refuse, before any work, what would query client data without noise in a private run
+    (``step_size="auto"`` and ``adapt`` are private there: they read the broadcast iterates only,
+    :mod:`fedlangevin.fald.warmup.iterates`)."""
+    if isinstance(step_size, str) and step_size != "auto":
         raise ValueError(
-            f"privacy: step_size={step_size!r} is computed from the data without noise (Hessian-vector products for "
-            "'auto', the smoothness and convexity constants for 'paper'), outside the private mechanism; give a "
+            f"privacy: step_size={step_size!r} is computed from the smoothness and convexity constants of the data "
+            "without noise, outside the private mechanism; use 'auto' (adapted from the broadcast iterates), a "
             "number, a sequence or a schedule")
     if isinstance(init, str):
         raise ValueError(f"privacy: init={init!r} searches the mode with noiseless gradients and Hessians; start "
                          "from zeros, prior draws or a value of your own")
-    if adapt:
-        raise ValueError("privacy: adapt=True starts M from noiseless client curvature; run with adapt=False (or a "
-                         "fixed preconditioner)")
     if correction is not None:
         raise ValueError("privacy: a drift correction releases noiseless data-dependent quantities (reference "
                          "gradients, surrogates, memories); run without correction=")

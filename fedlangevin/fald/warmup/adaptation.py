@@ -54,14 +54,15 @@ import torch
 
 from fedlangevin.fald.warmup.curvature import gradient_difference
 from fedlangevin.fald.core.preconditioning import (
-    as_preconditioner, broadcast_floats, is_identity, placed, preconditioner_from_record, preconditioner_record,
-    spectral_norm,
+    as_preconditioner, broadcast_floats, is_identity, placed, preconditioner_from_record, preconditioner_matrix,
+    preconditioner_record, spectral_norm,
 )
+from fedlangevin.fald.warmup.iterates import GROWTH, Scatter, public_curvature, step_from_spread
 from fedlangevin.fald.core.schedules import as_schedule, round_step_sizes, step_sizes
 
 __all__ = [
-    "DENSE_MAX_DIM", "MIN_WARMUP", "SAFETY", "AdaptedSteps", "Adapter", "Window", "account_setup", "auto_schedule",
-    "begin_adaptation", "configure", "default_warmup", "install", "max_curvature", "mean_hessian", "observe",
+    "DENSE_MAX_DIM", "MIN_WARMUP", "PRIVATE_WINDOWS", "SAFETY", "AdaptedSteps", "Adapter", "Window", "account_setup", "auto_schedule",
+    "begin_adaptation", "configure", "default_warmup", "install", "max_curvature", "mean_hessian", "observe", "private_windows",
     "regularised_covariance", "restore", "round_etas", "warmup_windows",
 ]
 
@@ -73,6 +74,8 @@ DENSE_MAX_DIM = 100
 MIN_WARMUP = 20
 #: Stan's window sizes (rounds)
 INIT_BUFFER, TERM_BUFFER, BASE_WINDOW = 75, 50, 25
+#: a private warm-up's slow windows: this many of equal length (it adapts from round 0)
+PRIVATE_WINDOWS = 8
 #: power-iteration sweeps per step-size estimate
 POWER_ITERATIONS = 20
 
@@ -106,6 +109,20 @@ def warmup_windows(warmup: int, init_buffer: int = INIT_BUFFER, term_buffer: int
         start, size = end, 2 * size
     out.append(Window(last, warmup, False)) if term_buffer > 0 else None
     return out
+
+
+def private_windows(warmup: int, term_buffer: int = TERM_BUFFER) -> list[Window]:
+    """A private warm-up's windows: PRIVATE_WINDOWS slow windows of equal length from round 0 (its
+    first step is only a public guess, and every window end moves the step towards the iterates'
+    spread: :mod:`fedlangevin.fald.warmup.iterates`), then the fast end window (``term_buffer``,
+    at most 10% of the warm-up); below MIN_WARMUP rounds one fast window."""
+    if warmup < MIN_WARMUP:
+        return [Window(0, warmup, False)] if warmup > 0 else []
+    term = min(term_buffer, int(0.1 * warmup))
+    last = warmup - term
+    cuts = [round(i * last / PRIVATE_WINDOWS) for i in range(PRIVATE_WINDOWS + 1)]
+    out = [Window(a, b, True) for a, b in zip(cuts, cuts[1:]) if b > a]
+    return out + ([Window(last, warmup, False)] if term > 0 else [])
 
 
 def regularised_covariance(cov: torch.Tensor, count: int, dense: bool) -> torch.Tensor:
@@ -174,27 +191,33 @@ class Adapter:
     """
 
     def __init__(self, problem, warmup: int, *, adapt_matrix: bool, fixed_step: float | None, per_client: bool,
-                 seed: int, preconditioner=None, dense_max_dim: int = DENSE_MAX_DIM) -> None:
-        self.problem = problem.to(dtype=torch.float64)
+                 seed: int, preconditioner=None, dense_max_dim: int = DENSE_MAX_DIM, privacy=None,
+                 temperature: float = 1.0) -> None:
+        # a private run's adapter never holds the problem: it reads the broadcast iterates only
+        self.privacy = privacy
+        self.problem = problem.to(dtype=torch.float64) if privacy is None else None
+        self.dim = problem.dim
+        self.temperature = float(temperature)
         self.warmup = int(warmup)
         self.adapt_matrix = bool(adapt_matrix) and warmup >= MIN_WARMUP
         self.fixed_step = fixed_step
         self.per_client = per_client
         self.seed = int(seed)
         self.dense = problem.dim <= dense_max_dim
-        self.windows = warmup_windows(self.warmup)
+        # a private run adapts from the first round (its first step is only a public guess)
+        self.windows = warmup_windows(self.warmup) if privacy is None else private_windows(self.warmup)
         self.preconditioner = as_preconditioner(torch.eye(problem.dim)) if preconditioner is None else preconditioner
         self.step_size = fixed_step
         self.done = 0  # warm-up rounds observed
         self.estimates = 0  # step-size estimates made (seeds the power iteration)
         self.matrix_updates = 0
-        self._reset()
+        if privacy is not None:  # the first step of fedlangevin.fald.warmup.iterates
+            self.lambda0 = public_curvature(privacy, problem.weights, getattr(problem, "client_sizes", None))
+        self.pooled = Scatter.empty(self.dim, self.dense)  # the slow window's iterates (M)
 
-    def _reset(self) -> None:
-        d = self.problem.dim
-        self.count = 0
-        self.mean = torch.zeros(d, dtype=torch.float64)
-        self.m2 = torch.zeros((d, d) if self.dense else (d,), dtype=torch.float64)
+    @property
+    def count(self) -> int:
+        return self.pooled.count
 
     @property
     def finished(self) -> bool:
@@ -204,6 +227,11 @@ class Adapter:
         """The first M and step size, at the initial iterates. With a dense M to adapt, M starts at
         the inverse of the mean Hessian there (a Laplace start) when that Hessian is positive
         definite (eigenvalues >= 1e-12 of the largest), else at I; the slow windows then replace it."""
+        if self.privacy is not None:  # no Laplace start: M starts at I (or the given M)
+            if self.fixed_step is None and self.estimates == 0:
+                self.step_size = SAFETY / self.lambda0
+                self.estimates += 1
+            return self.step_size
         if self.adapt_matrix and self.dense and self.matrix_updates == 0 and self.done == 0:
             x = theta.detach().to(dtype=torch.float64)
             hess = mean_hessian(self.problem.to(device=x.device), x).cpu()
@@ -222,18 +250,25 @@ class Adapter:
         window = self._window(self.done)
         self.done += 1
         if window is not None and window.slow and self.adapt_matrix:
-            self._accumulate(x)
+            self.pooled = self.pooled.add(x)
         end = window is None or self.done == window.end
         if not end:
             return False
+        spread = None
         if window is not None and window.slow and self.adapt_matrix and self.count > 1:
-            cov = self.m2 / (self.count - 1)
-            m = regularised_covariance(cov, self.count, self.dense)
-            self.preconditioner = as_preconditioner(m, self.problem.dim)
+            spread = m = regularised_covariance(self.pooled.covariance(), self.count, self.dense)
+            if self.privacy is not None:  # lambda_max(M) = 1, its scale carried by eta (the same kernel)
+                m = m / (float(torch.linalg.eigvalsh(m).max()) if self.dense else float(m.max()))
+            self.preconditioner = as_preconditioner(m, self.dim)
             self.matrix_updates += 1
-            self._reset()
-        if self.fixed_step is None:
+            self.pooled = Scatter.empty(self.dim, self.dense)
+        if self.fixed_step is None and self.privacy is None:
             self._estimate(theta)
+        elif self.fixed_step is None and spread is not None:  # a private step follows the new M's spread
+            matrix = preconditioner_matrix(self.preconditioner, self.dim)
+            eta = step_from_spread(spread, matrix, self.temperature, SAFETY)
+            self.step_size = min(eta, GROWTH * self.step_size)
+            self.estimates += 1
         return True
 
     def _window(self, j: int) -> Window | None:
@@ -241,19 +276,6 @@ class Adapter:
             if w.start <= j < w.end:
                 return w
         return None
-
-    def _accumulate(self, x: torch.Tensor) -> None:
-        """Chan et al.'s pooled update of the mean and the scatter with a batch of R draws."""
-        r = x.shape[0]
-        bmean = x.mean(0)
-        centred = x - bmean
-        bm2 = centred.T @ centred if self.dense else (centred * centred).sum(0)
-        delta = bmean - self.mean
-        total = self.count + r
-        outer = torch.outer(delta, delta) if self.dense else delta * delta
-        self.m2 = self.m2 + bm2 + outer * (self.count * r / total)
-        self.mean = self.mean + delta * (r / total)
-        self.count = total
 
     def _estimate(self, theta: torch.Tensor) -> None:
         gen = torch.Generator().manual_seed((self.seed * 1_000_003 + self.estimates) % 2**63)
@@ -272,21 +294,24 @@ class Adapter:
             "per_client": self.per_client, "seed": self.seed, "dense": self.dense, "done": self.done,
             "estimates": self.estimates, "matrix_updates": self.matrix_updates, "step_size": self.step_size,
             "preconditioner": preconditioner_record(self.preconditioner), "count": self.count,
-            "mean": self.mean.tolist(), "m2": self.m2.tolist(),
+            "mean": self.pooled.mean.tolist(), "m2": self.pooled.m2.tolist(),
+            **({} if self.privacy is None else {"temperature": self.temperature}),
         }
 
     @classmethod
-    def from_record(cls, problem, rec: dict, given=None) -> "Adapter":
-        """The adapter a checkpoint stored; ``given``: the run's own preconditioner class, if any."""
+    def from_record(cls, problem, rec: dict, given=None, privacy=None) -> "Adapter":
+        """The adapter a checkpoint stored; ``given``: the run's own preconditioner class, if any;
+        ``privacy``: the run's mechanism (a private run's adapter reads iterates only)."""
         new = cls(problem, rec["warmup"], adapt_matrix=rec["adapt_matrix"], fixed_step=rec["fixed_step"],
                   per_client=rec["per_client"], seed=rec["seed"],
                   preconditioner=preconditioner_from_record(rec["preconditioner"], given),
-                  dense_max_dim=problem.dim if rec["dense"] else problem.dim - 1)
+                  dense_max_dim=problem.dim if rec["dense"] else problem.dim - 1, privacy=privacy,
+                  temperature=rec.get("temperature", 1.0))
         new.adapt_matrix = rec["adapt_matrix"]
         new.done, new.estimates, new.matrix_updates = rec["done"], rec["estimates"], rec["matrix_updates"]
-        new.step_size, new.count = rec["step_size"], rec["count"]
-        new.mean = torch.tensor(rec["mean"], dtype=torch.float64)
-        new.m2 = torch.tensor(rec["m2"], dtype=torch.float64)
+        new.step_size = rec["step_size"]
+        new.pooled = Scatter(rec["count"], torch.tensor(rec["mean"], dtype=torch.float64),
+                             torch.tensor(rec["m2"], dtype=torch.float64), new.dense)
         return new
 
 
@@ -342,7 +367,8 @@ def begin_adaptation(sampler, warmup: int) -> float:
     per_client = sampler.local_steps > 1 or sampler.participation.scheme != "full"
     fixed = None if sampler.adapt_step else float(sampler.schedule(sampler.state.step))
     adapter = Adapter(sampler.problem, warmup, adapt_matrix=sampler.adapt_matrix, fixed_step=fixed,
-                      per_client=per_client, seed=sampler.seed, preconditioner=sampler.preconditioner)
+                      per_client=per_client, seed=sampler.seed, preconditioner=sampler.preconditioner,
+                      privacy=sampler.privacy, temperature=sampler.temperature)
     adapter.start(sampler.state.theta)
     sampler.adapter = adapter
     sent = install(sampler, adapter, None)
@@ -412,7 +438,8 @@ def restore(sampler, record: dict, settings, given=None) -> None:
     sampler.preconditioner_norm = max(spectral_norm(sampler.preconditioner, sampler.problem.dim),
                                       float(settings.get("preconditioner_norm", 1.0)))
     if record.get("adaptation") is not None:
-        sampler.adapter = Adapter.from_record(sampler.problem, record["adaptation"], given)
+        sampler.adapter = Adapter.from_record(sampler.problem, record["adaptation"], given,
+                                              privacy=getattr(sampler, "privacy", None))
 
 
 def default_warmup(sampler, rounds, warmup):

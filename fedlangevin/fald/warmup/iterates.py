@@ -1,0 +1,128 @@
+"""The step size from the broadcast iterates alone: the rule of a private warm-up.
+
+In a private run (``FALD(..., privacy=...)``) nothing may query client data outside the
+clipped, noised local steps, so ``step_size="auto"`` cannot use the Hessian-vector products of
+:func:`fedlangevin.fald.warmup.adaptation.max_curvature`. This rule uses only what the server
+holds anyway: the global iterates theta_r (R, d) after every round, which are released (and
+accounted) in every round; whatever is computed from them is post-processing and costs no
+privacy (Dwork & Roth 2014, Prop. 2.1).
+
+**The rule.** For a Gaussian target pi ∝ exp(-f / tau) with Hessian H, the iterates' covariance
+is Sigma = tau H^{-1} (up to the discretisation's (1 - eta lambda / 2)^{-1}), so the largest
+eigenvalue of the preconditioned Hessian M H that the non-private rule computes is
+tau lambda_max(M Sigma^{-1}), and its step SAFETY / lambda_max becomes
+
+    eta = SAFETY / (tau lambda_max(M S^{-1})),                                      (1)
+
+S the covariance of the iterates of the last :data:`~fedlangevin.fald.warmup.adaptation.BASE_WINDOW`
+rounds, pooled over the chains (at least :data:`SAMPLES_PER_DIM` d draws; Stan's regulariser).
+With M = S it is eta = SAFETY / tau: every direction moves by the same fraction of its spread
+per step, the classic rule of adaptive Metropolis (Haario et al. 2001), here with Langevin's
+SAFETY.
+
+**Why it is safe and finds the scale.** A direction whose spread S over-states the posterior's
+by a factor f gets eta lambda = f SAFETY: unstable only beyond f = 2 / SAFETY = 20 (e.g. a
+transient that drifts across 20 posterior standard deviations within one window). A direction
+whose spread is under-stated (chains started at one point, not yet spread out) gets a smaller
+step, and the chains then spread by about 2 eta per round, which the next window's S shows:
+from a too-small start the step grows about fivefold per window of 25 rounds until the spread
+is the posterior's (capped at :data:`GROWTH` per window). Few chains make S's small eigenvalues
+too small, which only makes steps smaller.
+
+**The first window** has no iterates yet: its step is SAFETY / lambda_0, a public guess from the
+clip (:func:`public_curvature`), corrected by the windows that follow.
+
+What this rule does not see: (1) is exact for Gaussian targets; for others it is the Laplace
+reading of the spread. With K > 1 local steps or random participation a client's own curvature
+can exceed the global one (the non-private rule takes each client's); a stiff client then needs
+a smaller step than this rule picks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["GROWTH", "SAMPLES_PER_DIM", "Scatter", "public_curvature", "step_from_spread"]
+
+#: the step grows by at most this factor per window
+GROWTH = 10.0
+#: a window's covariance needs at least this many draws per dimension (else the step waits)
+SAMPLES_PER_DIM = 5
+
+
+@dataclass(frozen=True)
+class Scatter:
+    """A pooled mean and scatter of draws (float64; (d, d), or the (d,) diagonal when not ``dense``),
+    updated a batch at a time (Chan et al.'s parallel update)."""
+
+    count: int
+    mean: torch.Tensor
+    m2: torch.Tensor
+    dense: bool
+
+    @classmethod
+    def empty(cls, dim: int, dense: bool) -> "Scatter":
+        return cls(0, torch.zeros(dim, dtype=torch.float64),
+                   torch.zeros((dim, dim) if dense else (dim,), dtype=torch.float64), dense)
+
+    def add(self, x: torch.Tensor) -> "Scatter":
+        """With the R draws ``x`` (R, d) (float64, CPU)."""
+        r = x.shape[0]
+        bmean = x.mean(0)
+        centred = x - bmean
+        bm2 = centred.T @ centred if self.dense else (centred * centred).sum(0)
+        delta = bmean - self.mean
+        total = self.count + r
+        outer = torch.outer(delta, delta) if self.dense else delta * delta
+        return Scatter(total, self.mean + delta * (r / total), self.m2 + bm2 + outer * (self.count * r / total),
+                       self.dense)
+
+    def covariance(self) -> torch.Tensor:
+        return self.m2 / (self.count - 1)
+
+    def record(self) -> dict:
+        return {"count": self.count, "mean": self.mean.tolist(), "m2": self.m2.tolist(), "dense": self.dense}
+
+    @classmethod
+    def from_record(cls, rec: dict) -> "Scatter":
+        return cls(int(rec["count"]), torch.tensor(rec["mean"], dtype=torch.float64),
+                   torch.tensor(rec["m2"], dtype=torch.float64), bool(rec["dense"]))
+
+
+def step_from_spread(spread: torch.Tensor, matrix: torch.Tensor, temperature: float, safety: float) -> float:
+    """Eq. (1): ``safety`` / (tau lambda_max(M S^{-1})) for the regularised covariance S ((d, d), or the
+    (d,) variances) and M ((d, d) float64)."""
+    if spread.dim() == 1:
+        lam = float((torch.diagonal(matrix) / spread).max())
+    else:
+        chol = torch.linalg.cholesky(spread)
+        half = torch.linalg.solve_triangular(chol, matrix, upper=False)  # L^{-1} M
+        inner = torch.linalg.solve_triangular(chol, half.T, upper=False)  # L^{-1} M L^{-T}
+        lam = float(torch.linalg.eigvalsh(0.5 * (inner + inner.T)).max())
+    if not math.isfinite(lam) or lam <= 0:
+        raise ValueError("step_size='auto' (private): the iterates' spread gives no finite step size (chains that do "
+                         "not move?); give a number as step_size")
+    return safety / (temperature * lam)
+
+
+def public_curvature(privacy, weights: torch.Tensor, sizes: torch.Tensor | None) -> float:
+    """lambda_0, the first window's public curvature guess (no data read: the clip C, the client
+    weights p_c and sizes n_c are public under substitution).
+
+    Record level: at the mode the likelihood's Hessian equals the Fisher information sum_i
+    g_i g_i^T (Bartlett's identity), whose largest eigenvalue is at most sum_i |g_i|^2 <= n_c C^2
+    once the g_i are clipped to C; client c's energy (1/p_c) NLL_c gives max_c n_c C^2 / p_c.
+    Client level: with C set at the typical size of a client's data term (1/p_c) sum_i g_i,
+    about sqrt(n_c) |g| / p_c at the bulk, the same identity gives n |g|^2 = p_c C^2, so
+    max_c p_c C^2. Both are guesses, not bounds: the windows that follow correct them.
+    """
+    c2 = float(privacy.clip) ** 2
+    p = weights.double().cpu()
+    if privacy.adjacency == "record":
+        if sizes is None:
+            raise ValueError("step_size='auto' with record-level privacy needs the problem's client_sizes")
+        return float((sizes.double().cpu() / p).max()) * c2
+    return float(p.max()) * c2
