@@ -101,7 +101,8 @@ class ServerKernel:
     :data:`~fedlangevin.fald.contracts.KERNEL`. ``exchange``: the clients' side of a round;
     ``problem``: the :class:`~fedlangevin.flower.trace.Federation` (p_c); ``run``: the
     :class:`~fedlangevin.flower.server.FlowerRun` (seed, K, tau, rho, participation, ...);
-    ``on_round(j)``: called after round j's average (before the runner keeps it)."""
+    ``on_round(j)``: called after round j's average (before the runner keeps it). ``step`` does not
+    use the runner's generator: its randomness is the (seed, t) streams the clients open too."""
 
     name = "FA-LD"
 

@@ -191,7 +191,8 @@ class FlowerExchange:
 def run_server(grid, run: FlowerRun, *, on_round: Callable[[int], None] | None = None) -> FlowerTrace:
     """Run ``run`` over the nodes of ``grid`` on the package's runner
     (:func:`fedlangevin.flower.runner.serve`): from ``run.checkpoint`` where it exists. Returns the
-    trace (the API of ``FALD.run``'s); ``on_round(j)`` is called after round j's average."""
+    trace (the API of ``FALD.run``'s). ``on_round(j)`` is called after round j's average, before the
+    runner keeps it and checkpoints (an exception there stops the run at round j - 1, as a kill)."""
     node_ids, problem = discover(grid, wait_for_nodes(grid, run.num_nodes, run.node_timeout), run.node_timeout)
     run.participation.validate(problem.weights)
     problem.check_batch_size(run.batch_size)
