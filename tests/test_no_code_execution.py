@@ -1,8 +1,8 @@
 """No file the package reads runs code (issue 31).
 
 A pickle is planted in every file type fedlangevin reads: the checkpoints of both runners
-(FA-LD's fedlangevin.fald.io.checkpoint, Flower's fedlangevin.flower.checkpoint, and the Flower
-trace file), ``<path>.prev``, ``<path>.problem``, a sample store's ``meta.json`` and data files
+(FA-LD's and the runner's fedlangevin.fald.io.checkpoint, the Flower server's, which is the
+runner's, read by a restarted server, and the Flower trace file), ``<path>.prev``, ``<path>.problem``, a sample store's ``meta.json`` and data files
 (read by ``open_store`` and by a resumed run), ``.npy`` / ``.npz`` given to ``fedlangevin
 diagnose``, and the data sets' ``.npz`` and IDX files. Unpickling the planted object creates a
 marker file; each case checks that a clear error (the module's own error class, or the CLI's
@@ -27,7 +27,7 @@ import fedlangevin as fl
 from fedlangevin import data as fd
 from fedlangevin.fald.io.checkpoint import _HEADER, MAGIC, CheckpointError
 from fedlangevin.fald.io.store import StoreError
-from fedlangevin.flower.checkpoint import load_checkpoint, load_trace
+from fedlangevin.flower import load_trace
 
 
 class Planted:
@@ -93,11 +93,11 @@ def _plant(path: Path, data: bytes) -> None:
     path.write_bytes(data)
 
 
-def _flower():
-    from tests.flower.test_checkpoint import _setup
+def _flower_server(path: Path):
+    """A Flower server (in-process clients) restarted with its checkpoint at ``path``: it reads the file."""
+    from tests.flower.test_runner import _run, _serve
 
-    run, fed, _ = _setup()
-    return run, fed
+    return _serve(_run(checkpoint=str(path)))
 
 
 def _cli(argv: list[str], capsys) -> None:
@@ -147,13 +147,13 @@ def _cases():
             assert size >= len(data)
             _plant(path, data + path.read_bytes()[len(data):])
         cases[f"store {name}"] = (plant, lambda f, c: fl.open_store(f / "s"), StoreError, "does not match its CRC-32")
-    flower_ckpt = lambda f, c: load_checkpoint(f / "server.ckpt", *_flower())  # noqa: E731
+    flower_ckpt = lambda f, c: _flower_server(f / "server.ckpt")  # noqa: E731
     flower_trace = lambda f, c: load_trace(f / "trace.pt", 1e-3)  # noqa: E731
     cases.update({
         "Flower checkpoint, bare torch.save": (lambda f, m: _plant(f / "server.ckpt", _torch_bytes(Planted(m))),
                                                flower_ckpt, CheckpointError, "could run code"),
         "Flower checkpoint, framed": (lambda f, m: _plant(f / "server.ckpt", _framed(
-            inner(m, "fedlangevin-flower-checkpoint"), 2)), flower_ckpt, CheckpointError, "cannot be decoded"),
+            inner(m, "fedlangevin.Runner"), 2)), flower_ckpt, CheckpointError, "cannot be decoded"),
         "Flower trace, bare torch.save": (lambda f, m: _plant(f / "trace.pt", _torch_bytes(Planted(m))), flower_trace,
                                           CheckpointError, "could run code"),
         "Flower trace, framed": (lambda f, m: _plant(f / "trace.pt", _framed(inner(m, "fedlangevin-flower-trace"), 2)),

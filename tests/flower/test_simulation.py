@@ -1,6 +1,7 @@
 """FA-LD in Flower's simulation engine: 10 simulated clients on the Gaussian problem give the
 samples of the in-process engine with the same seed (per-client streams), bit for bit; schemes
-I and II; a client that drops out of a round; a server that resumes from its checkpoint.
+I and II; a client that drops out of a round; a server that resumes from its checkpoint (a
+shorter finished run extended, and a server killed mid-run continued bit for bit).
 
 One ``run_simulation`` (one Ray start, the slow part) serves every run: the ServerApp runs
 them one after the other over the same 10 nodes.
@@ -29,6 +30,11 @@ PROBLEM = GaussianSimulation(num_clients=N, samples_per_client=[20 + 2 * c for c
 SEED, DROP_SEED, DROP_CLIENT, DROP_ROUND = 7, 8, 3, 2  # DROP_ROUND counts rounds from 1
 DROP_SEED_I = 11  # with SchemeI(1), chain 2 (only) samples client DROP_CLIENT in round DROP_ROUND
 SCHEMES = {"full": None, "I": SchemeI(4), "II": SchemeII(3, allow_unbalanced=True)}
+KILL_ROUND = 5  # the server dies in this round; its last checkpoint is at round 4
+
+
+class Killed(Exception):
+    """The server process dies (raised from on_round)."""
 
 
 def _client_app():
@@ -73,8 +79,13 @@ def traces(tmp_path_factory):
     runs["drop I"] = _run(seed=DROP_SEED_I, participation=SchemeI(1))
     runs["first half"] = _run(rounds=ROUNDS // 2, checkpoint=ckpt, checkpoint_every=1)
     runs["resumed"] = _run(checkpoint=ckpt, checkpoint_every=1)
+    killed = _run(checkpoint=str(tmp_path_factory.mktemp("flower") / "killed.ckpt"), checkpoint_every=2)
     out = {}
     server = ServerApp()
+
+    def dies(j):
+        if j == KILL_ROUND:
+            raise Killed
 
     @server.main()
     def main(grid, context):
@@ -82,11 +93,16 @@ def traces(tmp_path_factory):
             warnings.simplefilter("always")
             for name, run in runs.items():
                 out[name] = run_server(grid, run)
+            try:
+                run_server(grid, killed, on_round=dies)
+            except Killed:
+                out["killed"] = True
+            out["continued"] = run_server(grid, killed)
         out["warnings"] = [str(w.message) for w in caught]
 
     run_simulation(server_app=server, client_app=_client_app(), num_supernodes=N,
                    backend_config={"client_resources": {"num_cpus": 1}})
-    assert set(runs) <= set(out), "the ServerApp did not finish every run"
+    assert set(runs) | {"killed", "continued"} <= set(out), "the ServerApp did not finish every run"
     return out
 
 
@@ -144,6 +160,14 @@ def test_server_resumes_from_its_checkpoint(traces):
     assert traces["first half"].samples.shape[1] == ROUNDS // 2
     assert torch.equal(traces["resumed"].samples, traces["full"].samples)
     assert traces["resumed"].communication.uploads == traces["full"].communication.uploads
+
+
+def test_a_killed_server_continues_bit_for_bit(traces):
+    assert traces["killed"] is True
+    continued, full = traces["continued"], traces["full"]
+    assert torch.equal(continued.samples, full.samples) and (continued.draw_rounds == full.draw_rounds).all()
+    assert continued.communication == full.communication  # bytes included: the same messages
+    assert continued.ledger == full.ledger and continued.settings == full.settings
 
 
 def test_chain_whose_only_sampled_client_dropped_keeps_its_iterate(traces):

@@ -132,6 +132,9 @@ class Runner:
         return None if hasattr(self._kernel, "uploads") else float(self.problem.num_clients)
 
     def _uploads(self, info: Any) -> float:
+        """A round's uploads from the kernel's ``info`` (where :meth:`_fixed_uploads` is None): called
+        once per round, in round order, after ``step`` and the divergence check; a family may account more of ``info``
+        here (the Flower server: bytes carried, dropped clients)."""
         return float(self._kernel.uploads(info))
 
     def _round_etas(self, rounds: int):

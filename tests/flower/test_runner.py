@@ -1,0 +1,243 @@
+"""The Flower server on the package's runner (fedlangevin.flower.runner), without Flower.
+
+The clients' side of a round is an in-process exchange here (:class:`LocalExchange`: what a
+Flower node's handler runs, ``client_round`` on the shared (seed, t) stream and the client's own
+private stream), so the server round, its draws, checkpoints, resume and dropouts are tested in
+the main suite; tests/flower/test_simulation.py runs the same server over Flower's grid.
+The planted-pickle tests of the checkpoint and trace files are in tests/test_no_code_execution.py.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+import torch
+
+from fedlangevin.fald import FALD, SchemeI, SchemeII
+from fedlangevin.fald.contracts import KERNEL, conformance
+from fedlangevin.fald.core.engine import client_round
+from fedlangevin.fald.core.kernel import aggregate
+from fedlangevin.fald.core.streams import participation_stream, private_stream, shared_stream
+from fedlangevin.fald.io.checkpoint import MAGIC, CheckpointError, read_file, write_file
+from fedlangevin.flower.runner import Replies, ServerKernel, serve
+from fedlangevin.flower.server import FlowerRun
+from fedlangevin.flower.trace import Federation
+from fedlangevin.problems import GaussianSimulation
+
+N, R, K, ETA, ROUNDS, SEED = 3, 4, 2, 1e-2, 8, 7
+PROBLEM = GaussianSimulation(num_clients=N, samples_per_client=[10, 14, 20], seed=1)
+FED = Federation(PROBLEM.client_sizes, PROBLEM.dim)
+
+
+class Stop(Exception):
+    """The server process dies (raised by on_round)."""
+
+
+class LocalExchange:
+    """Client c of PROBLEM on node 100 + c, in this process; ``fail``: {(round j, client): why}
+    rounds in which a client does not reply."""
+
+    def __init__(self, run: FlowerRun, fail: dict | None = None) -> None:
+        self.run, self.fail, self.calls = run, dict(fail or {}), 0
+        self.node_ids = tuple(100 + c for c in range(N))
+
+    def round(self, t, theta, step_sizes, clients) -> Replies:
+        self.calls += 1
+        betas, refused = {}, {}
+        for c in clients:
+            if (t + 1, c) in self.fail:
+                refused[c] = self.fail[(t + 1, c)]
+                continue
+            betas[c] = client_round(PROBLEM.clients([c]), theta, step_sizes, weight=float(PROBLEM.weights[c]),
+                                    temperature=self.run.temperature, correlation=self.run.correlation,
+                                    shared_generator=shared_stream(self.run.seed, t),
+                                    private_generator=private_stream(SEED, c, t))
+        return Replies(betas, refused, 100 * len(clients), 10 * len(betas))
+
+
+def _run(rounds=ROUNDS, **kw) -> FlowerRun:
+    kw = {"seed": SEED, "correlation": 0.5, **kw}
+    return FlowerRun(rounds=rounds, step_size=ETA, local_steps=K, num_nodes=N, chains=R, **kw)
+
+
+def _serve(run, fail=None, on_round=None):
+    exchange = LocalExchange(run, fail)
+    return serve(exchange, FED, run, on_round), exchange
+
+
+def _in_process(participation=None, rounds=ROUNDS, warmup=0, thin=1):
+    return FALD(PROBLEM, step_size=ETA, local_steps=K, chains=R, seed=SEED, correlation=0.5,
+                participation=participation, streams="per_client").run(rounds, warmup=warmup, thin=thin)
+
+
+def test_the_server_round_is_a_kernel_and_its_problem_has_no_data():
+    run = _run()
+    kernel = ServerKernel(LocalExchange(run), FED, run)
+    assert conformance(kernel, KERNEL) == []
+    assert FED.num_clients == N and torch.equal(FED.weights, PROBLEM.weights.double())
+    with pytest.raises(ValueError, match="no gradients on the server"):
+        FED.grad(torch.zeros(1, N, PROBLEM.dim))
+    with pytest.raises(ValueError, match="client_sizes"):
+        Federation([3, 0], 2)
+
+
+@pytest.mark.filterwarnings("ignore:SchemeII assumes balanced")
+@pytest.mark.parametrize("rule", [None, SchemeI(2), SchemeII(2, allow_unbalanced=True)], ids=["full", "I", "II"])
+def test_the_server_gives_the_samples_of_the_in_process_per_client_engine(rule):
+    trace, _ = _serve(_run(participation=rule, warmup=2, thin=2))
+    ref = _in_process(rule, warmup=2, thin=2)
+    assert torch.equal(trace.samples, ref.samples)  # the same functions on the same streams: bit for bit
+    assert (trace.draw_rounds == ref.draw_rounds).all() and (trace.draw_steps == ref.draw_steps).all()
+    assert trace.communication.uploads == ref.communication.uploads
+    assert trace.communication.floats_down == ref.communication.floats_down
+    assert trace.settings.scheme == ref.settings.scheme and trace.settings.streams == "per_client"
+    assert trace.settings.sampler == "FA-LD" and trace.dropouts == {} and trace.node_ids == (100, 101, 102)
+    assert trace.ledger == dict(ref.ledger)
+    full = rule is None  # every participating client's message is 100 bytes down, 10 up (LocalExchange)
+    assert trace.communication.bytes_up == (ROUNDS * N * 10 if full else trace.communication.bytes_up)
+    assert trace.communication.bytes_down >= trace.communication.bytes_up > 0
+
+
+def test_a_killed_server_continues_bit_for_bit_from_its_checkpoint(tmp_path):
+    path = tmp_path / "server.ckpt"
+    whole, _ = _serve(_run(warmup=1, thin=2, participation=SchemeI(2)))
+
+    def dies(j):
+        if j == 7:
+            raise Stop
+
+    with pytest.raises(Stop):
+        _serve(_run(warmup=1, thin=2, participation=SchemeI(2), checkpoint=str(path), checkpoint_every=3),
+               on_round=dies)
+    assert path.read_bytes()[:16] == MAGIC and not (tmp_path / "server.ckpt.tmp").exists()
+    record, _ = read_file(path)
+    assert record["kind"] == "fedlangevin.Runner" and record["round"] == 6  # the last checkpoint before the kill
+    trace, exchange = _serve(_run(warmup=1, thin=2, participation=SchemeI(2), checkpoint=str(path),
+                                  checkpoint_every=3))
+    assert exchange.calls == ROUNDS - 6  # only the rounds after the checkpoint ran again
+    assert torch.equal(trace.samples, whole.samples) and (trace.draw_rounds == whole.draw_rounds).all()
+    assert trace.communication == whole.communication and trace.ledger == whole.ledger
+    record, _ = read_file(path)
+    assert record["round"] == ROUNDS and record["run"]["finished"]
+    assert not os.path.exists(f"{path}.lock") or _unlocked(f"{path}.lock")
+
+
+def _unlocked(lock: str) -> bool:
+    import fcntl
+
+    with open(lock, "a+b") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if a run still holds it
+    return True
+
+
+def test_a_finished_run_is_extended_by_a_server_given_more_rounds(tmp_path):
+    path = str(tmp_path / "server.ckpt")
+    half, _ = _serve(_run(rounds=ROUNDS // 2, checkpoint=path, checkpoint_every=1))
+    assert half.samples.shape[1] == ROUNDS // 2
+    trace, exchange = _serve(_run(checkpoint=path, checkpoint_every=1))
+    assert exchange.calls == ROUNDS - ROUNDS // 2
+    ref = _in_process()
+    assert torch.equal(trace.samples, ref.samples) and trace.communication.uploads == ref.communication.uploads
+    again, exchange = _serve(_run(checkpoint=path))  # at the end already: the trace, no round
+    assert exchange.calls == 0 and torch.equal(again.samples, ref.samples)
+    with pytest.raises(ValueError, match="warmup=1 differs from the run being continued"):
+        _serve(_run(rounds=ROUNDS + 2, warmup=1, checkpoint=path))
+
+
+def test_a_dropped_client_is_warned_about_recorded_and_checkpointed(tmp_path):
+    path = tmp_path / "server.ckpt"
+    fail = {(2, 1): "node 101: no reply"}
+    with pytest.warns(UserWarning, match=r"round 2: client 1 dropped: node 101: no reply"):
+        trace, _ = _serve(_run(checkpoint=str(path), checkpoint_every=2), fail=fail)
+    assert trace.dropouts == {2: [1]} and trace.communication.uploads == ROUNDS * N - 1
+    # round 2 by hand: the clients that replied, p_c renormalised over them
+    theta = trace.samples[:, 0]
+    beta = torch.zeros(R, N, PROBLEM.dim, dtype=torch.float64)
+    for c in (0, 2):
+        beta[:, c] = client_round(PROBLEM.clients([c]), theta, [ETA] * K, weight=float(PROBLEM.weights[c]),
+                                  correlation=0.5, shared_generator=shared_stream(SEED, 1),
+                                  private_generator=private_stream(SEED, c, 1))
+    w = PROBLEM.weights.double().clone()
+    w[1] = 0.0
+    assert torch.equal(trace.samples[:, 1], aggregate(beta, theta, w / w.sum(), None))
+    record, _ = read_file(path)
+    assert record["flower"]["dropouts"] == [[2, [1]]] and record["flower"]["bytes_up"] == trace.communication.bytes_up
+
+
+def test_a_chain_whose_only_sampled_client_dropped_keeps_its_iterate():
+    run = _run(participation=SchemeI(1), rounds=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trace, _ = _serve(run, fail={(j, c): "gone" for j in (2,) for c in range(N)})
+    w = SchemeI(1).weights(PROBLEM.weights.double(), R, participation_stream(SEED, 1))  # round 2's draw
+    assert trace.dropouts == {2: (w != 0).any(dim=0).nonzero().flatten().tolist()}
+    assert torch.equal(trace.samples[:, 1], trace.samples[:, 0])  # nobody replied: every chain kept theta
+
+
+def test_a_checkpoint_of_another_run_or_past_the_end_is_refused(tmp_path):
+    path = str(tmp_path / "server.ckpt")
+    _serve(_run(rounds=4, checkpoint=path))
+    with pytest.raises(ValueError, match="belongs to another run"):
+        _serve(_run(seed=SEED + 1, checkpoint=path))
+    with pytest.raises(ValueError, match="belongs to another run"):
+        serve(LocalExchange(_run(checkpoint=path)), Federation([10, 14, 21], PROBLEM.dim), _run(checkpoint=path))
+    with pytest.raises(ValueError, match="is at round 4, past rounds = 3"):
+        _serve(_run(rounds=3, checkpoint=path))
+    FALD(PROBLEM, step_size=ETA, seed=0).run(2, checkpoint=tmp_path / "fald.ckpt")
+    with pytest.raises(CheckpointError, match="not a checkpoint of a Runner"):
+        _serve(_run(checkpoint=str(tmp_path / "fald.ckpt")))
+
+
+def _rewrap(path, change):
+    record, _ = read_file(path)
+    change(record)
+    write_file(path, record, keep_previous=False)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda r: r.pop("flower"), r"flower must be a dictionary"),
+    (lambda r: r["flower"].pop("bytes_up"), r"flower lacks the entries 'bytes_up'"),
+    (lambda r: r["flower"].__setitem__("dropouts", {3: [1]}), r"dropouts must be a list"),
+    (lambda r: r["flower"].__setitem__("seconds", -1.0), r"seconds"),
+    (lambda r: r.__setitem__("theta", torch.zeros(R, PROBLEM.dim + 1, dtype=torch.float64)), r"theta|parameters"),
+    (lambda r: r.__setitem__("kind", "fedlangevin-flower-checkpoint"), r"of an earlier version"),
+])
+def test_a_valid_checksum_over_wrong_entries_is_a_checkpoint_error(change, message, tmp_path):
+    path = tmp_path / "server.ckpt"
+    _serve(_run(rounds=4, checkpoint=str(path)))
+    _rewrap(path, change)
+    with pytest.raises(CheckpointError, match=message):
+        _serve(_run(checkpoint=str(path)))
+
+
+def test_a_damaged_special_or_old_checkpoint_is_refused(tmp_path):
+    path = tmp_path / "server.ckpt"
+    _serve(_run(rounds=4, checkpoint=str(path)))  # one checkpoint, at the end: no .prev
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 1
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="corrupted"):
+        _serve(_run(checkpoint=str(path)))
+    path.unlink()
+    os.mkfifo(path)
+    with pytest.raises(CheckpointError, match="FIFO"):
+        _serve(_run(checkpoint=str(path)))
+    path.unlink()
+    torch.save({"kind": "fedlangevin-flower-checkpoint", "round": 1}, path)  # an earlier version's bare torch.save
+    with pytest.raises(CheckpointError, match="wrong file signature.*is not read, since loading it could run code"):
+        _serve(_run(checkpoint=str(path)))
+
+
+def test_flower_run_refuses_bad_settings_before_any_work(tmp_path):
+    with pytest.raises(ValueError, match="warmup must be < rounds"):
+        _run(rounds=3, warmup=3)
+    with pytest.raises(ValueError, match="noise_dtype"):
+        _run(noise_dtype="float16")
+    with pytest.raises(ValueError, match="checkpoint: the directory"):
+        _run(checkpoint=str(tmp_path / "missing" / "server.ckpt"))
+    with pytest.raises(ValueError, match="batch_size"):
+        FED.check_batch_size(11)  # larger than the smallest client (n_c = 10): run_server refuses it
+    with pytest.raises(ValueError, match="init must have shape"):
+        _serve(_run(init=torch.zeros(PROBLEM.dim + 1)))
