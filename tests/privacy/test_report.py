@@ -236,7 +236,7 @@ def test_summary_states_adjacency_threat_model_sampling_release_and_the_four_eps
         assert adjacency.startswith("adjacency: not enforced")
         assert sampling.startswith("sampling: full batches")
     else:
-        assert f"sensitivity = 1 (derived: 2 x clip 0.5" in first
+        assert "sensitivity = 1 (derived: 2 x clip 0.5" in first
         level = "record level, one record of one client substituted" if privacy.adjacency == "record" else \
             "client level, one client's whole data replaced"
         assert adjacency.startswith(f"adjacency: {level}") and "clipped to C = 0.5 in every local step" in adjacency
