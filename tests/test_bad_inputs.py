@@ -120,6 +120,10 @@ ARGS = [
         0.0, None, True),
     Arg("eta", lambda v: fp.noise_multiplier(eta=v, gamma=0.02, sensitivity=1.0, p_min=0.1), "real", 1e-6, 0.0, None,
         True),
+    Arg("p_max", lambda v: fp.client_noise_multiplier(eta=1e-6, sensitivity=1.0, p_max=v), "real", 0.5, 0.0, 1.0,
+        True),
+    Arg("sensitivity", lambda v: fp.client_noise_multiplier(eta=1e-6, sensitivity=v, p_max=0.5), "real", 2.0, 0.0,
+        None, True),
     # issue 31: num_clients of the privacy functions (10**400 was an OverflowError), a budget
     # solver's tau (np.float32 ended in a TypeError), corrections' strengths and search rounds
     Arg("num_clients", lambda v: fp.paper_bound(**dict(PRIVACY_ANY_N, num_clients=v), **PAPER_DELTAS).epsilon, "int",

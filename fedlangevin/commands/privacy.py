@@ -9,6 +9,15 @@ Other modes: ``--solve eta|iterations|num-sampled|rho`` with ``--target-epsilon`
 ``--target-delta`` (largest value within the budget, both accountants); ``--table`` (both
 accountants on a fixed set of settings, the table of docs/privacy.md); ``--figure PATH``
 (epsilon against T for both accountants).
+
+The mechanism of a private run (``FALD(..., privacy=RecordLevel(clip=C) | ClientLevel(clip=C))``):
+``--adjacency record|client`` and ``--clip C``, whose sensitivity 2C is derived (a typed
+``--sensitivity`` beside ``--clip`` is refused); without ``--clip`` the sensitivity is an assumption
+(``--sensitivity``, default 1), as for a run without ``privacy=``. Client level
+(:func:`fedlangevin.privacy.client_account`) needs ``--clip``, has no minibatch amplification (no
+``--gamma``), takes the largest client weight ``--p-max`` (default 1/N) instead of ``--p-min``, and
+reports the tight accountant only (the paper's theorem is record-level); ``--solve`` and ``--figure``
+are record-level.
 """
 
 from __future__ import annotations
@@ -43,15 +52,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--eta", type=float, default=d["eta"], help="step size (default: %(default)s)")
     g.add_argument("--tau", type=float, default=d["tau"], help="temperature (default: %(default)s)")
     g.add_argument("--rho", type=float, default=d["rho"], help="noise correlation in [0, 1) (default: %(default)s)")
-    g.add_argument("--gamma", type=float, default=d["gamma"], help="data fraction per local step (default: %(default)s)")
-    g.add_argument("--sensitivity", type=float, default=d["sensitivity"],
-                   help="Delta_l of Assumption G.1 (default: %(default)s)")
-    g.add_argument("--p-min", type=float, default=d["p_min"], help="smallest client weight (default: %(default)s)")
+    g.add_argument("--gamma", type=float, default=None,
+                   help=f"data fraction per local step (default: {d['gamma']}; record level only)")
+    g.add_argument("--sensitivity", type=float, default=None,
+                   help=f"an assumed Delta_l of Assumption G.1, not enforced (default: {d['sensitivity']}); "
+                        "refused beside --clip, whose sensitivity 2C is derived")
+    g.add_argument("--p-min", type=float, default=None,
+                   help=f"smallest client weight (default: {d['p_min']}; record level only)")
     g.add_argument("--num-clients", type=int, default=d["num_clients"], help="N (default: %(default)s)")
     g.add_argument("--num-sampled", type=int, default=d["num_sampled"], help="S per round (default: %(default)s)")
     g.add_argument("--local-steps", type=int, default=d["local_steps"], help="K (default: %(default)s)")
     g.add_argument("--iterations", type=int, default=d["iterations"], help="T, a multiple of K (default: %(default)s)")
     g.add_argument("--scheme", default=d["scheme"], choices=["I", "II"], help="device sampling (default: %(default)s)")
+    v = parser.add_argument_group("privacy mechanism (a private run's privacy=RecordLevel(clip=C) / ClientLevel(clip=C))")
+    v.add_argument("--adjacency", choices=["record", "client"], default="record",
+                   help="neighbours differ in one record, or in one client's whole data (default: %(default)s)")
+    v.add_argument("--clip", type=float, default=None,
+                   help="the clipping norm C of the run: sensitivity derived as 2C (needed for --adjacency client)")
+    v.add_argument("--p-max", type=float, default=None,
+                   help="largest client weight, the worst client at client level (default: 1/N; client level only)")
     p = parser.add_argument_group("accounting")
     for name in ("delta0", "delta1", "delta2"):
         p.add_argument(f"--{name}", type=float, default=None,
@@ -70,10 +89,59 @@ def configure(parser: argparse.ArgumentParser) -> None:
                    help="hide the progress bar of --figure (shown on stderr when it is a terminal)")
 
 
+def _sensitivity(args) -> tuple[float, str]:
+    """(sensitivity, how it is known): 2C from ``--clip``, else the assumed ``--sensitivity`` (default 1)."""
+    from fedlangevin._validation import check_real
+    from fedlangevin.commands._checks import UsageError
+    from fedlangevin.privacy.mechanism import MAX_CLIP
+
+    if args.clip is None:
+        if args.adjacency == "client":
+            raise UsageError("--adjacency client needs --clip C: a client-level run clips each client's data term to "
+                             "norm C, and its sensitivity 2C is derived from it")
+        value = WORKED_EXAMPLE["sensitivity"] if args.sensitivity is None else args.sensitivity
+        return check_real("--sensitivity", value, low=0.0, low_open=True), "assumed, not enforced"
+    if args.sensitivity is not None:
+        raise UsageError(f"--sensitivity: with --clip {args.clip:g} the sensitivity is derived (2C = {2 * args.clip:g}); "
+                         "give --clip or --sensitivity, not both")
+    clip = check_real("--clip", args.clip, low=0.0, high=MAX_CLIP, low_open=True)
+    return 2.0 * clip, f"derived: 2 x clip {clip:g}"
+
+
 def _setting(args) -> dict:
-    return dict(eta=args.eta, tau=args.tau, rho=args.rho, gamma=args.gamma, sensitivity=args.sensitivity,
-                p_min=args.p_min, num_clients=args.num_clients, num_sampled=args.num_sampled,
-                local_steps=args.local_steps, iterations=args.iterations, scheme=args.scheme)
+    """The mechanism's arguments: :func:`fedlangevin.privacy.account`'s (record level) or
+    :func:`fedlangevin.privacy.client_account`'s (client level: ``p_max``, no ``gamma``)."""
+    from fedlangevin._validation import check_int, check_real
+    from fedlangevin.commands._checks import UsageError
+
+    sensitivity, _ = _sensitivity(args)
+    common = dict(eta=args.eta, tau=args.tau, rho=args.rho, sensitivity=sensitivity, num_clients=args.num_clients,
+                  num_sampled=args.num_sampled, local_steps=args.local_steps, iterations=args.iterations,
+                  scheme=args.scheme)
+    if args.adjacency == "client":
+        for option, value, why in (("--gamma", args.gamma, "client level has no minibatch amplification (every row "
+                                    "of the client may change)"),
+                                   ("--p-min", args.p_min, "the worst client at client level is the one with the "
+                                    "largest weight: give --p-max")):
+            if value is not None:
+                raise UsageError(f"{option}: {why}; leave {option} out with --adjacency client")
+        if any(getattr(args, name) is not None for name in ("delta0", "delta1", "delta2")):
+            raise UsageError("--delta0/--delta1/--delta2 are the paper's deltas, and the paper's theorem is "
+                             "record-level; with --adjacency client give --delta")
+        n = check_int("--num-clients", args.num_clients, 1)
+        if args.p_max is None:
+            return dict(common, p_max=1.0 / n)
+        p_max = check_real("--p-max", args.p_max, low=0.0, high=1.0, low_open=True)
+        if p_max < (1.0 / n) * (1 - 1e-12):
+            raise UsageError(f"--p-max must be >= 1/N = {1.0 / n:g} (the largest of N = {n} weights summing to 1); "
+                             f"got {p_max:g}")
+        return dict(common, p_max=p_max)
+    if args.p_max is not None:
+        raise UsageError("--p-max is the largest client weight of client-level accounting (--adjacency client); "
+                         "record level uses --p-min")
+    d = WORKED_EXAMPLE
+    return dict(common, gamma=d["gamma"] if args.gamma is None else args.gamma,
+                p_min=d["p_min"] if args.p_min is None else args.p_min)
 
 
 def _paper_deltas(args, setting, target=None) -> dict:
@@ -115,22 +183,48 @@ def _evaluate(setting: dict, deltas: dict, delta: float | None, discretization=N
 
 def _report(args) -> None:
     setting = _setting(args)
+    if args.adjacency == "client":
+        _client_report(args, setting)
+        return
     deltas = _paper_deltas(args, setting, args.delta)
     bound, acc = _evaluate(setting, deltas, args.delta, args.discretization)
     s = setting
     print(f"FA-LD: eta={s['eta']:g}, tau={s['tau']:g}, rho={s['rho']:g}, gamma={s['gamma']:g}, "
           f"Delta_l={s['sensitivity']:g}, p_min={s['p_min']:g}, N={s['num_clients']}, S={s['num_sampled']} "
           f"(scheme {s['scheme']}), K={s['local_steps']}, T={s['iterations']}")
+    print(f"adjacency: record level (one record of one client substituted); sensitivity {_sensitivity(args)[1]}")
     print(f"\npaper bound (Thm 6.1 / G.3) with delta0={deltas['delta0']:.3g}, delta1={deltas['delta1']:.3g}, "
           f"delta2={deltas['delta2']:.3g}:")
     print(bound.summary())
+    _print_tight(acc)
+    print("\n" + verdict(bound, acc))
+
+
+def _print_tight(acc) -> None:
     print(f"\ntight accountant (PLD, dominating pair; see docs/privacy.md) at delta = {acc.delta:.4g}:")
     print(f"  noise multiplier z = {acc.noise_multiplier:.6g}, client inclusion q = {acc.q:.4g}, "
           f"rounds T/K = {acc.rounds}, loss grid {acc.discretization:.3g}")
     print(f"  {'epsilon (tight, PLD)':<44}{acc.epsilon:.6g}")
     print(f"  {'epsilon (RDP cross-check, upper)':<44}{acc.rdp_epsilon:.6g}")
     print(f"  {'epsilon (lower bound)':<44}{acc.lower_epsilon:.6g}")
-    print("\n" + verdict(bound, acc))
+
+
+def _client_report(args, s: dict) -> None:
+    """Client level: the tight accountant only (the paper's theorem is record-level)."""
+    from fedlangevin.privacy import client_account
+
+    delta = 1e-5 if args.delta is None else args.delta
+    acc = client_account(**s, delta=delta, discretization=args.discretization)
+    print(f"FA-LD: eta={s['eta']:g}, tau={s['tau']:g}, rho={s['rho']:g}, p_max={s['p_max']:g}, "
+          f"N={s['num_clients']}, S={s['num_sampled']} (scheme {s['scheme']}), K={s['local_steps']}, "
+          f"T={s['iterations']}")
+    print(f"adjacency: client level (one client's whole data replaced); sensitivity = {s['sensitivity']:g} "
+          f"({_sensitivity(args)[1]}); each local step a Gaussian mechanism without minibatch amplification, "
+          "z = sqrt(2 tau (1 - rho^2) / (p_max eta)) / sensitivity")
+    print("\npaper bound (Thm 6.1 / G.3): does not apply (the theorem is record-level)")
+    _print_tight(acc)
+    print(f"\nverdict: ({acc.epsilon:.4g}, {acc.delta:.3g})-DP at client level by the tight accountant; "
+          "no paper bound (record-level theorem)")
 
 
 def _solve(args) -> None:
@@ -254,7 +348,7 @@ def figure(path, setting=None, deltas=None, iterations=None, progress: bool | No
 
 def main(args: argparse.Namespace) -> int:
     from fedlangevin._validation import check_real
-    from fedlangevin.commands._checks import check_output_file, require
+    from fedlangevin.commands._checks import UsageError, check_output_file, require
 
     if args.figure is not None:
         check_output_file("--figure", args.figure)
@@ -264,6 +358,11 @@ def main(args: argparse.Namespace) -> int:
                        high_open=True)
     if args.target_epsilon is not None:
         check_real("--target-epsilon", args.target_epsilon, low=0.0, low_open=True)
+    _setting(args)  # the mechanism's options, checked before any work
+    if args.adjacency == "client" and (args.solve or args.figure is not None):
+        raise UsageError(f"{'--solve' if args.solve else '--figure'} is record-level (the paper's bound beside the "
+                         "tight accountant); with --adjacency client report one setting, or use "
+                         "fedlangevin.privacy.client_account")
     require("privacy", "dp_accounting", purpose="(the tight accountant)")
     if args.table:
         t0 = time.perf_counter()

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from fedlangevin.experiments.posteriordb_pyro import pyro_model
+from fedlangevin.problems._client_data import ClientData, minibatch_indices
 from fedlangevin.problems.base import FederatedProblem
 
 __all__ = [
@@ -107,7 +108,16 @@ class LinearRegressionProblem(FederatedProblem):
     with closed-form likelihood gradients from each client's sufficient statistics (X_c^T X_c,
     X_c^T y_c, y_c^T y_c, n_c): the fast path beside a :class:`~fedlangevin.problems.CustomProblem`
     of the same energy (tested equal). ``prior(theta (..., d)) -> (...)``: the negative log prior
-    in theta, Jacobian of log sigma included; its gradient by autograd."""
+    in theta, Jacobian of log sigma included; its gradient by autograd.
+
+    Private runs (``FALD(..., privacy=RecordLevel(clip=C) | ClientLevel(clip=C))``,
+    :meth:`~fedlangevin.problems.FederatedProblem.private_grad`): the rows are kept too
+    (:class:`~fedlangevin.problems._client_data.ClientData`, ``client_sizes``), the per-example
+    gradients of l(theta; x, y) = (y - x beta)^2 / (2 sigma^2) + log sigma are in closed form
+    (:meth:`_per_example_grads`) and the prior's gradient is :meth:`prior_grad`. ``grad`` with
+    ``batch_size=b`` draws b rows per client with replacement (as every problem's ``grad``); a
+    private run draws them without replacement (:meth:`~fedlangevin.problems.FederatedProblem.private_rows`).
+    """
 
     def __init__(self, parts: list[tuple[torch.Tensor, torch.Tensor]], prior, names: list[str]) -> None:
         self.k = parts[0][0].shape[1]
@@ -119,12 +129,25 @@ class LinearRegressionProblem(FederatedProblem):
         self.xtx = torch.stack([x.T @ x for x, _ in parts])  # (N, k, k)
         self.xty = torch.stack([x.T @ y for x, y in parts])  # (N, k)
         self.yty = torch.stack([y @ y for _, y in parts])  # (N,)
+        self.rows = ClientData.from_clients([(x, y) for x, y in parts])  # padded (N, n_max, k), (N, n_max)
+        self.client_sizes = self.rows.sizes
         self.prior = prior
         self.var_names = names
 
     def grad(self, theta, *, batch_size=None, generator=None):
-        if batch_size is not None:
-            raise ValueError("batch_size is not supported by this problem (sufficient statistics); use batch_size=None")
+        p = self.weights.to(theta)
+        if batch_size is None:
+            return self._likelihood_sum(theta) / p[:, None] + self._prior_grad(theta)
+        # (1/p_c)(n_c/b) sum_{i in B} grad l_i: the rows drawn with replacement as every problem's grad draws them
+        # (the CustomProblem of the same energy draws the same rows from the same seed)
+        b = self.check_batch_size(batch_size)
+        idx = minibatch_indices(self.client_sizes, theta.shape[0], b, generator, theta.device, theta.dtype)
+        scale = self.client_sizes.to(theta) / (p * b)
+        return self._per_example_grads(theta, idx).sum(2) * scale[:, None] + self._prior_grad(theta)
+
+    def _likelihood_sum(self, theta: torch.Tensor) -> torch.Tensor:
+        """sum_i grad l(theta[r, c]; x_ci, y_ci) over every row of client c, (R, N, d), from the
+        sufficient statistics: beta: (X^T X beta - X^T y) / sigma^2; log sigma: n_c - RSS / sigma^2."""
         k = self.k
         beta, log_sigma = theta[..., :k], theta[..., k]
         prec = torch.exp(-2 * log_sigma)  # (R, N)
@@ -132,11 +155,33 @@ class LinearRegressionProblem(FederatedProblem):
         g_beta = (xtxb - self.xty) * prec[..., None]
         rss = self.yty - 2 * (beta * self.xty).sum(-1) + (beta * xtxb).sum(-1)
         g_ls = -rss * prec + self.sizes
-        lik = torch.cat([g_beta, g_ls[..., None]], dim=-1) / self.weights.to(theta)[:, None]
+        return torch.cat([g_beta, g_ls[..., None]], dim=-1)
+
+    def _prior_grad(self, theta: torch.Tensor) -> torch.Tensor:
         with torch.enable_grad():
             x = theta.detach().requires_grad_(True)
             (g_prior,) = torch.autograd.grad(self.prior(x).sum(), x)
-        return lik + g_prior
+        return g_prior
+
+    # -- the private gradient (FederatedProblem.private_grad) ---------------------------------
+    def prior_grad(self, theta):
+        """grad U_0(theta[r, c]), the prior's gradient (public: no data), by autograd, (R, N, d)."""
+        self._check_private_theta(theta)
+        return self._prior_grad(theta)
+
+    def _per_example_grads(self, theta, rows):
+        """grad l(theta; x_i, y_i) = (-r_i x_i / sigma^2, 1 - r_i^2 / sigma^2), r_i = y_i - x_i beta,
+        for the rows (R, N, B) of each client: (R, N, B, d)."""
+        x, y = self.rows.gather(rows)  # (R, N, B, k), (R, N, B)
+        k = self.k
+        prec = torch.exp(-2 * theta[..., k])[..., None]  # (R, N, 1)
+        resid = y - torch.einsum("rnbj,rnj->rnb", x, theta[..., :k])
+        return torch.cat([-(resid * prec)[..., None] * x, (1 - resid * resid * prec)[..., None]], dim=-1)
+
+    def _nll_grad(self, theta, rows, clip):
+        if rows is None and clip is None:  # every row, unclipped (client level, full batch): the statistics
+            return self._likelihood_sum(theta)
+        return FederatedProblem._nll_grad(self, theta, rows, clip)
 
     def potential(self, theta: torch.Tensor) -> torch.Tensor:
         """The negative log posterior sum_c p_c f^c at theta (d,), differentiable."""
@@ -153,6 +198,7 @@ class LinearRegressionProblem(FederatedProblem):
         new = copy.copy(self)
         for name in ("xtx", "xty", "yty", "sizes"):
             setattr(new, name, getattr(self, name).to(device=device, dtype=dtype))
+        new.rows = self.rows.to(device=device, dtype=dtype)
         return new
 
 

@@ -13,7 +13,8 @@
   step-size condition (59), the "at least" form and the scalings (71), (75), (76).
 - :mod:`fedlangevin.privacy.accountant`: the tight accountant (privacy-loss distributions via
   ``dp-accounting``), an RDP cross-check and a lower bound; the modelling assumptions are
-  listed in its docstring and in docs/privacy.md.
+  listed in its docstring and in docs/privacy.md. Record level (``account``) and client level
+  (``client_account``: one client's whole data changes, no minibatch amplification).
 - :mod:`fedlangevin.privacy.budget`: the largest eta, T, S or rho within a budget.
 - :mod:`fedlangevin.privacy.report`: what a run (a ``Trace``) spent, ``trace.privacy(...)``.
 - :mod:`fedlangevin.privacy.mechanism`: what a private run clips, ``RecordLevel(clip=C)`` and
@@ -26,6 +27,8 @@ the paper's formulas do not.
 from fedlangevin.privacy.accountant import (
     Accounting,
     account,
+    client_account,
+    client_noise_multiplier,
     lower_bound_epsilon,
     noise_multiplier,
     rdp_epsilon,
@@ -52,7 +55,8 @@ from fedlangevin.privacy.paper import (
 from fedlangevin.privacy.report import PrivacyReport, trace_privacy
 
 __all__ = [
-    "Accounting", "BudgetSolution", "ClientLevel", "PaperBound", "PrivacyReport", "RecordLevel", "account", "eq71_step_size", "eq75_epsilon",
+    "Accounting", "BudgetSolution", "ClientLevel", "PaperBound", "PrivacyReport", "RecordLevel", "account",
+    "client_account", "client_noise_multiplier", "eq71_step_size", "eq75_epsilon",
     "eq76_step_size", "inclusion_probability", "largest_correlation", "largest_iterations", "largest_num_sampled",
     "largest_step_size", "lower_bound_epsilon", "noise_multiplier", "paper_bound", "paper_delta_split",
     "paper_step_size_limit", "rdp_epsilon", "tight_epsilon", "trace_privacy",

@@ -48,6 +48,14 @@ Model (every assumption the numbers rest on)
 6. **Rounds** are composed T/K times (adaptive composition of dominating pairs).
 7. The noise is an exact Gaussian (floating-point sampling effects are not modelled).
 
+**Client level** (:func:`client_account`, a run with ``privacy=ClientLevel(clip=C)``): item 1
+becomes "neighbours differ in one client's whole data", and the run clips each client's scaled
+data term to norm C in every local step, so a step's mean moves by at most eta Delta with
+Delta = 2C; item 3 becomes a Gaussian mechanism *without* subsampling (every row may differ:
+gamma = 1) of noise multiplier z_c = sqrt(2 tau (1 - rho^2) / (p_c eta)) / Delta, smallest for
+the largest weight p_max (:func:`~fedlangevin.privacy.levels.client_noise_multiplier` derives it
+from eq. 10). Items 2 and 4-7 are unchanged: client sampling amplifies as at record level.
+
 Numerics
 --------
 - **Tight** (:func:`tight_epsilon`): privacy-loss distributions from ``dp-accounting``
@@ -96,10 +104,12 @@ from fedlangevin.privacy.levels import (  # noqa: F401  (re-exported: the accoun
     Z_RANGE,
     NoiseOutOfRange,
     _check_delta,
+    _client_levels,
     _coarsen,
     _Levels,
     _levels,
     _levels_from,
+    client_noise_multiplier,
     noise_multiplier,
 )
 from fedlangevin.privacy.pld import (  # noqa: F401  (re-exported: the PMFs, tested through this module)
@@ -121,6 +131,8 @@ from fedlangevin.privacy.rdp import RDP_ORDERS, _rdp_from_levels  # noqa: F401  
 __all__ = [
     "Accounting",
     "account",
+    "client_account",
+    "client_noise_multiplier",
     "lower_bound_epsilon",
     "noise_multiplier",
     "rdp_epsilon",
@@ -362,3 +374,23 @@ def account(*, eta, tau=1.0, rho=0.0, gamma, sensitivity, p_min, num_clients, nu
 
 
 account.__doc__ += _DOC_ARGS
+
+
+def client_account(*, eta, tau=1.0, rho=0.0, sensitivity, p_max, num_clients, num_sampled, local_steps, iterations,
+                   scheme="II", delta, discretization=None, inclusion_probability=None, step_size_ratio=1.05,
+                   rdp: bool = True) -> Accounting:
+    """Tight epsilon, RDP cross-check and lower bound at **client level** (:class:`Accounting`).
+
+    Neighbours differ in one client's whole data; each local step is a Gaussian mechanism of
+    noise multiplier z = sqrt(2 tau (1 - rho^2) / (p_max eta)) / sensitivity
+    (:func:`~fedlangevin.privacy.levels.client_noise_multiplier` derives it from the kernel;
+    ``sensitivity`` = 2C for ``ClientLevel(clip=C)``), with no minibatch amplification
+    (gamma = 1), K steps a round, the round mixed with client sampling and the rounds composed
+    exactly as at record level (items 4-6 of the module docstring). ``p_max``: the largest
+    client weight (the worst client: least private noise), in [1/N, 1]. The other arguments
+    as :func:`account` (no ``gamma``, no ``p_min``).
+    """
+    delta = _check_delta(delta)
+    args = (eta, tau, rho, sensitivity, p_max, num_clients, num_sampled, local_steps, iterations, scheme,
+            inclusion_probability, step_size_ratio)
+    return _account_levels(_client_levels(*args, "up"), _client_levels(*args, "down"), delta, discretization, rdp)

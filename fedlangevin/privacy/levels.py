@@ -1,11 +1,15 @@
 """The FA-LD mechanism as the accountants see it: the noise multiplier of one local step and the
 rounds grouped by it (the model is listed in :mod:`fedlangevin.privacy.accountant`'s docstring).
 
-One local step of client c is a subsampled Gaussian mechanism of noise multiplier
-z = (gamma / Delta_l) sqrt(2 p_c tau (1 - rho^2) / eta) (the worst client has p_c = p_min);
-the run is T/K rounds of K such steps. With varying step sizes the rounds are grouped by their
-step size rounded to a geometric grid (:func:`_levels`), and the checks keep at most
-``_MAX_LEVELS_CHECKS`` groups (:func:`_coarsen`), rounded so that bounds stay bounds.
+Record level (:func:`noise_multiplier`, :func:`_levels`): one local step of client c is a
+subsampled Gaussian mechanism of noise multiplier z = (gamma / Delta_l) sqrt(2 p_c tau (1 - rho^2) / eta)
+(the worst client has p_c = p_min). Client level (:func:`client_noise_multiplier`,
+:func:`_client_levels`): a Gaussian mechanism without subsampling (gamma = 1) of noise multiplier
+z_c = sqrt(2 tau (1 - rho^2) / (p_c eta)) / Delta (the worst client has p_c = p_max; derivation in
+:func:`client_noise_multiplier`). The run is T/K rounds of K such steps. With varying step sizes
+the rounds are grouped by their step size rounded to a geometric grid (:func:`_grouped`), and the
+checks keep at most ``_MAX_LEVELS_CHECKS`` groups (:func:`_coarsen`), rounded so that bounds stay
+bounds.
 """
 
 from __future__ import annotations
@@ -16,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from fedlangevin._validation import check_real
-from fedlangevin.privacy.paper import _check_common, inclusion_probability
+from fedlangevin._validation import check_int, check_real
+from fedlangevin.privacy.paper import MAX_CLIENTS, _check_common, inclusion_probability
 
-__all__ = ["NoiseOutOfRange", "Z_RANGE", "noise_multiplier"]
+__all__ = ["NoiseOutOfRange", "Z_RANGE", "client_noise_multiplier", "noise_multiplier"]
 
 _MAX_LEVELS_CHECKS = 12  # step-size levels kept by the RDP cross-check and the lower bound
 #: noise multipliers z the accountants accept: below, epsilon exceeds ~1e7 (no privacy worth
@@ -70,17 +74,84 @@ def _step_sizes(eta: Any, iterations: int) -> np.ndarray:
 
 def _levels(eta, tau, rho, gamma, sensitivity, p_min, num_clients, num_sampled, local_steps, iterations, scheme,
             inclusion, step_size_ratio, direction="up") -> _Levels:
+    """Record level: z = (gamma / Delta_l) sqrt(2 p_min tau (1 - rho^2) / eta) per round."""
     tau, rho, gamma, sensitivity, p_min, n, s, k, t, scheme = _check_common(
         tau, rho, gamma, sensitivity, p_min, num_clients, num_sampled, local_steps, iterations, scheme)
-    if inclusion is None:
-        q = inclusion_probability(scheme, n, s)
-    else:
-        q = check_real("inclusion_probability", inclusion, low=0.0, high=1.0, low_open=True)
-    etas = _step_sizes(eta, t)
-    rounds = t // k
     log_scale = (math.log(gamma) - math.log(sensitivity)
                  + 0.5 * (math.log(2.0 * p_min) + math.log(tau) + math.log1p(-rho * rho)))
-    _check_noise(log_scale - 0.5 * math.log(float(etas.max())), log_scale - 0.5 * math.log(float(etas.min())))
+    formula = "the noise multiplier z = (gamma / sensitivity) sqrt(2 p_min tau (1 - rho^2) / eta)"
+    return _grouped(eta, log_scale, gamma, k, t, _inclusion(scheme, n, s, inclusion), step_size_ratio, direction,
+                    formula, "eta, gamma, sensitivity")
+
+
+def client_noise_multiplier(*, eta: float, tau: float = 1.0, rho: float = 0.0, sensitivity: float,
+                            p_max: float) -> float:
+    """z_c = sqrt(2 tau (1 - rho^2) / (p_c eta)) / Delta at p_c = p_max: the client-level noise multiplier.
+
+    Derivation (client-level adjacency, :class:`fedlangevin.privacy.ClientLevel`; neighbours
+    differ in one client's whole data). A private run's local step of client c (eq. 10, run on
+    :class:`fedlangevin.problems.clipped.Clipped`) is
+
+        beta <- beta - eta [clip_C(s_c(beta)) + grad U_0(beta)] + sqrt(2 eta tau rho^2) xi_shared
+                     + sqrt(2 eta tau (1 - rho^2) / p_c) xi^c,
+
+    with s_c = (1/p_c)(n_c/b) sum_{i in B} grad l(beta; x_ci) the client's scaled data term
+    (:meth:`~fedlangevin.problems.FederatedProblem.private_grad`), the prior's gradient public
+    and the shared noise public (eq. 14; :mod:`fedlangevin.fald.core.noise`). Given beta, the
+    public terms are fixed, and replacing client c's data moves the step's mean by
+    eta (clip_C(s_c) - clip_C(s_c')), of norm at most eta Delta with Delta = 2C
+    (``ClientLevel.sensitivity``), against the private noise's standard deviation
+    sigma_c = sqrt(2 eta tau (1 - rho^2) / p_c) per coordinate: a Gaussian mechanism of noise
+    multiplier
+
+        z_c = sigma_c / (eta Delta) = sqrt(2 tau (1 - rho^2) / (p_c eta)) / Delta.
+
+    There is no amplification by the minibatch: the whole client changes, so every row of the
+    batch may differ (gamma = 1 in the accountant, whatever the batch size). The noise grows as
+    p_c shrinks (eq. 10's private noise is sqrt(1/p_c) larger), so the worst client is the one
+    with the **largest** weight p_max (record level has the smallest p_c, where the 1/p_c of the
+    gradient scaling outgrows the noise). It is the record-level formula
+    (gamma / Delta_l) sqrt(2 p tau (1 - rho^2) / eta) with gamma = 1, p = p_max and
+    Delta_l = Delta p_max.
+    """
+    eta = check_real("eta", eta, low=0.0, low_open=True)
+    tau, rho, _, sensitivity, *_ = _check_common(tau, rho, 1.0, sensitivity, 1.0, 1, 1, 1, 1, "II")
+    p_max = check_real("p_max", p_max, low=0.0, high=1.0, low_open=True)
+    return math.sqrt(2.0 * tau * (1.0 - rho * rho) / (p_max * eta)) / sensitivity
+
+
+def _client_levels(eta, tau, rho, sensitivity, p_max, num_clients, num_sampled, local_steps, iterations, scheme,
+                   inclusion, step_size_ratio, direction="up") -> _Levels:
+    """Client level: z = sqrt(2 tau (1 - rho^2) / (p_max eta)) / Delta per round, gamma = 1
+    (:func:`client_noise_multiplier`); p_max, the largest client weight, is in [1/N, 1]."""
+    n = check_int("num_clients", num_clients, 1, MAX_CLIENTS)
+    tau, rho, _, sensitivity, _, n, s, k, t, scheme = _check_common(
+        tau, rho, 1.0, sensitivity, 1.0 / n, n, num_sampled, local_steps, iterations, scheme)
+    p_max = check_real("p_max", p_max, low=0.0, high=1.0, low_open=True)
+    if p_max < (1.0 / n) * (1 - 1e-12):
+        raise ValueError(f"p_max must be >= 1/num_clients = {1.0 / n:g} (the largest of {n} weights summing to 1); "
+                         f"got {p_max:g}")
+    log_scale = 0.5 * (math.log(2.0) + math.log(tau) + math.log1p(-rho * rho) - math.log(p_max)) - math.log(sensitivity)
+    formula = "the client-level noise multiplier z = sqrt(2 tau (1 - rho^2) / (p_max eta)) / sensitivity"
+    return _grouped(eta, log_scale, 1.0, k, t, _inclusion(scheme, n, s, inclusion), step_size_ratio, direction,
+                    formula, "eta, sensitivity")
+
+
+def _inclusion(scheme: str, n: int, s: int, inclusion) -> float:
+    if inclusion is None:
+        return inclusion_probability(scheme, n, s)
+    return check_real("inclusion_probability", inclusion, low=0.0, high=1.0, low_open=True)
+
+
+def _grouped(eta, log_scale: float, gamma: float, k: int, t: int, q: float, step_size_ratio, direction: str,
+             formula: str, names: str) -> _Levels:
+    """Rounds grouped by noise multiplier z = exp(log_scale) / sqrt(eta): one level for a
+    constant step size, else by their largest (``direction="up"``; smallest: "down") step size
+    on a geometric grid of ratio ``step_size_ratio``."""
+    etas = _step_sizes(eta, t)
+    rounds = t // k
+    _check_noise(log_scale - 0.5 * math.log(float(etas.max())), log_scale - 0.5 * math.log(float(etas.min())),
+                 formula, names)
     scale = math.exp(log_scale)
     if etas.size == 1:
         return _Levels((scale / math.sqrt(etas[0]),), (rounds,), gamma, k, q)
@@ -95,18 +166,18 @@ def _levels(eta, tau, rho, gamma, sensitivity, p_min, num_clients, num_sampled, 
     return _Levels(z, tuple(int(c) for c in counts), gamma, k, q)
 
 
-def _check_noise(log_z_min: float, log_z_max: float) -> None:
-    """z = (gamma / Delta_l) sqrt(2 p_min tau (1 - rho^2) / eta) within :data:`Z_RANGE` (logs: no overflow)."""
+def _check_noise(log_z_min: float, log_z_max: float, formula: str, names: str) -> None:
+    """z (given by ``formula``, its arguments ``names``) within :data:`Z_RANGE` (logs: no overflow)."""
     lo, hi = Z_RANGE
-    formula = "the noise multiplier z = (gamma / sensitivity) sqrt(2 p_min tau (1 - rho^2) / eta)"
+    gamma_low, gamma_high = (", a larger gamma", ", a smaller gamma") if "gamma" in names else ("", "")
     if log_z_min < math.log(lo):
         raise NoiseOutOfRange(
-            f"eta, gamma, sensitivity: {formula} is {_exp_text(log_z_min)}, below {lo:g}: epsilon would exceed ~1e7 "
-            "(no privacy); use a smaller eta, a larger gamma or tau, or a smaller sensitivity", "low")
+            f"{names}: {formula} is {_exp_text(log_z_min)}, below {lo:g}: epsilon would exceed ~1e7 "
+            f"(no privacy); use a smaller eta{gamma_low}, a larger tau or a smaller sensitivity", "low")
     if log_z_max > math.log(hi):
         raise NoiseOutOfRange(
-            f"eta, gamma, sensitivity: {formula} is {_exp_text(log_z_max)}, above {hi:g}: epsilon would be below "
-            "~1e-7; use a larger eta, a smaller gamma, or a larger sensitivity", "high")
+            f"{names}: {formula} is {_exp_text(log_z_max)}, above {hi:g}: epsilon would be below "
+            f"~1e-7; use a larger eta{gamma_high} or a larger sensitivity", "high")
 
 
 def _exp_text(log_x: float) -> str:

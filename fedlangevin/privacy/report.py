@@ -26,8 +26,17 @@ accounting uses that, with ``settings.preconditioner_norm`` (the largest lambda_
 M the sampler ran with). What adaptation releases: M from the covariance windows is a function
 of the broadcast iterates only (post-processing, no extra cost); but ``step_size="auto"`` (power
 iteration) and the Hessian start of an adapted dense M query client gradients without noise, so
-those runs' eta and initial M depend on the data outside the accounted mechanism: a note says so
-(for a private run, fix the step size and M from public information).
+those runs' eta and initial M depend on the data outside the accounted mechanism: a note says so.
+A private run (``privacy=``) adapts its step size and M from the broadcast iterates only (its
+warm-up never queries data without noise), so its adaptation is post-processing: the note says that.
+
+Adjacency: a run with ``privacy=RecordLevel(clip=C)`` is accounted at record level (sensitivity
+2C of the clipped per-example sum); ``privacy=ClientLevel(clip=C)`` at client level (one client's
+whole data changes; sensitivity 2C of the clipped data term, a Gaussian mechanism per local step
+without minibatch amplification, :func:`fedlangevin.privacy.client_account`; the paper's
+theorem is record-level and is not reported); a run without ``privacy=`` at record level under
+a sensitivity the user assumes. :meth:`PrivacyReport.summary` states the adjacency, the threat
+model, the sampling, what was released and the four epsilons.
 """
 
 from __future__ import annotations
@@ -39,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from fedlangevin._validation import check_int, check_real
-from fedlangevin.privacy.accountant import Accounting, _account_levels, _levels
+from fedlangevin.privacy.accountant import Accounting, _account_levels, _client_levels, _levels
 from fedlangevin.privacy.paper import PaperBound, paper_bound, paper_delta_split
 
 __all__ = ["PrivacyReport", "trace_privacy"]
@@ -50,33 +59,58 @@ class PrivacyReport:
 
     ``epsilon``: the tight accountant's epsilon (the number to quote); ``tight``: its
     :class:`~fedlangevin.privacy.Accounting` (with RDP cross-check and lower bound);
-    ``paper``: the :class:`~fedlangevin.privacy.PaperBound`; ``mechanism``: the parameters used;
-    ``notes``: every conservative reduction or caveat that applied.
+    ``paper``: the :class:`~fedlangevin.privacy.PaperBound`, ``None`` where the theorem does not
+    apply (a client-level run: Thm 6.1/G.3 is record-level); ``mechanism``: the parameters used
+    (``adjacency``: "record", "client" or "" for a run without ``privacy=``); ``notes``: every
+    conservative reduction or caveat that applied.
     """
 
     delta: float
     epsilon: float
     tight: Accounting
-    paper: PaperBound
+    paper: PaperBound | None
     chains: int
     mechanism: dict
     notes: tuple[str, ...]
 
     def summary(self) -> str:
-        m = self.mechanism
+        """The run, its adjacency, threat model, sampling, what it released and the tight / RDP /
+        lower / paper epsilons, one statement per line, then the notes."""
+        m, t = self.mechanism, self.tight
+        rounds = m["iterations"] // m["local_steps"]
         lines = [
-            f"FA-LD run: {m['chains']} chain(s) x {m['iterations']} local steps (K = {m['local_steps']}, "
-            f"{m['iterations'] // m['local_steps']} rounds), {m['participation']}, gamma = {m['gamma']:.4g}, eta <= {m['eta_max']:.4g}, tau = {m['tau']:g}, "
-            f"rho = {m['rho']:g}, sensitivity = {m['sensitivity']:g} ({m.get('sensitivity_basis', 'given')}); "
-            f"adjacency: one record of one client substituted; the server sees every upload",
-            f"tight accountant (PLD): epsilon = {self.tight.epsilon:.4g} at delta = {self.delta:.3g}   "
-            f"[RDP: {self.tight.rdp_epsilon:.4g}, lower bound: {self.tight.lower_epsilon:.4g}; z = "
-            f"{self.tight.noise_multiplier:.4g}, q = {self.tight.q:.4g}]",
-            f"paper (Thm 6.1/G.3): epsilon = {self.paper.epsilon_formula:.4g}, delta = {self.paper.delta_formula:.3g} "
-            f"— {self.paper.status}",
+            f"FA-LD run: {m['chains']} chain(s) x {m['iterations']} local steps (K = {m['local_steps']}, {rounds} "
+            f"rounds), {m['participation']}, eta <= {m['eta_max']:.4g}, tau = {m['tau']:g}, rho = {m['rho']:g}, "
+            f"sensitivity = {m['sensitivity']:g} ({m.get('sensitivity_basis', 'given')})",
+            "adjacency: " + _ADJACENCY[m.get("adjacency", "")].format(clip=m.get("clip")),
+            "threat model: the server sees every upload (each participating client's state after its K local steps, "
+            "every round and chain); the shared noise of rho > 0 is public, only each client's private noise "
+            "sqrt(2 eta tau (1 - rho^2) / p_c) protects its data",
+            f"sampling: {m.get('sampling', '')}",
+            f"released: {rounds} rounds x {m['chains']} chain(s) x {m.get('dim', '?')} floats broadcast (warm-up "
+            "rounds included; thinning does not reduce the cost)",
+            f"tight accountant (PLD): epsilon = {t.epsilon:.4g} at delta = {self.delta:.3g}   [RDP: "
+            f"{t.rdp_epsilon:.4g}, lower bound: {t.lower_epsilon:.4g}; z = {t.noise_multiplier:.4g}, q = {t.q:.4g}, "
+            f"gamma = {t.gamma:.4g}]",
         ]
+        if self.paper is None:
+            lines.append("paper (Thm 6.1/G.3): does not apply (the theorem is record-level; this run is client-level)")
+        else:
+            lines.append(f"paper (Thm 6.1/G.3): epsilon = {self.paper.epsilon_formula:.4g}, delta = "
+                         f"{self.paper.delta_formula:.3g} — {self.paper.status}")
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+
+#: the adjacency line of :meth:`PrivacyReport.summary`, by ``settings.adjacency``
+_ADJACENCY = {
+    "": "not enforced (a run without privacy= clips nothing); accounted as record level, one record of one client "
+        "substituted, under the assumed sensitivity",
+    "record": "record level, one record of one client substituted; every per-example gradient clipped to "
+              "C = {clip:g} in every local step",
+    "client": "client level, one client's whole data replaced; each client's data term clipped to C = {clip:g} in "
+              "every local step",
+}
 
 
 def _participation(settings: Any, num_clients: int) -> tuple[str, int]:
@@ -105,13 +139,13 @@ def _sensitivity(settings: Any, sensitivity: Any) -> tuple[float, str]:
     mechanism = settings.privacy
     if sensitivity is not None:
         raise ValueError(f"sensitivity: the run's mechanism {mechanism} derives it from its clip; do not give one")
-    if adjacency != "record":
-        raise ValueError(f"trace.privacy: the accountant here is record-level (Assumption G.1, one record of one "
-                         f"client changes); the run's {mechanism} is client-level, whose accounting is not built yet, "
-                         "so no epsilon is reported")
-    from fedlangevin.privacy.mechanism import RecordLevel
+    from fedlangevin.privacy.mechanism import ClientLevel, RecordLevel
 
     clip = settings.clip
+    if adjacency == "client":
+        return ClientLevel(clip=clip).sensitivity, f"derived: 2 x clip {clip:g}, each client's data term clipped"
+    if adjacency != "record":
+        raise ValueError(f"trace.settings.adjacency must be 'record', 'client' or '' (not private); got {adjacency!r}")
     return RecordLevel(clip=clip).sensitivity, f"derived: 2 x clip {clip:g}, every per-example gradient clipped"
 
 
@@ -124,15 +158,19 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
     ----------
     trace : the :class:`~fedlangevin.Trace` of a run (with its ``problem``).
     delta : the delta at which epsilon is reported, in (0, 1).
-    sensitivity : Delta_l of Assumption G.1 (the run itself cannot know it: a bound on
-        ||grad l(theta; x) - grad l(theta; x')||, e.g. 2 x a gradient-clipping norm).
+    sensitivity : only for a run without ``privacy=``: Delta_l of Assumption G.1, which such a run
+        cannot know (a bound on ||grad l(theta; x) - grad l(theta; x')||), reported as assumed,
+        not enforced. A private run derives it (2C) and refuses one given here.
     delta0, delta1, delta2 : the paper's deltas; by default split so that the paper's delta equals
         ``delta`` (:func:`~fedlangevin.privacy.paper_delta_split`, exact for scheme II).
     chains : how many of the run's chains are released (default: all of them).
     discretization, step_size_ratio : see :func:`~fedlangevin.privacy.tight_epsilon`.
 
-    Minibatches are assumed to be drawn without replacement (Assumption G.2); a problem whose
-    sampler draws indices with replacement is not covered by this accounting.
+    Minibatches are assumed to be drawn without replacement (Assumption G.2), as a private run
+    draws them; a run without ``privacy=`` draws with replacement, and its minibatch runs are
+    refused. A client-level run (``privacy=ClientLevel(clip=C)``) is accounted by
+    :func:`~fedlangevin.privacy.client_account` (no minibatch amplification, the worst client the
+    one with the largest weight) and has no paper bound (``report.paper`` is None).
     """
     problem = getattr(trace, "problem", None)
     if problem is None:
@@ -163,69 +201,120 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
     weights = np.asarray(problem.weights, dtype=np.float64)
     n = weights.size
     scheme, s = _participation(settings, n)
+    adjacency = getattr(settings, "adjacency", "")
+    client = adjacency == "client"
+    private = getattr(settings, "privacy", "none") != "none"
     notes: list[str] = []
     norm = float(getattr(settings, "preconditioner_norm", 1.0))
     if norm != 1.0:
         sensitivity = sensitivity * math.sqrt(norm)
         notes.append(f"preconditioned run: the sensitivity in z is sqrt(lambda_max(M)) = {math.sqrt(norm):.4g} times "
-                     "the given one")
+                     f"the {'derived' if private else 'given'} one")
     if getattr(settings, "auto_step_size", False) or getattr(settings, "adapt", False):
-        notes.append("adapted run: the step size (step_size='auto') and the start of an adapted M come from noiseless "
-                     "client Hessian-vector products, outside the accounted mechanism; the covariance windows are "
-                     "post-processing of the broadcasts")
+        if private:
+            notes.append("adapted run: the step size and M were adapted from the broadcast iterates only "
+                         "(post-processing of released values; no noiseless query of the data), at no extra cost")
+        else:
+            notes.append("adapted run: the step size (step_size='auto') and the start of an adapted M come from "
+                         "noiseless client Hessian-vector products, outside the accounted mechanism; the covariance "
+                         "windows are post-processing of the broadcasts")
 
-    # batch fraction per client
+    # batch fraction per client; at client level the whole client changes: no amplification (gamma = 1)
     b = settings.batch_size
     sizes = getattr(problem, "client_sizes", None)
     if b is None:
         gammas = np.ones(n)
+        sampling = "full batches (every row of every client in every local step)"
     else:
         sizes = np.asarray(sizes, dtype=np.float64)
-        gammas = np.minimum(1.0, float(b) / sizes)
-        notes.append("minibatches of fixed size drawn uniformly without replacement in every step (Assumption "
-                     "G.2), as the private run drew them")
+        gammas = np.ones(n) if client else np.minimum(1.0, float(b) / sizes)
+        sampling = (f"fixed-size minibatches of b = {b} rows drawn uniformly without replacement in every local step, "
+                    "as the run drew them (Assumption G.2)")
+        if client:
+            sampling += "; no amplification at client level (every row of the client may change: gamma = 1)"
+        else:
+            sampling += f", gamma = b / n_c <= {float(gammas.max()):.4g}"
+            notes.append("minibatches of fixed size drawn uniformly without replacement in every step (Assumption "
+                         "G.2), as the private run drew them")
     gamma = float(gammas.max())
-    # z_c^2 is proportional to gamma_c^2 p_c: the tight accountant takes the smallest over clients
-    p_eff = float((gammas**2 * weights).min() / gamma**2)
-    p_min = float(weights.min())
-    if not np.allclose(weights, weights[0], rtol=1e-9, atol=0) or not np.allclose(gammas, gammas[0], rtol=1e-9, atol=0):
-        notes.append("unequal clients: the tight accountant uses the smallest noise multiplier and the largest batch "
-                     "fraction over clients (conservative)")
+    p_min, p_max = float(weights.min()), float(weights.max())
     inclusion = None
     if scheme == "I" and not np.allclose(weights, 1.0 / n, rtol=1e-9, atol=0):
-        inclusion = -math.expm1(s * math.log1p(-float(weights.max()))) if weights.max() < 1 else 1.0
+        inclusion = -math.expm1(s * math.log1p(-p_max)) if p_max < 1 else 1.0
         notes.append("scheme I draws clients with probabilities p_c: the tight accountant uses the largest inclusion "
                      "probability 1 - (1 - max p_c)^S; the paper's formula (eq. 64) assumes uniform draws")
+    sampling += "; clients: " + _clients_sampled(settings.scheme, s, n)
 
     eta_arg: Any = float(etas[0]) if np.all(etas == etas[0]) else etas
-    common = dict(tau=tau, rho=rho, sensitivity=sensitivity, num_clients=n, num_sampled=s, local_steps=k,
-                  scheme=scheme)
-    up = _levels(eta_arg, tau, rho, gamma, sensitivity, p_eff, n, s, k, t, scheme, inclusion, step_size_ratio, "up")
-    down = _levels(eta_arg, tau, rho, gamma, sensitivity, p_eff, n, s, k, t, scheme, inclusion, step_size_ratio, "down")
+    if client:
+        # z_c = sqrt(2 tau (1 - rho^2) / (p_c eta)) / (2C): least noise at the largest p_c, which for scheme I
+        # is also the client most often drawn, so the worst client is one client (not a mix of two)
+        if not np.allclose(weights, weights[0], rtol=1e-9, atol=0):
+            notes.append(f"unequal clients: the worst client is the one with the largest weight p_max = {p_max:.4g} "
+                         "(the least private noise; for scheme I also the largest inclusion probability)")
+        args = (eta_arg, tau, rho, sensitivity, p_max, n, s, k, t, scheme, inclusion, step_size_ratio)
+        up, down = _client_levels(*args, "up"), _client_levels(*args, "down")
+        notes.append("client level: each local step is a Gaussian mechanism of noise multiplier "
+                     "z = sqrt(2 tau (1 - rho^2) / (p_max eta)) / (2C) (fedlangevin.privacy.client_account); the "
+                     "paper's Thm 6.1/G.3 is record-level and is not reported")
+    else:
+        # z_c^2 is proportional to gamma_c^2 p_c: the tight accountant takes the smallest over clients
+        p_eff = float((gammas**2 * weights).min() / gamma**2)
+        if not np.allclose(weights, weights[0], rtol=1e-9, atol=0) or not np.allclose(gammas, gammas[0], rtol=1e-9,
+                                                                                         atol=0):
+            notes.append("unequal clients: the tight accountant uses the smallest noise multiplier and the largest "
+                         "batch fraction over clients (conservative)")
+        args = (eta_arg, tau, rho, gamma, sensitivity, p_eff, n, s, k, t, scheme, inclusion, step_size_ratio)
+        up, down = _levels(*args, "up"), _levels(*args, "down")
     tight = _account_levels(up.scaled(r), down.scaled(r), delta, discretization)
 
     eta_max = float(etas.max())
     if not isinstance(eta_arg, float):
-        notes.append(f"varying step sizes: the paper's bound uses the largest, {eta_max:.4g}; the tight accountant "
-                     f"groups rounds on a grid of ratio {step_size_ratio:g} (rounded up)")
-    if None in (delta0, delta1, delta2):
-        if not all(d is None for d in (delta0, delta1, delta2)):
+        notes.append(f"varying step sizes: {'' if client else 'the paper bound uses the largest, '}"
+                     f"eta <= {eta_max:.4g}; the tight accountant groups rounds on a grid of ratio {step_size_ratio:g} "
+                     "(rounded up)")
+    common = dict(tau=tau, rho=rho, sensitivity=sensitivity, num_clients=n, num_sampled=s, local_steps=k,
+                  scheme=scheme)
+    paper = None if client else _paper(common, gammas, weights, gamma, p_min, eta_max, r * t, delta,
+                                       (delta0, delta1, delta2))
+    if r > 1:
+        notes.append(f"{r} chains released: composed as {r} runs on the same data")
+    participation = (f"full participation of N = {n}" if settings.scheme == "full"
+                     else f"scheme {scheme} with S = {s} of N = {n}")
+    deltas = {name: None if paper is None else paper.inputs[name] for name in ("delta0", "delta1", "delta2")}
+    mechanism = dict(common, sensitivity_basis=enforced, participation=participation, gamma=gamma, p_min=p_min,
+                     p_max=p_max, eta_max=eta_max, iterations=t, chains=r, adjacency=adjacency, clip=settings.clip,
+                     batch_size=b, dim=int(settings.dim), sampling=sampling, **deltas)
+    return PrivacyReport(delta=delta, epsilon=tight.epsilon, tight=tight, paper=paper, chains=r,
+                         mechanism=mechanism, notes=tuple(notes))
+
+
+def _clients_sampled(scheme: str, s: int, n: int) -> str:
+    """Who uploads in a round, as the participation rule draws it (fedlangevin.fald.core.participation)."""
+    if scheme == "full":
+        return f"all N = {n} every round"
+    if scheme == "II":
+        return f"S = {s} of N = {n} drawn uniformly without replacement, every round and chain (scheme II)"
+    return f"S = {s} draws with replacement with probabilities p_c, every round and chain (scheme I)"
+
+
+def _paper(common: dict, gammas: np.ndarray, weights: np.ndarray, gamma: float, p_min: float, eta_max: float,
+           iterations: int, delta: float, deltas: tuple) -> PaperBound:
+    """The paper's bound (Thm 6.1/G.3) at the largest step size, with condition (59) client by client."""
+    if None in deltas:
+        if not all(d is None for d in deltas):
             raise ValueError("give all of delta0, delta1, delta2 or none of them")
-        delta0, delta1, delta2 = paper_delta_split(delta, gamma=gamma, num_clients=n, num_sampled=s, local_steps=k,
-                                                   iterations=r * t, scheme=scheme)
-    paper = paper_bound(eta=eta_max, gamma=gamma, p_min=p_min, iterations=r * t, delta0=delta0, delta1=delta1,
+        deltas = paper_delta_split(delta, gamma=gamma, num_clients=common["num_clients"],
+                                   num_sampled=common["num_sampled"], local_steps=common["local_steps"],
+                                   iterations=iterations, scheme=common["scheme"])
+    delta0, delta1, delta2 = deltas
+    paper = paper_bound(eta=eta_max, gamma=gamma, p_min=p_min, iterations=iterations, delta0=delta0, delta1=delta1,
                         delta2=delta2, **common)
     # condition (59) client by client: eta <= tau (1 - rho^2) gamma_c^2 p_c / (Delta^2 log(1.25 / delta0))
+    tau, rho, sensitivity = common["tau"], common["rho"], common["sensitivity"]
     limit = tau * (1 - rho * rho) * float((gammas**2 * weights).min()) / (sensitivity**2 * math.log(1.25 / delta0))
     if limit < paper.eta_max:
         paper = replace(paper, eta_max=limit)
         if eta_max > limit * (1 + 1e-12) and paper.within_theorem:
             paper = replace(paper, within_theorem=False, epsilon=math.inf, delta=1.0)
-    if r > 1:
-        notes.append(f"{r} chains released: composed as {r} runs on the same data")
-    participation = (f"full participation of N = {n}" if settings.scheme == "full"
-                     else f"scheme {scheme} with S = {s} of N = {n}")
-    mechanism = dict(common, sensitivity_basis=enforced, participation=participation, gamma=gamma, p_min=p_min, eta_max=eta_max, iterations=t, chains=r,
-                     delta0=delta0, delta1=delta1, delta2=delta2)
-    return PrivacyReport(delta=delta, epsilon=tight.epsilon, tight=tight, paper=paper, chains=r,
-                         mechanism=mechanism, notes=tuple(notes))
+    return paper

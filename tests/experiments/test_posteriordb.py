@@ -3,12 +3,15 @@ with the defaults, from the copies the repository ships (tests/data/posteriordb)
 
 from __future__ import annotations
 
+import itertools
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+import fedlangevin as fl
 from fedlangevin.experiments.posteriordb import RECIPES, custom_problem, load, validate
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -24,6 +27,56 @@ def test_fast_regression_gradient_equals_the_custom_problem_of_the_same_energy()
 
     earn = read_zip_json(BUNDLED / post.name / "data.json.zip")["earn"]  # every row on one client
     assert sorted(float(v) for _, y in post.clients for v in y) == sorted(np.log(np.asarray(earn, float)).tolist())
+
+
+def test_fast_regression_minibatch_gradient_draws_what_the_custom_problem_draws():
+    """grad(batch_size=b): b rows per client with replacement, the same rows as the CustomProblem of the
+    same energy from the same seed, (1/p_c)(n_c/b) times their gradient sum plus the prior's."""
+    post = load("earnings-logearn_interaction_z", BUNDLED)
+    fast, custom = post.problem, custom_problem(post)
+    theta = torch.randn(3, fast.num_clients, fast.k + 1, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    got = fast.grad(theta, batch_size=5, generator=torch.Generator().manual_seed(1))
+    want = custom.grad(theta, batch_size=5, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-9)
+
+
+def _row_loss(post, theta, c, j):
+    """l(theta; x_cj, y_cj) = (y - x beta)^2 / (2 sigma^2) + log sigma, sigma = exp(theta[k]), from the raw rows."""
+    x, y = post.clients[c]
+    k = post.problem.k
+    return 0.5 * (y[j] - x[j] @ theta[:k]) ** 2 * torch.exp(-2 * theta[k]) + theta[k]
+
+
+@pytest.mark.parametrize("name", ["earnings-logearn_interaction_z", "kilpisjarvi_mod-kilpisjarvi"])
+def test_regression_per_example_gradients_equal_a_batch_size_one_loop(name):
+    """The closed form against one autograd call per chain, client and row (float64, 1e-12)."""
+    post = load(name, BUNDLED)
+    problem = post.problem
+    theta = 0.3 * torch.randn(2, problem.num_clients, problem.dim, generator=torch.Generator().manual_seed(0),
+                              dtype=torch.float64)
+    rows = problem.private_rows(2, 4, generator=torch.Generator().manual_seed(1))
+    assert bool((rows.sort(-1).values.diff(dim=-1) > 0).all())  # b distinct rows per chain and client
+    got = problem.per_example_grads(theta, rows)
+    want = torch.empty_like(got)
+    for r, c, i in itertools.product(*map(range, rows.shape)):
+        t = theta[r, c].clone().requires_grad_(True)
+        (want[r, c, i],) = torch.autograd.grad(_row_loss(post, t, c, int(rows[r, c, i])), t)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    # nothing clipped: the private full-batch gradient is grad f^c (the prior's gradient apart, unclipped)
+    for privacy in (fl.privacy.RecordLevel(clip=1e300), fl.privacy.ClientLevel(clip=1e300)):
+        torch.testing.assert_close(problem.private_grad(theta, privacy), problem.grad(theta), rtol=1e-12, atol=1e-9)
+
+
+@pytest.mark.parametrize("privacy, batch_size", [(fl.privacy.RecordLevel(clip=1.0), 10),
+                                                 (fl.privacy.ClientLevel(clip=50.0), None)])
+def test_a_short_private_run_on_a_regression_posterior_runs_and_reports_its_epsilon(privacy, batch_size):
+    post = load("earnings-logearn_interaction_z", BUNDLED)
+    trace = fl.FALD(post.problem, step_size=1e-4, local_steps=2, chains=2, seed=0, batch_size=batch_size,
+                    privacy=privacy).run(20, progress=False)
+    assert trace.samples.shape == (2, 20, 5) and bool(trace.samples.isfinite().all())
+    report = trace.privacy(delta=1e-5)
+    assert report.mechanism["adjacency"] == privacy.adjacency and report.mechanism["sensitivity"] == 2 * privacy.clip
+    assert 0 < report.tight.lower_epsilon <= report.epsilon < math.inf
 
 
 @pytest.mark.parametrize("name", ["earnings-logearn_interaction_z", "kilpisjarvi_mod-kilpisjarvi"])

@@ -315,3 +315,48 @@ def test_random_settings_are_sandwiched_and_monotone_in_T_and_eta(r, factor, mor
         assert 0.0 <= a.lower_epsilon <= a.epsilon <= a.rdp_epsilon < math.inf
     tol = 1e-9 * (1.0 + base.epsilon)
     assert more_t.epsilon >= base.epsilon - tol and more_eta.epsilon >= base.epsilon - tol
+
+
+# -- client level (client_account) -------------------------------------------------------------------
+@pytest.mark.parametrize("eta, iterations, delta, rho, p_max", [(1e-4, 200, 1e-5, 0.0, 0.1), (3e-4, 40, 1e-6, 0.5, 0.4)])
+def test_client_level_with_full_participation_is_the_exact_gaussian_composed_T_times(eta, iterations, delta, rho,
+                                                                                       p_max):
+    """Client level, S = N: T Gaussian mechanisms of z = sqrt(2 tau (1 - rho^2) / (p_max eta)) / Delta
+    (the mean moves by eta Delta against the noise sqrt(2 eta tau (1 - rho^2) / p_max)), mu = sqrt(T) / z."""
+    from fedlangevin.privacy import client_account, client_noise_multiplier
+
+    sigma = math.sqrt(2 * eta * (1 - rho * rho) / p_max)  # eq. 10's private noise of the largest client
+    z = client_noise_multiplier(eta=eta, rho=rho, sensitivity=0.2, p_max=p_max)
+    assert z == pytest.approx(sigma / (eta * 0.2), rel=1e-13)
+    a = client_account(eta=eta, rho=rho, sensitivity=0.2, p_max=p_max, num_clients=10, num_sampled=10,
+                       local_steps=10, iterations=iterations, delta=delta)
+    exact = balle_wang_epsilon(math.sqrt(iterations) / z, delta)
+    assert a.gamma == 1.0 and a.q == 1.0 and a.noise_multiplier == pytest.approx(z, rel=1e-13)
+    assert exact * (1 - 1e-9) <= a.epsilon <= exact * (1 + 1e-4)
+    assert a.lower_epsilon <= exact * (1 + 1e-9) <= a.rdp_epsilon
+
+
+def test_client_level_is_the_record_level_formula_at_gamma_one_and_a_scaled_sensitivity():
+    """z = (1 / Delta) sqrt(2 tau (1 - rho^2) / (p eta)) = (gamma / Delta_l) sqrt(2 p tau (1 - rho^2) / eta)
+    at gamma = 1, Delta_l = Delta p: the same accounting as the record-level accountant's (p = 1/N)."""
+    from fedlangevin.privacy import client_account
+
+    kw = dict(eta=1e-4, rho=0.3, num_clients=10, num_sampled=4, local_steps=5, iterations=100, delta=1e-5)
+    a = client_account(sensitivity=2.0, p_max=0.1, **kw)
+    b = account(gamma=1.0, sensitivity=2.0 * 0.1, p_min=0.1, **kw)
+    assert a.noise_multiplier == pytest.approx(b.noise_multiplier, rel=1e-14)
+    for got, want in ((a.epsilon, b.epsilon), (a.lower_epsilon, b.lower_epsilon), (a.rdp_epsilon, b.rdp_epsilon)):
+        assert got == pytest.approx(want, rel=1e-9)
+
+
+def test_client_level_refuses_a_largest_weight_below_one_over_n_by_name():
+    from fedlangevin.privacy import client_account, client_noise_multiplier
+
+    kw = dict(eta=1e-4, sensitivity=1.0, num_clients=10, num_sampled=10, local_steps=1, iterations=10, delta=1e-5)
+    with pytest.raises(ValueError, match=r"^p_max must be >= 1/num_clients = 0\.1"):
+        client_account(p_max=0.05, **kw)
+    for bad in (0.0, 1.5, float("nan"), "0.5"):
+        with pytest.raises(ValueError, match="p_max"):
+            client_noise_multiplier(eta=1e-4, sensitivity=1.0, p_max=bad)
+    with pytest.raises(ValueError, match=r"^eta, sensitivity: the client-level noise multiplier"):
+        client_account(p_max=0.5, **dict(kw, sensitivity=1e9))

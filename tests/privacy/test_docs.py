@@ -80,3 +80,12 @@ def test_private_run_example_prints_what_its_comments_say():
     blocks = [body for lang, body in _blocks(PAGE.read_text()) if lang == "python" and "RecordLevel(clip=1.0))" in body]
     assert len(blocks) == 1
     assert _run(blocks[0]) == ["2.0 RecordLevel(clip=1.0)", "True"]
+
+
+def test_client_level_example_prints_what_its_comments_say():
+    blocks = [body for lang, body in _blocks(PAGE.read_text()) if lang == "python" and "ClientLevel(clip=0.5)" in body]
+    assert len(blocks) == 1
+    lines = blocks[0].splitlines()
+    expected = [line.split("#", 1)[1].strip() for line in lines if line.startswith("print(") and "#" in line]
+    assert lines[-1].startswith("# adjacency: ")  # the summary's second line, shown under the code
+    assert _run(blocks[0]) == expected + [lines[-1][2:]]

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
-
 import torch
+from scipy.optimize import brentq
+from scipy.stats import binom, norm
 
 import fedlangevin as fl
-from fedlangevin.privacy import paper_bound, paper_delta_split, tight_epsilon
+from fedlangevin.fald.core.noise import noise_scales
+from fedlangevin.privacy import ClientLevel, RecordLevel, paper_bound, paper_delta_split, tight_epsilon
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +55,11 @@ def test_a_private_run_derives_the_sensitivity_and_refuses_a_typed_one(problem):
     with pytest.raises(ValueError, match="sensitivity: the run's mechanism RecordLevel.clip=0.5. derives it"):
         trace.privacy(delta=1e-5, sensitivity=1.0)
     client = _run(problem, privacy=fl.privacy.ClientLevel(clip=0.5))
-    with pytest.raises(ValueError, match="client-level, whose accounting is not built yet"):
-        client.privacy(delta=1e-5)
+    with pytest.raises(ValueError, match="sensitivity: the run's mechanism ClientLevel.clip=0.5. derives it"):
+        client.privacy(delta=1e-5, sensitivity=1.0)
+    report = client.privacy(delta=1e-5)
+    assert report.mechanism["sensitivity"] == 1.0 and report.mechanism["adjacency"] == "client"
+    assert report.paper is None  # Thm 6.1/G.3 is record-level
 
 
 def test_a_run_without_privacy_has_an_assumed_sensitivity_and_no_epsilon_for_minibatches_with_replacement(problem):
@@ -138,3 +144,126 @@ def test_adapted_run_says_what_the_adaptation_used():
     report = sampler.run(60, progress=False).privacy(delta=1e-5, sensitivity=1.0)
     assert sampler.settings.auto_step_size and sampler.settings.preconditioner_norm >= 1.0
     assert any("noiseless" in note for note in report.notes)
+
+
+# -- client level ----------------------------------------------------------------------------------
+def _gaussian_delta(mu: float, eps: float) -> float:
+    """delta(eps) of the Gaussian mechanism of mu = sensitivity / sigma (Balle & Wang 2018, Thm 8)."""
+    if mu == 0.0:
+        return 0.0
+    return norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2)
+
+
+def _client_epsilon_closed_form(z: float, local_steps: int, rounds: int, q: float, delta: float) -> float:
+    """The client-level model in closed form: each of ``rounds`` rounds touches the client with
+    probability q (else its privacy loss is 0), a touched round is K Gaussian mechanisms of
+    multiplier z, so given m touched rounds the loss is the Gaussian mechanism's with
+    mu = sqrt(m K) / z, and delta(eps) = sum_m Binom(rounds, q; m) delta_mu(eps)."""
+    m = np.arange(rounds + 1)
+    weights = binom.pmf(m, rounds, q)
+    mus = np.sqrt(m * local_steps) / z
+
+    def excess(eps):
+        return sum(w * _gaussian_delta(mu, eps) for w, mu in zip(weights, mus)) - delta
+
+    return brentq(excess, 0.0, 100.0, xtol=1e-13)
+
+
+UNEQUAL = dict(num_clients=5, samples_per_client=[10, 20, 30, 40, 50], seed=0)  # p_max = 50 / 150
+
+
+@pytest.mark.parametrize("sizes, participation, q", [
+    (UNEQUAL, None, 1.0),
+    (dict(num_clients=5, samples_per_client=20, seed=0), fl.SchemeII(2), 0.4),
+    (UNEQUAL, fl.SchemeI(2), 1 - (1 - 1 / 3) ** 2),  # the largest client is drawn with probability p_max = 1/3
+])
+def test_client_level_report_equals_the_closed_form_gaussian_composition(sizes, participation, q):
+    """A ClientLevel(clip=C) run: each local step moves a client's state by eta clip_C(s_c), at
+    most eta 2C apart between neighbours, against the kernel's private noise of standard deviation
+    sigma_c (fald/core/noise.py): z = min_c sigma_c / (eta 2C), at the largest client; minibatches
+    (b = 5) give no amplification. The report equals the closed form to 1e-4 relative (its
+    pessimistic PLD is above the exact value, by the grid error the accountant's own Gaussian
+    anchor also bounds by 1e-4), the lower bound is below it and RDP above."""
+    problem = fl.problems.GaussianSimulation(**sizes)
+    eta, rho, clip, k = 2e-4, 0.3, 20.0, 4
+    trace = fl.FALD(problem, step_size=eta, local_steps=k, chains=2, seed=0, batch_size=5, correlation=rho,
+                    participation=participation, privacy=ClientLevel(clip=clip)).run(10)
+    report = trace.privacy(delta=1e-5)
+    sigma = math.sqrt(eta) * noise_scales(problem.weights, 1.0, rho).private.squeeze(1)
+    z = float((sigma / (eta * 2 * clip)).min())
+    assert report.tight.noise_multiplier == pytest.approx(z, rel=1e-12)
+    assert report.tight.gamma == 1.0 and report.tight.q == pytest.approx(q, rel=1e-12)
+    exact = _client_epsilon_closed_form(z, k, 2 * 10, q, 1e-5)  # 2 chains x 10 rounds, composed
+    assert exact * (1 - 1e-9) <= report.epsilon <= exact * (1 + 1e-4)
+    assert report.tight.lower_epsilon <= exact * (1 + 1e-9) <= report.tight.rdp_epsilon
+    assert report.paper is None and report.mechanism["delta0"] is None
+
+
+def test_client_level_epsilon_moves_the_right_way_with_clip_eta_rho_and_s():
+    """epsilon grows with the clip (sensitivity 2C), the step size (z ~ 1/sqrt(eta)), the
+    correlation (less private noise) and S (inclusion S/N); it does not depend on the batch size
+    (no minibatch amplification at client level)."""
+    problem = fl.problems.GaussianSimulation(num_clients=5, samples_per_client=20, seed=0)
+
+    def eps(clip=20.0, eta=2e-4, rho=0.3, s=2, batch_size=5):
+        trace = fl.FALD(problem, step_size=eta, local_steps=4, chains=1, seed=0, batch_size=batch_size,
+                        correlation=rho, participation=fl.SchemeII(s), privacy=ClientLevel(clip=clip)).run(10)
+        return trace.privacy(delta=1e-5).epsilon
+
+    base = eps()
+    assert eps(clip=40.0) > base > eps(clip=10.0)
+    assert eps(eta=4e-4) > base > eps(eta=1e-4)
+    assert eps(rho=0.6) > base > eps(rho=0.0)
+    assert eps(s=3) > base > eps(s=1)
+    assert eps(batch_size=None) == base == eps(batch_size=1)
+
+
+# -- the summary -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("privacy", [None, RecordLevel(clip=0.5), ClientLevel(clip=0.5)])
+def test_summary_states_adjacency_threat_model_sampling_release_and_the_four_epsilons(problem, privacy):
+    kw = dict(participation=fl.SchemeII(4), chains=2)
+    if privacy is not None:
+        kw.update(batch_size=2, privacy=privacy)
+    trace = fl.FALD(problem, step_size=1e-6, local_steps=5, seed=0, **kw).run(20, warmup=10)
+    report = trace.privacy(delta=1e-5, **({} if privacy else dict(sensitivity=1.0)))
+    lines = report.summary().splitlines()
+    heads = [line.split(":")[0] for line in lines]
+    assert heads[:7] == ["FA-LD run", "adjacency", "threat model", "sampling", "released", "tight accountant (PLD)",
+                         "paper (Thm 6.1/G.3)"]
+    first, adjacency, threat, sampling, released, tight, paper = lines[:7]
+    if privacy is None:
+        assert first.endswith("sensitivity = 1 (assumed, not enforced)")
+        assert adjacency.startswith("adjacency: not enforced")
+        assert sampling.startswith("sampling: full batches")
+    else:
+        assert "sensitivity = 1 (derived: 2 x clip 0.5" in first
+        level = "record level, one record of one client substituted" if privacy.adjacency == "record" else \
+            "client level, one client's whole data replaced"
+        assert adjacency.startswith(f"adjacency: {level}") and "clipped to C = 0.5 in every local step" in adjacency
+        assert "b = 2 rows drawn uniformly without replacement in every local step, as the run drew them" in sampling
+        assert ("no amplification at client level" in sampling) == (privacy.adjacency == "client")
+    assert "scheme II" in sampling and "S = 4 of N = 10 drawn uniformly without replacement" in sampling
+    assert "the server sees every upload" in threat and "the shared noise of rho > 0 is public" in threat
+    # 20 rounds (10 of them warm-up) x 2 chains x d = 2
+    assert released.startswith("released: 20 rounds x 2 chain(s) x 2 floats broadcast (warm-up rounds included")
+    t = report.tight
+    assert f"epsilon = {t.epsilon:.4g} at delta = 1e-05" in tight
+    assert f"RDP: {t.rdp_epsilon:.4g}" in tight and f"lower bound: {t.lower_epsilon:.4g}" in tight
+    if privacy is not None and privacy.adjacency == "client":
+        assert report.paper is None and "does not apply" in paper and "client-level" in paper
+    else:
+        assert f"epsilon = {report.paper.epsilon_formula:.4g}" in paper
+
+
+def test_the_adapted_note_says_post_processing_for_a_private_run_and_noiseless_queries_otherwise(problem):
+    """Settings built by hand: the same run marked adapted, with and without privacy."""
+    trace = _run(problem, chains=1, privacy=RecordLevel(clip=0.5))
+    adapted = dataclasses.replace(trace.settings, auto_step_size=True, adapt=True)
+    notes = dataclasses.replace(trace, settings=adapted).privacy(delta=1e-5).notes
+    assert any("adapted from the broadcast iterates only (post-processing of released values; no noiseless query"
+               in n for n in notes), notes
+    assert not any("noiseless client Hessian-vector products" in n for n in notes)
+    plain = dataclasses.replace(adapted, privacy="none", adjacency="", clip=None)
+    notes = dataclasses.replace(trace, settings=plain).privacy(delta=1e-5, sensitivity=1.0).notes
+    assert any("noiseless client Hessian-vector products, outside the accounted mechanism" in n for n in notes)
+    assert not any("post-processing of released values" in n for n in notes)
