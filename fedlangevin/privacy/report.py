@@ -247,6 +247,9 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
 
     eta_arg: Any = float(etas[0]) if np.all(etas == etas[0]) else etas
     if client:
+        if any(d is not None for d in (delta0, delta1, delta2)):
+            raise ValueError("delta0, delta1, delta2 are the paper's deltas, and the paper's theorem is record-level: "
+                             "a client-level run has no paper bound; give delta only")
         # z_c = sqrt(2 tau (1 - rho^2) / (p_c eta)) / (2C): least noise at the largest p_c, which for scheme I
         # is also the client most often drawn, so the worst client is one client (not a mix of two)
         if not np.allclose(weights, weights[0], rtol=1e-9, atol=0):
@@ -270,9 +273,9 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
 
     eta_max = float(etas.max())
     if not isinstance(eta_arg, float):
-        notes.append(f"varying step sizes: {'' if client else 'the paper bound uses the largest, '}"
-                     f"eta <= {eta_max:.4g}; the tight accountant groups rounds on a grid of ratio {step_size_ratio:g} "
-                     "(rounded up)")
+        paper_eta = f"largest {eta_max:.4g}" if client else f"the paper's bound uses the largest, {eta_max:.4g}"
+        notes.append(f"varying step sizes: {paper_eta}; the tight accountant groups rounds on a grid of ratio "
+                     f"{step_size_ratio:g} (rounded up)")
     common = dict(tau=tau, rho=rho, sensitivity=sensitivity, num_clients=n, num_sampled=s, local_steps=k,
                   scheme=scheme)
     paper = None if client else _paper(common, gammas, weights, gamma, p_min, eta_max, r * t, delta,

@@ -60,6 +60,8 @@ def test_a_private_run_derives_the_sensitivity_and_refuses_a_typed_one(problem):
     report = client.privacy(delta=1e-5)
     assert report.mechanism["sensitivity"] == 1.0 and report.mechanism["adjacency"] == "client"
     assert report.paper is None  # Thm 6.1/G.3 is record-level
+    with pytest.raises(ValueError, match="delta0, delta1, delta2 are the paper's deltas"):
+        client.privacy(delta=1e-5, delta0=1e-6, delta1=1e-6, delta2=1e-6)
 
 
 def test_a_run_without_privacy_has_an_assumed_sensitivity_and_no_epsilon_for_minibatches_with_replacement(problem):
