@@ -57,7 +57,7 @@ from fedlangevin.fald.core.preconditioning import (
     as_preconditioner, broadcast_floats, is_identity, placed, preconditioner_from_record, preconditioner_matrix,
     preconditioner_record, spectral_norm,
 )
-from fedlangevin.fald.warmup.iterates import GROWTH, Scatter, public_curvature, step_from_spread
+from fedlangevin.fald.warmup.iterates import GROWTH, Across, Scatter, public_curvature, step_from_spread
 from fedlangevin.fald.core.schedules import as_schedule, round_step_sizes, step_sizes
 
 __all__ = [
@@ -214,6 +214,7 @@ class Adapter:
         if privacy is not None:  # the first step of fedlangevin.fald.warmup.iterates
             self.lambda0 = public_curvature(privacy, problem.weights, getattr(problem, "client_sizes", None))
         self.pooled = Scatter.empty(self.dim, self.dense)  # the slow window's iterates (M)
+        self.across = Across.empty(self.dim, self.dense)  # and their spread across chains (a private step)
 
     @property
     def count(self) -> int:
@@ -251,17 +252,22 @@ class Adapter:
         self.done += 1
         if window is not None and window.slow and self.adapt_matrix:
             self.pooled = self.pooled.add(x)
+            if self.privacy is not None and x.shape[0] > 1:
+                self.across = self.across.add(x)
         end = window is None or self.done == window.end
         if not end:
             return False
         spread = None
         if window is not None and window.slow and self.adapt_matrix and self.count > 1:
-            spread = m = regularised_covariance(self.pooled.covariance(), self.count, self.dense)
+            m = regularised_covariance(self.pooled.covariance(), self.count, self.dense)
+            spread = m if self.privacy is None or self.across.dof < 2 else regularised_covariance(
+                self.across.covariance(), self.across.dof, self.dense)
             if self.privacy is not None:  # lambda_max(M) = 1, its scale carried by eta (the same kernel)
                 m = m / (float(torch.linalg.eigvalsh(m).max()) if self.dense else float(m.max()))
             self.preconditioner = as_preconditioner(m, self.dim)
             self.matrix_updates += 1
             self.pooled = Scatter.empty(self.dim, self.dense)
+            self.across = Across.empty(self.dim, self.dense)
         if self.fixed_step is None and self.privacy is None:
             self._estimate(theta)
         elif self.fixed_step is None and spread is not None:  # a private step follows the new M's spread
@@ -295,7 +301,7 @@ class Adapter:
             "estimates": self.estimates, "matrix_updates": self.matrix_updates, "step_size": self.step_size,
             "preconditioner": preconditioner_record(self.preconditioner), "count": self.count,
             "mean": self.pooled.mean.tolist(), "m2": self.pooled.m2.tolist(),
-            **({} if self.privacy is None else {"temperature": self.temperature}),
+            **({} if self.privacy is None else {"temperature": self.temperature, "across": self.across.record()}),
         }
 
     @classmethod
@@ -307,6 +313,8 @@ class Adapter:
                   preconditioner=preconditioner_from_record(rec["preconditioner"], given),
                   dense_max_dim=problem.dim if rec["dense"] else problem.dim - 1, privacy=privacy,
                   temperature=rec.get("temperature", 1.0))
+        if privacy is not None:
+            new.across = Across.from_record(rec["across"])
         new.adapt_matrix = rec["adapt_matrix"]
         new.done, new.estimates, new.matrix_updates = rec["done"], rec["estimates"], rec["matrix_updates"]
         new.step_size = rec["step_size"]

@@ -14,8 +14,9 @@ tau lambda_max(M Sigma^{-1}), and its step SAFETY / lambda_max becomes
 
     eta = SAFETY / (tau lambda_max(M S^{-1})),                                      (1)
 
-S the covariance of the iterates of the last :data:`~fedlangevin.fald.warmup.adaptation.BASE_WINDOW`
-rounds, pooled over the chains (at least :data:`SAMPLES_PER_DIM` d draws; Stan's regulariser).
+S the spread of the iterates *across the chains* over the last slow window (:class:`Across`:
+each round's covariance of the R chains, averaged over the window's rounds; Stan's regulariser),
+which a trend the chains share does not inflate (a common start and a transient move them alike).
 With M = S it is eta = SAFETY / tau: every direction moves by the same fraction of its spread
 per step, the classic rule of adaptive Metropolis (Haario et al. 2001), here with Langevin's
 SAFETY.
@@ -45,12 +46,10 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["GROWTH", "SAMPLES_PER_DIM", "Scatter", "public_curvature", "step_from_spread"]
+__all__ = ["GROWTH", "Across", "Scatter", "public_curvature", "step_from_spread"]
 
 #: the step grows by at most this factor per window
 GROWTH = 10.0
-#: a window's covariance needs at least this many draws per dimension (else the step waits)
-SAMPLES_PER_DIM = 5
 
 
 @dataclass(frozen=True)
@@ -90,6 +89,39 @@ class Scatter:
     def from_record(cls, rec: dict) -> "Scatter":
         return cls(int(rec["count"]), torch.tensor(rec["mean"], dtype=torch.float64),
                    torch.tensor(rec["m2"], dtype=torch.float64), bool(rec["dense"]))
+
+
+@dataclass(frozen=True)
+class Across:
+    """The spread *across* chains, round by round: the sum of each round's centred scatter of the R
+    chains' iterates (float64, (d, d) or the (d,) diagonal) and its degrees of freedom (R - 1 per
+    round). Unlike the pooled covariance it does not count a trend the chains share (a transient
+    from a common start moving them all alike), so it never overstates the posterior's spread
+    because of one: chains that have not spread out yet give a smaller spread, hence a smaller step."""
+
+    dof: int
+    m2: torch.Tensor
+    dense: bool
+
+    @classmethod
+    def empty(cls, dim: int, dense: bool) -> "Across":
+        return cls(0, torch.zeros((dim, dim) if dense else (dim,), dtype=torch.float64), dense)
+
+    def add(self, x: torch.Tensor) -> "Across":
+        """With one round's iterates ``x`` (R, d) (float64, CPU)."""
+        centred = x - x.mean(0)
+        bm2 = centred.T @ centred if self.dense else (centred * centred).sum(0)
+        return Across(self.dof + x.shape[0] - 1, self.m2 + bm2, self.dense)
+
+    def covariance(self) -> torch.Tensor:
+        return self.m2 / self.dof
+
+    def record(self) -> dict:
+        return {"dof": self.dof, "m2": self.m2.tolist(), "dense": self.dense}
+
+    @classmethod
+    def from_record(cls, rec: dict) -> "Across":
+        return cls(int(rec["dof"]), torch.tensor(rec["m2"], dtype=torch.float64), bool(rec["dense"]))
 
 
 def step_from_spread(spread: torch.Tensor, matrix: torch.Tensor, temperature: float, safety: float) -> float:
