@@ -32,7 +32,7 @@ def _close(shown: str, got: float) -> bool:
 
 
 def test_first_example_prints_the_commented_values():
-    blocks = [body for lang, body in _blocks(PAGE.read_text()) if lang == "python"]
+    blocks = [body for lang, body in _blocks(PAGE.read_text()) if lang == "python" and "paper_bound(**setting" in body]
     code = blocks[0]
     printed = _run(code)
     expected = [line.split("#", 1)[1] for line in code.splitlines() if line.startswith("print(") and "#" in line]
@@ -49,7 +49,8 @@ def test_first_example_prints_the_commented_values():
 
 def test_trace_example_prints_the_shown_summary():
     blocks = _blocks(PAGE.read_text())
-    i = next(k for k, (lang, body) in enumerate(blocks) if lang == "python" and "trace.privacy" in body)
+    i = next(k for k, (lang, body) in enumerate(blocks)
+             if lang == "python" and "trace.privacy" in body and "load_digits" not in body)
     printed = _run(blocks[i][1])
     assert printed == blocks[i + 1][1].strip().splitlines()
 
@@ -89,3 +90,18 @@ def test_client_level_example_prints_what_its_comments_say():
     expected = [line.split("#", 1)[1].strip() for line in lines if line.startswith("print(") and "#" in line]
     assert lines[-1].startswith("# adjacency: ")  # the summary's second line, shown under the code
     assert _run(blocks[0]) == expected + [lines[-1][2:]]
+
+
+def test_end_to_end_private_run_prints_what_its_comments_say():
+    """The page's opening run: digits, record-level clip 0.1, the default private warm-up. The
+    accuracy and epsilon are those of this seed (the run is deterministic on the CPU); the summary's
+    adjacency line is shown under the code."""
+    blocks = [body for lang, body in _blocks(PAGE.read_text()) if lang == "python" and "load_digits" in body]
+    assert len(blocks) == 1
+    lines = blocks[0].splitlines()
+    printed = _run(blocks[0])
+    accuracy, (epsilon, sensitivity) = float(printed[0]), printed[1].split()
+    assert accuracy == float(lines[[i for i, l in enumerate(lines) if "test accuracy" in l][0]].split(":")[-1])
+    shown = [l for l in lines if l.startswith("print(round(report.epsilon")][0].split("#")[1].split()
+    assert [epsilon, sensitivity] == shown
+    assert printed[2] == lines[-1][2:]

@@ -191,8 +191,9 @@ class Trace:
     def privacy(self, *, delta: float, sensitivity: float | None = None, **kwargs: Any):
         """(epsilon, delta) this run spent: tight accountant and the paper's Thm 6.1 / G.3.
 
-        A private run (``FALD(..., privacy=RecordLevel(clip=C))``) derives the sensitivity from
-        its clip (2C) and refuses one given here; a run without ``privacy=`` clips nothing, so
+        A private run (``FALD(..., privacy=RecordLevel(clip=C))`` or ``ClientLevel(clip=C)``)
+        derives the sensitivity from its clip (2C; accounted at record or client level, its
+        warm-up rounds included) and refuses one given here; a run without ``privacy=`` clips nothing, so
         ``sensitivity`` (Delta_l of Assumption G.1) is an assumption the report says is not
         enforced; other keywords (delta0/1/2, chains,
         discretization) as :func:`fedlangevin.privacy.trace_privacy`, which documents what is
