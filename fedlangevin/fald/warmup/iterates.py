@@ -21,14 +21,17 @@ With M = S it is eta = SAFETY / tau: every direction moves by the same fraction 
 per step, the classic rule of adaptive Metropolis (Haario et al. 2001), here with Langevin's
 SAFETY.
 
-**Why it is safe and finds the scale.** A direction whose spread S over-states the posterior's
-by a factor f gets eta lambda = f SAFETY: unstable only beyond f = 2 / SAFETY = 20 (e.g. a
-transient that drifts across 20 posterior standard deviations within one window). A direction
-whose spread is under-stated (chains started at one point, not yet spread out) gets a smaller
-step, and the chains then spread by about 2 eta per round, which the next window's S shows:
-from a too-small start the step grows about fivefold per window of 25 rounds until the spread
-is the posterior's (capped at :data:`GROWTH` per window). Few chains make S's small eigenvalues
-too small, which only makes steps smaller.
+**Why it is safe, and what it costs.** A direction whose spread S over-states the posterior's
+by a factor f gets eta lambda = f SAFETY: unstable only beyond f = 2 / SAFETY = 20. The spread
+across chains cannot be inflated by a trend the chains share (with the spread pooled over
+rounds, a transient from a common start did that: a step 70 times too large on posteriordb's
+earnings, and a runaway). A direction whose spread is under-stated (chains started at one
+point, not yet spread out) gets a smaller step; the chains then spread by about 2 eta M per
+round, which the next window's S shows, so the step grows window by window (at most
+:data:`GROWTH` times) until the spread is the posterior's. That is slower than a Hessian: on a
+two-class logistic regression (d = 8, 4 chains) the smallest bulk ESS in 2,000 rounds was 6
+against the non-private warm-up's 67, and 90 against 204 in 4,000 rounds. Few chains make S's
+small eigenvalues too small, which only makes steps smaller.
 
 **The first window** has no iterates yet: its step is SAFETY / lambda_0, a public guess from the
 clip (:func:`public_curvature`), corrected by the windows that follow.
