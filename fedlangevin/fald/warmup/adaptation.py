@@ -260,8 +260,9 @@ class Adapter:
         spread = None
         if window is not None and window.slow and self.adapt_matrix and self.count > 1:
             m = regularised_covariance(self.pooled.covariance(), self.count, self.dense)
-            spread = m if self.privacy is None or self.across.dof < 2 else regularised_covariance(
-                self.across.covariance(), self.across.dof, self.dense)
+            spread = m if self.privacy is None else None  # one chain: no spread across chains, eta stays
+            if self.privacy is not None and self.across.dof >= 2:
+                spread = regularised_covariance(self.across.covariance(), self.across.dof, self.dense)
             if self.privacy is not None:  # lambda_max(M) = 1, its scale carried by eta (the same kernel)
                 m = m / (float(torch.linalg.eigvalsh(m).max()) if self.dense else float(m.max()))
             self.preconditioner = as_preconditioner(m, self.dim)

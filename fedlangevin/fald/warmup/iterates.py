@@ -34,7 +34,9 @@ against the non-private warm-up's 67, and 90 against 204 in 4,000 rounds. Few ch
 small eigenvalues too small, which only makes steps smaller.
 
 **The first window** has no iterates yet: its step is SAFETY / lambda_0, a public guess from the
-clip (:func:`public_curvature`), corrected by the windows that follow.
+clip (:func:`public_curvature`), corrected by the windows that follow. A single chain has no
+spread across chains: its step stays the public guess (M still adapts; with lambda_max(M) = 1,
+lambda_max(M H) <= lambda_max(H), so the guess stays as safe as it was).
 
 What this rule does not see: (1) is exact for Gaussian targets; for others it is the Laplace
 reading of the spread. With K > 1 local steps or random participation a client's own curvature
