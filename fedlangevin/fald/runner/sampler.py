@@ -103,7 +103,7 @@ class FALD(Runner):
         accountant uses is derived from the clip (``trace.privacy(delta=...)`` takes none). The
         kernel sees only the clipped gradients (:class:`fedlangevin.problems.clipped.Clipped`).
         A private run's warm-up reads only the broadcast iterates (``step_size="auto"`` from their
-        round-to-round regression, M from their covariance scaled to lambda_max(M) = 1:
+        spread across chains, M from their covariance scaled to lambda_max(M) = 1:
         :mod:`fedlangevin.fald.warmup.iterates`); ``step_size="paper"``, ``init="map"`` and a
         ``correction`` would query client data without noise and are refused before any work.
 

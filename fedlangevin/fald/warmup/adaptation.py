@@ -252,7 +252,7 @@ class Adapter:
         self.done += 1
         if window is not None and window.slow and self.adapt_matrix:
             self.pooled = self.pooled.add(x)
-            if self.privacy is not None and x.shape[0] > 1:
+            if self.privacy is not None:
                 self.across = self.across.add(x)
         end = window is None or self.done == window.end
         if not end:
@@ -260,11 +260,10 @@ class Adapter:
         spread = None
         if window is not None and window.slow and self.adapt_matrix and self.count > 1:
             m = regularised_covariance(self.pooled.covariance(), self.count, self.dense)
-            spread = m if self.privacy is None else None  # one chain: no spread across chains, eta stays
-            if self.privacy is not None and self.across.dof >= 2:
-                spread = regularised_covariance(self.across.covariance(), self.across.dof, self.dense)
             if self.privacy is not None:  # lambda_max(M) = 1, its scale carried by eta (the same kernel)
                 m = m / (float(torch.linalg.eigvalsh(m).max()) if self.dense else float(m.max()))
+                if self.across.dof >= 2:  # one chain has no spread across chains: its eta stays
+                    spread = regularised_covariance(self.across.covariance(), self.across.dof, self.dense)
             self.preconditioner = as_preconditioner(m, self.dim)
             self.matrix_updates += 1
             self.pooled = Scatter.empty(self.dim, self.dense)

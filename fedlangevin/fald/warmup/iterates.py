@@ -35,7 +35,8 @@ small eigenvalues too small, which only makes steps smaller.
 
 **The first window** has no iterates yet: its step is SAFETY / lambda_0, a public guess from the
 clip (:func:`public_curvature`), corrected by the windows that follow. A single chain has no
-spread across chains: its step stays the public guess (M still adapts; with lambda_max(M) = 1,
+spread across chains, and a run with ``adapt=False`` has no slow windows: the step of either stays
+the public guess (a single chain's M still adapts; with lambda_max(M) = 1,
 lambda_max(M H) <= lambda_max(H), so the guess stays as safe as it was).
 
 What this rule does not see: (1) is exact for Gaussian targets; for others it is the Laplace
@@ -57,6 +58,13 @@ __all__ = ["GROWTH", "Across", "Scatter", "public_curvature", "step_from_spread"
 GROWTH = 10.0
 
 
+def _batch_scatter(x: torch.Tensor, dense: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mean of the draws ``x`` (R, d) and their centred scatter ((d, d), or the (d,) diagonal)."""
+    mean = x.mean(0)
+    centred = x - mean
+    return mean, (centred.T @ centred if dense else (centred * centred).sum(0))
+
+
 @dataclass(frozen=True)
 class Scatter:
     """A pooled mean and scatter of draws (float64; (d, d), or the (d,) diagonal when not ``dense``),
@@ -75,9 +83,7 @@ class Scatter:
     def add(self, x: torch.Tensor) -> "Scatter":
         """With the R draws ``x`` (R, d) (float64, CPU)."""
         r = x.shape[0]
-        bmean = x.mean(0)
-        centred = x - bmean
-        bm2 = centred.T @ centred if self.dense else (centred * centred).sum(0)
+        bmean, bm2 = _batch_scatter(x, self.dense)
         delta = bmean - self.mean
         total = self.count + r
         outer = torch.outer(delta, delta) if self.dense else delta * delta
@@ -114,9 +120,7 @@ class Across:
 
     def add(self, x: torch.Tensor) -> "Across":
         """With one round's iterates ``x`` (R, d) (float64, CPU)."""
-        centred = x - x.mean(0)
-        bm2 = centred.T @ centred if self.dense else (centred * centred).sum(0)
-        return Across(self.dof + x.shape[0] - 1, self.m2 + bm2, self.dense)
+        return Across(self.dof + x.shape[0] - 1, self.m2 + _batch_scatter(x, self.dense)[1], self.dense)
 
     def covariance(self) -> torch.Tensor:
         return self.m2 / self.dof
