@@ -247,11 +247,28 @@ class _Heartbeat:
                 out[r] = (int(count), int(rnd), who)
         return out
 
+    def _noticed(self, world_size: int) -> dict[int, str]:
+        out = {}
+        for r in range(world_size):
+            key = f"fedlangevin/noticed/{r}"
+            if self.store.check([key]):
+                out[r] = self.store.get(key).decode()
+        return out
+
     def stopped(self, world_size: int) -> tuple[list[int], dict[int, str]]:
-        """Ranks whose heartbeat does not advance over 3 intervals, and a description of every rank."""
+        """Ranks whose heartbeat does not advance over 3 intervals, and a description of every rank.
+
+        A surviving rank writes ``fedlangevin/noticed/<rank>`` before it looks: a survivor may
+        finish its own look and exit (its heartbeat stops) while another is still looking, and
+        it must not then be named as a cause. The store's host (rank 0 of a tcp:// store) waits,
+        bounded, for every other survivor to finish looking before it returns and may exit,
+        which would take the store down under them.
+        """
+        self.store.set(f"fedlangevin/noticed/{self.rank}", f"round {self.round}")
         before = self._read(world_size)
         time.sleep(3 * self.interval)
         after = self._read(world_size)
+        noticed = self._noticed(world_size)
         stopped, info = [], {}
         for r in range(world_size):
             if r == self.rank:
@@ -262,11 +279,20 @@ class _Heartbeat:
                 info[r] = "never started"
                 continue
             count, rnd, who = after[r]
-            if r in before and before[r][0] == count:
+            if r in noticed:
+                info[r] = f"{who}, saw the failure in {noticed[r]}"
+            elif r in before and before[r][0] == count:
                 stopped.append(r)
                 info[r] = f"{who}, last seen in round {rnd}"
             else:
                 info[r] = f"{who}, alive in round {rnd}"
+        self.store.set(f"fedlangevin/looked/{self.rank}", "1")
+        if self.rank == 0:
+            survivors = [f"fedlangevin/looked/{r}" for r in range(1, world_size) if r not in stopped]
+            deadline = time.monotonic() + 6 * self.interval
+            while survivors and time.monotonic() < deadline:
+                survivors = [key for key in survivors if not self.store.check([key])]
+                time.sleep(self.interval / 10)
         return stopped, info
 
     def stop(self) -> None:

@@ -213,3 +213,41 @@ def test_fald_rejects_an_upload_codec_with_a_transport():
     with pytest.raises(ValueError, match=r"transport: object does not implement the transport contract .*"
                                          r"missing reduce\(partial\)"):
         fl.FALD(problem, step_size=0.01, transport=object())
+
+
+class _DictStore:
+    """The three store calls the heartbeat uses, over a dict (torch's HashStore has them too,
+    but this one lets the test freeze a rank's heartbeat without a thread)."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+
+    def set(self, key: str, value: str) -> None:
+        self.data[key] = value.encode()
+
+    def get(self, key: str) -> bytes:
+        return self.data[key]
+
+    def check(self, keys: list[str]) -> bool:
+        return all(k in self.data for k in keys)
+
+
+def test_a_survivor_that_exits_after_seeing_the_failure_is_not_named():
+    from fedlangevin.distributed.transport import _Heartbeat
+
+    store = _DictStore()
+    watcher = _Heartbeat(store, 0, 0.02)
+    watcher.stop()  # rank 0 beats from the test only
+    # rank 1 saw the failure and exited (its heartbeat frozen); rank 2 died silently; rank 3 is alive
+    store.set("fedlangevin/hb/1", "5 12 pid 11 on host")
+    store.set("fedlangevin/noticed/1", "round 12")
+    store.set("fedlangevin/looked/1", "1")
+    store.set("fedlangevin/hb/2", "3 0 pid 12 on host")
+    alive = _Heartbeat(store, 3, 0.005)
+    try:
+        stopped, info = watcher.stopped(4)
+    finally:
+        alive.stop()
+    assert stopped == [2], info
+    assert info[1] == "pid 11 on host, saw the failure in round 12" and "last seen in round 0" in info[2], info
+    assert "alive" in info[3], info
