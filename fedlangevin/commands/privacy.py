@@ -8,7 +8,8 @@ gamma = 0.02, N = S = 10, K = 10, T = 1000, scheme II, delta_0 = delta_1 = delta
 Other modes: ``--solve eta|iterations|num-sampled|rho`` with ``--target-epsilon`` and
 ``--target-delta`` (largest value within the budget, both accountants); ``--table`` (both
 accountants on a fixed set of settings, the table of docs/privacy.md); ``--figure PATH``
-(epsilon against T for both accountants).
+(epsilon against T for both accountants); ``--audit`` (a canary audit of the setting:
+:mod:`fedlangevin.privacy.audit`, the audited lower bound printed beside the accounted epsilon).
 
 The mechanism of a private run (``FALD(..., privacy=RecordLevel(clip=C) | ClientLevel(clip=C))``):
 ``--adjacency record|client`` and ``--clip C``, whose sensitivity 2C is derived (a typed
@@ -86,7 +87,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     m.add_argument("--table", action="store_true", help="both accountants on a fixed set of settings (markdown)")
     m.add_argument("--figure", metavar="PATH", default=None, help="plot epsilon against T for both accountants")
     m.add_argument("--no-progress", action="store_true",
-                   help="hide the progress bar of --figure (shown on stderr when it is a terminal)")
+                   help="hide the progress bar of --figure and --audit (shown on stderr when it is a terminal)")
+    m.add_argument("--audit", action="store_true",
+                   help="run a canary audit of this setting (needs --clip): the package's private FA-LD run on "
+                        "a dataset with and without a canary, an empirical lower bound on epsilon printed beside "
+                        "the accounted one (fedlangevin.privacy.audit)")
+    a = parser.add_argument_group("audit (with --audit)")
+    a.add_argument("--replicates", type=int, default=10_000,
+                   help="independent runs per world (chains; >= 100; default: %(default)s)")
+    a.add_argument("--confidence", type=float, default=0.95,
+                   help="confidence of the audited lower bound (default: %(default)s)")
+    a.add_argument("--seed", type=int, default=0, help="seed of the audit's runs (default: %(default)s)")
+    a.add_argument("--max-rows", type=int, default=1000,
+                   help="largest n_c used to realise --gamma as b / n_c (default: %(default)s)")
 
 
 def _sensitivity(args) -> tuple[float, str]:
@@ -346,6 +359,68 @@ def figure(path, setting=None, deltas=None, iterations=None, progress: bool | No
     return path
 
 
+def audit_setting(args):
+    """The :class:`~fedlangevin.privacy.audit.AuditSetting` of the command's mechanism options:
+    --clip (needed), --adjacency, --eta, --tau, --rho, --num-clients, --num-sampled (scheme II, or
+    full participation when S = N; --scheme I keeps scheme I), --local-steps, --iterations (rounds
+    T/K), --gamma realised as b / n_c with the smallest n_c <= --max-rows. The audit's clients are
+    equal (p_c = 1/N): a --p-min or --p-max other than 1/N is refused."""
+    from fractions import Fraction
+
+    from fedlangevin._validation import check_int, check_real
+    from fedlangevin.commands._checks import UsageError
+    from fedlangevin.fald.core.participation import SchemeI, SchemeII
+    from fedlangevin.privacy import ClientLevel, RecordLevel
+    from fedlangevin.privacy.audit import AuditSetting
+
+    if args.clip is None:
+        raise UsageError("--audit needs --clip C: the audit runs the package's private FA-LD, which clips to C and "
+                         "derives its sensitivity 2C")
+    s = _setting(args)
+    n = s["num_clients"]
+    for option, name in (("--p-min", "p_min"), ("--p-max", "p_max")):
+        if getattr(args, name) is not None and abs(s[name] * n - 1.0) > 1e-9:
+            raise UsageError(f"{option}: the audit's clients are equal (p_c = 1/N = {1.0 / n:g}); got {s[name]:g}")
+    k = check_int("--local-steps", s["local_steps"], 1)
+    t = check_int("--iterations", s["iterations"], 1)
+    if t % k:
+        raise UsageError(f"--iterations must be a multiple of --local-steps (K = {k}); got {t}")
+    max_rows = check_int("--max-rows", args.max_rows, 1)
+    gamma = check_real("--gamma", s.get("gamma", 1.0), low=0.0, high=1.0, low_open=True)
+    frac = Fraction(gamma).limit_denominator(max_rows)
+    if abs(float(frac) - gamma) > 1e-12 * gamma:
+        raise UsageError(f"--gamma {gamma:g} is not a fraction b / n_c with n_c <= --max-rows = {max_rows}: "
+                         "give such a fraction or a larger --max-rows")
+    rows, batch = frac.denominator, frac.numerator
+    num_sampled = check_int("--num-sampled", s["num_sampled"], 1)
+    if s["scheme"] == "I":
+        participation = SchemeI(num_sampled)
+    else:
+        participation = "full" if num_sampled == n else SchemeII(num_sampled)
+    privacy = (ClientLevel if args.adjacency == "client" else RecordLevel)(clip=args.clip)
+    return AuditSetting(privacy=privacy, step_size=s["eta"], local_steps=k, rounds=t // k, correlation=s["rho"],
+                        num_clients=n, participation=participation, rows=rows,
+                        batch_size=None if batch == rows else batch, temperature=s["tau"])
+
+
+def _audit(args) -> int:
+    """Run the audit and print its summary; exit status 1 when the audited lower bound exceeds the
+    accounted epsilon (a violation: the accounting or the code is wrong)."""
+    from fedlangevin._validation import check_int, check_real
+    from fedlangevin.privacy.audit import MIN_REPLICATES, audit
+
+    setting = audit_setting(args)
+    replicates = check_int("--replicates", args.replicates, MIN_REPLICATES)
+    confidence = check_real("--confidence", args.confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+    delta = 1e-5 if args.delta is None else args.delta
+    t0 = time.perf_counter()
+    result = audit(setting, replicates=replicates, delta=delta, confidence=confidence, seed=args.seed,
+                   progress=False if args.no_progress else None)
+    print(result.summary())
+    print(f"\n({time.perf_counter() - t0:.1f} s)")
+    return 0 if result.consistent else 1
+
+
 def main(args: argparse.Namespace) -> int:
     from fedlangevin._validation import check_real
     from fedlangevin.commands._checks import UsageError, check_output_file, require
@@ -364,6 +439,11 @@ def main(args: argparse.Namespace) -> int:
                          "tight accountant); with --adjacency client report one setting, or use "
                          "fedlangevin.privacy.client_account")
     require("privacy", "dp_accounting", purpose="(the tight accountant)")
+    if args.audit:
+        if args.solve or args.table or args.figure is not None:
+            raise UsageError("--audit runs one setting: leave out --solve, --table and --figure")
+        audit_setting(args)  # every option checked before the runs
+        return _audit(args)
     if args.table:
         t0 = time.perf_counter()
         print(format_table(table(discretization=args.discretization)))

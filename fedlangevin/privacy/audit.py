@@ -1,0 +1,410 @@
+"""A canary audit of a private FA-LD run: an empirical lower bound on epsilon, to hold against the accountant.
+
+An accountant is a proof about a model of the code; a clip in the wrong place, a batch sampler
+that is not the one assumed or a noise scale off by sqrt(p_c) would not show in its numbers.
+An audit runs the mechanism itself many times on two neighbouring datasets and measures how
+well an attacker tells them apart (Jagielski, Ullman & Oprea 2020; Nasr et al. 2021, 2023):
+for an (epsilon, delta)-DP mechanism every test with false-positive rate FPR and
+false-negative rate FNR satisfies
+
+    FPR + e^eps FNR >= 1 - delta   and   FNR + e^eps FPR >= 1 - delta,
+
+so eps >= max(log((1 - delta - FPR) / FNR), log((1 - delta - FNR) / FPR)); with
+Clopper–Pearson upper bounds on FPR and FNR this is a lower bound on epsilon that holds with
+the stated confidence. An audited lower bound above the accounted epsilon means the accounting
+(or the code) is wrong.
+
+The audit (:func:`audit`)
+-------------------------
+- **Mechanism**: the package's own private FA-LD run (``FALD(..., privacy=...)``: its clipping,
+  its batch sampler, its noise, its participation draw) with a fixed step size, ``R`` chains
+  being ``R`` independent replicates of the run. Each world is one run of ``R`` chains.
+- **Datasets** (the worst case the analysis allows): a linear likelihood
+  l(theta; x) = -<x, theta> with a flat prior, so every per-example gradient is the constant
+  -x. Every record is x = 0 except the canary, row 0 of client 0: x = +4C u in world "in" and
+  x = -4C u in world "out" (u the unit canary direction). Record level: the canary's per-example
+  gradient is clipped to -/+ C u, the two worlds' clipped sums differ by exactly 2C (the
+  substitution sensitivity). Client level: client 0's whole data term is clipped to -/+ C u, a
+  difference of 2C (the client-level sensitivity). Each local step of client 0 then moves its
+  state by +/- eta s C u whenever the canary is in its batch (s = (1/p_c)(n_c/b) at record
+  level, 1 at client level); no other quantity depends on the world.
+- **What the attacker sees** (the accountant's threat model): every upload, the broadcast
+  theta, who took part, and the shared noise as far as it can be read from the uploads. For
+  each round in which client 0 uploads, y_c = <beta_0 - theta, u>; the other participating
+  clients' y_o = <beta_o - theta, u> carry the round's shared noise and their own private noise
+  only. With shared variance a = rho^2 and private variance b = (1 - rho^2)/p per step (in units
+  of 2 eta tau), the likelihood-ratio statistic of the Gaussian observation (y_c, y_o) for a
+  mean shift in y_c alone is y_c - lambda mean_o(y_o), lambda = a / (a + b / m) with m other
+  uploads (Sherman–Morrison on the covariance a 11^T + b I). The score of a replicate is the
+  sum over rounds: with full batches this is the exact likelihood-ratio statistic of the
+  whole transcript (the flat prior makes the shift the same every round). With minibatches the
+  statistic is the same linear one (the exact ratio is a mixture), still a valid attack.
+- **Threshold**: chosen on one half of each world's replicates (the threshold and direction
+  that maximise the lower bound there), the bound then computed on the other half, so the
+  choice does not bias the confidence statement. FPR and FNR are bounded at confidence
+  1 - (1 - confidence)/2 each, so both hold together with ``confidence`` (union bound).
+- **Accounted epsilon**: ``trace.privacy(delta, chains=1)`` of the "in" run: the epsilon the
+  package reports for one replicate (one chain) of this configuration, the same number a user
+  reads off a run.
+
+The full-batch, K = 1, full-participation audit of a Gaussian mechanism is the tightest case
+(the accountant is exact there, and the statistic is the optimal test); its ratio
+audited / accounted is then limited by the replicates alone: a bound from n held-out replicates
+per world cannot exceed about log(n / 3) (an error rate bounded at 95 % from zero errors is
+still about 3/n). Minibatches (the accountant's dominating pair covers every substitution
+configuration, this canary realises one), client sampling and K > 1 give looser audits.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedlangevin._validation import check_bool, check_int, check_real, check_seed
+from fedlangevin.fald.core.participation import Participation, as_participation
+from fedlangevin.privacy.mechanism import ClientLevel, RecordLevel, check_privacy
+
+__all__ = ["AuditResult", "AuditSetting", "audit", "epsilon_lower_bound"]
+
+#: the canary's norm in units of the clip C: > 1, so its gradient (or its client's data term) is clipped to exactly C
+CANARY_SCALE = 4.0
+#: fewest replicates per world an audit accepts
+MIN_REPLICATES = 100
+
+
+@dataclass(frozen=True)
+class AuditSetting:
+    """A private FA-LD configuration to audit, validated once.
+
+    Parameters
+    ----------
+    privacy : ``RecordLevel(clip=C)`` (default C = 1) or ``ClientLevel(clip=C)``.
+    step_size : eta > 0, constant (an audit needs the mechanism fixed in advance: no adaptation).
+    local_steps : K >= 1.
+    rounds : communication rounds >= 1 (K x rounds local steps).
+    correlation : rho in [0, 1): the shared part of the noise (public to the attacker).
+    num_clients : N >= 1 clients of equal size; client 0 holds the canary. rho > 0 needs N >= 2
+        (with one client the shared noise could not be read off another upload).
+    participation : ``"full"`` (default), an int S (scheme II, S of N drawn without
+        replacement) or a :class:`~fedlangevin.fald.core.participation.Participation` rule.
+    rows : n_c >= 1 records per client (the canary and n_c - 1 zero records).
+    batch_size : b in [1, n_c] rows per local step (drawn without replacement), or None for
+        full batches (batch fraction b / n_c).
+    temperature : tau > 0.
+    dim : d >= 1, the length of theta.
+    canary : the canary direction u, shape (d,), nonzero (normalised here); default e_1.
+    """
+
+    privacy: Any = field(default_factory=lambda: RecordLevel(clip=1.0))
+    step_size: float = 0.1
+    local_steps: int = 1
+    rounds: int = 1
+    correlation: float = 0.0
+    num_clients: int = 1
+    participation: Any = "full"
+    rows: int = 4
+    batch_size: int | None = None
+    temperature: float = 1.0
+    dim: int = 1
+    canary: Any = None
+
+    def __post_init__(self) -> None:
+        s = object.__setattr__
+        s(self, "privacy", check_privacy(self.privacy))
+        s(self, "step_size", check_real("step_size", self.step_size, low=0.0, low_open=True))
+        s(self, "local_steps", check_int("local_steps", self.local_steps, 1))
+        s(self, "rounds", check_int("rounds", self.rounds, 1))
+        s(self, "correlation", check_real("correlation", self.correlation, low=0.0, high=1.0, high_open=True))
+        s(self, "num_clients", check_int("num_clients", self.num_clients, 1))
+        if self.correlation > 0 and self.num_clients < 2:
+            raise ValueError(f"num_clients must be >= 2 when correlation > 0 (the attacker reads the shared noise off "
+                             f"another client's upload); got num_clients = {self.num_clients}, correlation = "
+                             f"{self.correlation:g}")
+        part = self.participation
+        if isinstance(part, (int, np.integer)) and not isinstance(part, bool):
+            from fedlangevin.fald.core.participation import SchemeII
+
+            part = SchemeII(int(part))
+        part = as_participation(part)
+        part.validate(torch.full((self.num_clients,), 1.0 / self.num_clients, dtype=torch.float64))
+        s(self, "participation", part)
+        s(self, "rows", check_int("rows", self.rows, 1))
+        if self.batch_size is not None:
+            s(self, "batch_size", check_int("batch_size", self.batch_size, 1, self.rows))
+        s(self, "temperature", check_real("temperature", self.temperature, low=0.0, low_open=True))
+        s(self, "dim", check_int("dim", self.dim, 1))
+        s(self, "canary", _unit(self.canary, self.dim))
+
+    def data(self, world: str) -> list[torch.Tensor]:
+        """The clients' records (N tensors (n_c, d)): zeros, and the canary +4C u ("in") or
+        -4C u ("out") as row 0 of client 0."""
+        sign = {"in": 1.0, "out": -1.0}[world]
+        clients = [torch.zeros(self.rows, self.dim, dtype=torch.float64) for _ in range(self.num_clients)]
+        clients[0][0] = sign * CANARY_SCALE * self.privacy.clip * torch.as_tensor(self.canary)
+        return clients
+
+    def shared_weight(self, others: int) -> float:
+        """lambda = a / (a + b / m): the weight of the other uploads' mean in the statistic (module
+        docstring), a = rho^2, b = (1 - rho^2) N, m = ``others``; 0 without shared noise."""
+        a = self.correlation**2
+        if a == 0.0 or others == 0:
+            return 0.0
+        return a / (a + (1.0 - a) * self.num_clients / others)
+
+
+def _unit(canary: Any, dim: int) -> tuple[float, ...]:
+    if canary is None:
+        return (1.0,) + (0.0,) * (dim - 1)
+    try:
+        u = np.asarray(canary, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"canary must be a direction of shape ({dim},) (real numbers); got {canary!r}") from None
+    if u.shape != (dim,):
+        raise ValueError(f"canary must be a direction of shape ({dim},) (dim = {dim}); got shape {u.shape}")
+    norm = float(np.linalg.norm(u))
+    if not np.all(np.isfinite(u)) or norm == 0.0:
+        raise ValueError("canary must be a finite, nonzero direction")
+    return tuple(float(v) for v in u / norm)
+
+
+class _Watched(Participation):
+    """The run's participation rule, unchanged (every call delegated), keeping the last round's
+    weights: the attacker knows who uploaded."""
+
+    def __init__(self, rule: Participation) -> None:
+        self.rule, self.last = rule, None
+
+    def validate(self, weights):
+        return self.rule.validate(weights)
+
+    def weights(self, p, chains, generator):
+        self.last = self.rule.weights(p, chains, generator)
+        return self.last
+
+    scheme = property(lambda self: self.rule.scheme)
+    num_sampled = property(lambda self: self.rule.num_sampled)
+
+    def fixed_uploads(self, num_clients):
+        return self.rule.fixed_uploads(num_clients)
+
+    def uploads(self, w):
+        return self.rule.uploads(w)
+
+    def __repr__(self) -> str:
+        return repr(self.rule)
+
+
+class _Attacker:
+    """An upload observer (an upload codec that returns the uploads unchanged): adds each round's
+    y_c - lambda mean_o y_o to the score of every chain in which client 0 uploaded."""
+
+    def __init__(self, setting: AuditSetting, watched: _Watched, chains: int) -> None:
+        self.setting, self.watched = setting, watched
+        self.direction = torch.as_tensor(setting.canary, dtype=torch.float64)
+        self.score = torch.zeros(chains, dtype=torch.float64)
+
+    def __call__(self, beta: torch.Tensor, theta: torch.Tensor, generator) -> torch.Tensor:
+        y = (beta - theta.unsqueeze(1)) @ self.direction.to(beta)          # (R, N)
+        w = self.watched.last
+        up = (w > 0).expand_as(y).to(y.dtype)                              # who uploaded
+        others = up[:, 1:].sum(1)
+        stat = y[:, 0]
+        if self.setting.correlation > 0:
+            m = others.clamp(min=1.0)
+            a, b = self.setting.correlation**2, (1.0 - self.setting.correlation**2) * self.setting.num_clients
+            lam = torch.where(others > 0, a / (a + b / m), torch.zeros_like(m))
+            stat = stat - lam * (y[:, 1:] * up[:, 1:]).sum(1) / m
+        self.score += (stat * up[:, 0]).to(self.score)
+        return beta
+
+
+def _world(setting: AuditSetting, world: str, replicates: int, seed: int, progress):
+    """One world's run: (scores (R,), trace)."""
+    from fedlangevin.fald.runner.sampler import FALD
+    from fedlangevin.problems.custom import CustomProblem
+
+    def energy(theta, x):  # l(theta; x) = -<x, theta>: per-example gradient -x
+        return -(x @ theta).sum()
+
+    problem = CustomProblem(energy, setting.data(world), dim=setting.dim, rowwise=True)
+    watched = _Watched(setting.participation)
+    attacker = _Attacker(setting, watched, replicates)
+    sampler = FALD(problem, step_size=setting.step_size, local_steps=setting.local_steps,
+                   temperature=setting.temperature, correlation=setting.correlation, participation=watched,
+                   chains=replicates, batch_size=setting.batch_size, seed=seed, upload=attacker, adapt=False,
+                   privacy=setting.privacy)
+    trace = sampler.run(setting.rounds, progress=progress, keep_samples=False)
+    return attacker.score.numpy().copy(), trace
+
+
+def _upper(errors: np.ndarray, n: int, level: float) -> np.ndarray:
+    """Clopper–Pearson upper bounds at ``level`` on a rate from ``errors`` of ``n`` trials."""
+    from scipy.stats import beta
+
+    errors = np.asarray(errors)
+    out = np.ones(errors.shape, dtype=np.float64)
+    some = errors < n
+    out[some] = beta.ppf(level, errors[some] + 1, n - errors[some])
+    return out
+
+
+def _bound(fpr_hi: np.ndarray, fnr_hi: np.ndarray, delta: float) -> np.ndarray:
+    """log((1 - delta - FPR) / FNR) (nan where the numerator is <= 0)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        num = 1.0 - delta - fpr_hi
+        return np.where(num > 0, np.log(np.maximum(num, 1e-300)) - np.log(fnr_hi), -np.inf)
+
+
+def _rates(scores_in: np.ndarray, scores_out: np.ndarray, thresholds: np.ndarray):
+    """For "guess in when score > t": false positives (out scores > t) and false negatives
+    (in scores <= t), counts."""
+    s_in, s_out = np.sort(scores_in), np.sort(scores_out)
+    fn = np.searchsorted(s_in, thresholds, side="right")
+    fp = s_out.size - np.searchsorted(s_out, thresholds, side="right")
+    return fp, fn
+
+
+def epsilon_lower_bound(scores_in: Any, scores_out: Any, *, delta: float, confidence: float = 0.95,
+                        seed: int = 0) -> dict:
+    """The audited lower bound on epsilon from the scores of the two worlds (module docstring).
+
+    ``scores_in``/``scores_out``: one score per replicate (larger: "in" more likely), at least
+    :data:`MIN_REPLICATES` each. The replicates are split at random in halves; the first
+    chooses the threshold and direction, the second gives the bound with Clopper–Pearson upper
+    bounds on FPR and FNR at level 1 - (1 - confidence)/2 each. Returns a dict: ``epsilon``
+    (>= 0), ``threshold``, ``direction`` ("greater": guess "in" when score > threshold, or
+    "less"), ``false_positive``/``false_negative`` (the upper bounds used), ``counts``.
+    """
+    delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    confidence = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+    seed = check_seed("seed", seed)
+    arrays = []
+    for name, value in (("scores_in", scores_in), ("scores_out", scores_out)):
+        a = np.asarray(value, dtype=np.float64)
+        if a.ndim != 1 or a.size < MIN_REPLICATES:
+            raise ValueError(f"{name} must be a vector of at least {MIN_REPLICATES} scores (one per replicate); "
+                             f"got shape {a.shape}")
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"{name} must be finite")
+        arrays.append(a)
+    rng = np.random.default_rng(seed)
+    halves = []
+    for a in arrays:
+        perm = rng.permutation(a.size)
+        halves.append((a[perm[: a.size // 2]], a[perm[a.size // 2:]]))
+    (sel_in, test_in), (sel_out, test_out) = halves
+    level = 1.0 - (1.0 - confidence) / 2.0
+
+    def bounds(s_in, s_out, t):
+        fp, fn = _rates(s_in, s_out, t)
+        fpr, fnr = _upper(fp, s_out.size, level), _upper(fn, s_in.size, level)
+        # "greater": guess in when score > t; "less": the complementary test (its FPR is 1 - ...)
+        fp_l, fn_l = s_out.size - fp, s_in.size - fn        # guess in when score <= t
+        fpr_l, fnr_l = _upper(fp_l, s_out.size, level), _upper(fn_l, s_in.size, level)
+        return {"greater": (fpr, fnr), "less": (fpr_l, fnr_l)}
+
+    thresholds = np.unique(np.concatenate([sel_in, sel_out]))
+    best = (-np.inf, 0.0, "greater")
+    for direction, (fpr, fnr) in bounds(sel_in, sel_out, thresholds).items():
+        eps = np.maximum(_bound(fpr, fnr, delta), _bound(fnr, fpr, delta))
+        i = int(np.argmax(eps))
+        if eps[i] > best[0]:
+            best = (float(eps[i]), float(thresholds[i]), direction)
+    _, threshold, direction = best
+    fpr, fnr = bounds(test_in, test_out, np.array([threshold]))[direction]
+    eps = max(float(_bound(fpr, fnr, delta)[0]), float(_bound(fnr, fpr, delta)[0]), 0.0)
+    fp, fn = _rates(test_in, test_out, np.array([threshold]))
+    if direction == "less":
+        fp, fn = test_out.size - fp, test_in.size - fn
+    return dict(epsilon=eps, threshold=threshold, direction=direction, false_positive=float(fpr[0]),
+                false_negative=float(fnr[0]), counts=dict(false_positives=int(fp[0]), false_negatives=int(fn[0]),
+                                                          out=int(test_out.size), **{"in": int(test_in.size)}))
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    """What :func:`audit` measured.
+
+    ``epsilon_lower``: the audited lower bound (holds with ``confidence``); ``epsilon``: the
+    accounted epsilon of one replicate (``trace.privacy(delta, chains=1)``); ``ratio``:
+    epsilon_lower / epsilon (<= 1 unless the accounting is wrong; the audit's tightness);
+    ``report``: the accountant's :class:`~fedlangevin.privacy.PrivacyReport`; ``test``: the
+    attack (threshold, direction, FPR/FNR upper bounds, error counts on the held-out half);
+    ``scores_in``/``scores_out``: the replicates' scores.
+    """
+
+    setting: AuditSetting
+    delta: float
+    confidence: float
+    replicates: int
+    epsilon_lower: float
+    epsilon: float
+    report: Any
+    test: dict
+    scores_in: np.ndarray = field(repr=False)
+    scores_out: np.ndarray = field(repr=False)
+
+    @property
+    def ratio(self) -> float:
+        return self.epsilon_lower / self.epsilon if self.epsilon > 0 else math.inf
+
+    @property
+    def consistent(self) -> bool:
+        """True when the audit does not contradict the accounting (epsilon_lower <= epsilon)."""
+        return self.epsilon_lower <= self.epsilon
+
+    def summary(self) -> str:
+        s, t = self.setting, self.test
+        part = "full participation" if s.participation.scheme == "full" else \
+            f"scheme {s.participation.scheme}, S = {s.participation.num_sampled}"
+        batch = "full batches" if s.batch_size is None else f"b = {s.batch_size} of n_c = {s.rows}"
+        verdict = ("consistent: the audit stays below the accounted epsilon" if self.consistent else
+                   "VIOLATION: the audited lower bound exceeds the accounted epsilon — the accounting or the code is wrong")
+        return "\n".join([
+            f"canary audit: {s.privacy.adjacency} level, clip C = {s.privacy.clip:g}, eta = {s.step_size:g}, "
+            f"K = {s.local_steps}, {s.rounds} round(s), rho = {s.correlation:g}, N = {s.num_clients}, {part}, {batch}, "
+            f"d = {s.dim}",
+            f"replicates: {self.replicates} per world (half choose the test, half bound it), confidence "
+            f"{self.confidence:g}",
+            f"attack: guess 'canary in' when the score is {'above' if t['direction'] == 'greater' else 'below'} "
+            f"{t['threshold']:.4g}; held-out errors {t['counts']['false_positives']} FP / "
+            f"{t['counts']['false_negatives']} FN, upper bounds FPR <= {t['false_positive']:.3g}, "
+            f"FNR <= {t['false_negative']:.3g}",
+            f"audited epsilon >= {self.epsilon_lower:.4g}   accounted epsilon = {self.epsilon:.4g}   at delta = "
+            f"{self.delta:.3g}   (ratio {self.ratio:.3g})",
+            verdict,
+        ])
+
+
+def audit(setting: AuditSetting | None = None, *, replicates: int = 10_000, delta: float = 1e-5,
+          confidence: float = 0.95, seed: int = 0, progress: bool | None = None, **kwargs: Any) -> AuditResult:
+    """Audit a private FA-LD configuration with a canary (module docstring).
+
+    ``setting``: an :class:`AuditSetting`, or its fields as keyword arguments
+    (``audit(privacy=RecordLevel(clip=1.0), step_size=0.1, rounds=4)``). ``replicates``:
+    R >= 100 independent runs per world (the chains of one run; 10,000 by default).
+    ``delta`` in (0, 1); ``confidence`` in (0, 1) of the lower bound; ``seed`` seeds both
+    worlds' runs (different streams) and the split. Every argument is checked before any run.
+    """
+    if setting is None:
+        setting = AuditSetting(**kwargs)
+    elif kwargs:
+        raise ValueError(f"give an AuditSetting or its fields, not both (got {sorted(kwargs)})")
+    elif not isinstance(setting, AuditSetting):
+        raise ValueError(f"setting must be an AuditSetting; got {type(setting).__name__}")
+    replicates = check_int("replicates", replicates, MIN_REPLICATES)
+    delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    confidence = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+    seed = check_seed("seed", seed)
+    progress = None if progress is None else check_bool("progress", progress)
+    scores_in, trace = _world(setting, "in", replicates, seed, progress)
+    scores_out, _ = _world(setting, "out", replicates, seed + 1, progress)
+    report = trace.privacy(delta=delta, chains=1)
+    test = epsilon_lower_bound(scores_in, scores_out, delta=delta, confidence=confidence, seed=seed)
+    return AuditResult(setting=setting, delta=delta, confidence=confidence, replicates=replicates,
+                       epsilon_lower=test.pop("epsilon"), epsilon=float(report.epsilon), report=report, test=test,
+                       scores_in=scores_in, scores_out=scores_out)
