@@ -122,3 +122,38 @@ def test_a_bad_mechanism_is_refused_with_one_line_naming_the_option(argv, option
     assert main(["privacy", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and option in err[0], err
+
+
+# -- --audit: a canary audit of the setting (fedlangevin.privacy.audit) -----------------------------------
+def test_audit_prints_the_audited_bound_beside_the_accounted_epsilon(capsys):
+    from fedlangevin.privacy import tight_epsilon
+
+    argv = ["privacy", "--audit", "--clip", "1", "--eta", "0.5", "--iterations", "2", "--local-steps", "1",
+            "--num-clients", "2", "--num-sampled", "2", "--gamma", "0.5", "--replicates", "2000", "--delta", "1e-5",
+            "--no-progress"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    # the accounted epsilon is the accountant's for the same setting (b = 1 of n_c = 2 rows, p = 1/2)
+    want = tight_epsilon(eta=0.5, gamma=0.5, sensitivity=2.0, p_min=0.5, num_clients=2, num_sampled=2,
+                         local_steps=1, iterations=2, delta=1e-5)
+    line = next(line for line in out.splitlines() if line.startswith("audited epsilon >="))
+    audited, accounted = float(line.split()[3]), float(line.split()[7])
+    assert accounted == float(f"{want:.4g}") and 0.0 <= audited <= accounted
+    assert "b = 1 of n_c = 2" in out and "full participation" in out and "consistent" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--audit"], "--audit needs --clip C"),
+    (["--audit", "--clip", "1", "--gamma", "0.3333"], "--gamma 0.3333 is not a fraction b / n_c"),
+    (["--audit", "--clip", "1", "--p-min", "0.2"], "--p-min: the audit's clients are equal"),
+    (["--audit", "--clip", "1", "--iterations", "15"], "--iterations must be a multiple of --local-steps"),
+    (["--audit", "--clip", "1", "--replicates", "99"], "--replicates"),
+    (["--audit", "--clip", "1", "--table"], "--audit runs one setting"),
+])
+def test_a_bad_audit_is_refused_before_any_run(argv, message, capsys, monkeypatch):
+    import fedlangevin.privacy.audit as mod
+
+    monkeypatch.setattr(mod, "_world", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran")))
+    assert main(["privacy", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
