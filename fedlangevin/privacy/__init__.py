@@ -17,6 +17,8 @@
   (``client_account``: one client's whole data changes, no minibatch amplification).
 - :mod:`fedlangevin.privacy.budget`: the largest eta, T, S or rho within a budget.
 - :mod:`fedlangevin.privacy.report`: what a run (a ``Trace``) spent, ``trace.privacy(...)``.
+- :mod:`fedlangevin.privacy.audit`: a canary audit of a private run, an empirical lower bound on
+  epsilon held against the accounted one (``audit``).
 - :mod:`fedlangevin.privacy.mechanism`: what a private run clips, ``RecordLevel(clip=C)`` and
   ``ClientLevel(clip=C)``, and the sensitivity 2C derived from the clipping norm.
 
@@ -34,6 +36,7 @@ from fedlangevin.privacy.accountant import (
     rdp_epsilon,
     tight_epsilon,
 )
+from fedlangevin.privacy.audit import AuditResult, AuditSetting, audit, epsilon_lower_bound
 from fedlangevin.privacy.budget import (
     BudgetSolution,
     largest_correlation,
@@ -55,9 +58,10 @@ from fedlangevin.privacy.paper import (
 from fedlangevin.privacy.report import PrivacyReport, trace_privacy
 
 __all__ = [
-    "Accounting", "BudgetSolution", "ClientLevel", "PaperBound", "PrivacyReport", "RecordLevel", "account",
-    "client_account", "client_noise_multiplier", "eq71_step_size", "eq75_epsilon",
-    "eq76_step_size", "inclusion_probability", "largest_correlation", "largest_iterations", "largest_num_sampled",
-    "largest_step_size", "lower_bound_epsilon", "noise_multiplier", "paper_bound", "paper_delta_split",
+    "Accounting", "AuditResult", "AuditSetting", "BudgetSolution", "ClientLevel", "PaperBound",
+    "PrivacyReport", "RecordLevel", "account", "audit", "client_account", "client_noise_multiplier",
+    "eq71_step_size", "eq75_epsilon", "eq76_step_size", "epsilon_lower_bound", "inclusion_probability",
+    "largest_correlation", "largest_iterations", "largest_num_sampled", "largest_step_size",
+    "lower_bound_epsilon", "noise_multiplier", "paper_bound", "paper_delta_split",
     "paper_step_size_limit", "rdp_epsilon", "tight_epsilon", "trace_privacy",
 ]

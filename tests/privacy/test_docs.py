@@ -105,3 +105,11 @@ def test_end_to_end_private_run_prints_what_its_comments_say():
     shown = [l for l in lines if l.startswith("print(round(report.epsilon")][0].split("#")[1].split()
     assert [epsilon, sensitivity] == shown
     assert printed[2] == lines[-1][2:]
+
+
+def test_audit_example_prints_what_its_comments_say():
+    blocks = [body for lang, body in _blocks(PAGE.read_text()) if lang == "python" and "privacy.audit(" in body]
+    assert len(blocks) == 1
+    lines = blocks[0].splitlines()
+    expected = [line.split("#", 1)[1].strip() for line in lines if line.startswith("print(") and "#" in line]
+    assert _run(blocks[0]) == expected + [lines[-1][2:]]
