@@ -2,7 +2,7 @@
 
 For each configuration (K, rho, participation, batch fraction, adjacency) the package's own
 private FA-LD run is audited with ``--replicates`` independent replicates per world
-(:func:`fedlangevin.privacy.audit.audit`), and the tight one (K = 1, full batch, full
+(:func:`fedlangevin.privacy.canary.audit`), and the tight one (K = 1, full batch, full
 participation, where the accountant is exact: a Gaussian mechanism of mu = 1) with ten times
 more. Three negative controls follow: the same audits held against a deliberately wrong
 accounting, which they must exceed. Prints a markdown table; ``--figure`` draws the scores of
@@ -17,7 +17,7 @@ import argparse
 import time
 
 from fedlangevin.privacy import ClientLevel, tight_epsilon
-from fedlangevin.privacy.audit import audit
+from fedlangevin.privacy.canary import audit
 
 CONFIGS = [
     ("K=1, full batch, full participation (Gaussian, mu = 1)", dict(step_size=0.5, rounds=1), 10),

@@ -141,7 +141,9 @@ COMMANDS = [
 ANY_VALUE = {"--seed"}
 #: options only read by another mode, and the mode that reads them
 NEEDS = {"--target-epsilon": ["--solve", "eta", "--target-delta", "1e-5"],
-         "--target-delta": ["--solve", "eta", "--target-epsilon", "1"]}
+         "--target-delta": ["--solve", "eta", "--target-epsilon", "1"],
+         **{("privacy", option): ["--audit", "--clip", "1"]
+            for option in ("--replicates", "--confidence", "--max-rows")}}
 
 
 def _numeric_options():
@@ -165,7 +167,7 @@ def test_every_numeric_option_is_named_in_its_error(words, extra, option, action
     # a value outside any sensible range for the option's type: NaN, or a huge negative integer
     bad = "nan" if action.type is float else "-1000000007"
     values = [bad] * (action.nargs if isinstance(action.nargs, int) else 1)
-    line = _run([*words, *extra, *NEEDS.get(option, []), option, *values], capsys, place, monkeypatch)
+    line = _run([*words, *extra, *NEEDS.get((words[0], option), NEEDS.get(option, [])), option, *values], capsys, place, monkeypatch)
     assert f"error: {option} " in line, line
 
 

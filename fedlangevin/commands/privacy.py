@@ -9,7 +9,7 @@ Other modes: ``--solve eta|iterations|num-sampled|rho`` with ``--target-epsilon`
 ``--target-delta`` (largest value within the budget, both accountants); ``--table`` (both
 accountants on a fixed set of settings, the table of docs/privacy.md); ``--figure PATH``
 (epsilon against T for both accountants); ``--audit`` (a canary audit of the setting:
-:mod:`fedlangevin.privacy.audit`, the audited lower bound printed beside the accounted epsilon).
+:mod:`fedlangevin.privacy.canary`, the audited lower bound printed beside the accounted epsilon).
 
 The mechanism of a private run (``FALD(..., privacy=RecordLevel(clip=C) | ClientLevel(clip=C))``):
 ``--adjacency record|client`` and ``--clip C``, whose sensitivity 2C is derived (a typed
@@ -91,7 +91,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     m.add_argument("--audit", action="store_true",
                    help="run a canary audit of this setting (needs --clip): the package's private FA-LD run on "
                         "a dataset with and without a canary, an empirical lower bound on epsilon printed beside "
-                        "the accounted one (fedlangevin.privacy.audit)")
+                        "the accounted one (fedlangevin.privacy.canary)")
     a = parser.add_argument_group("audit (with --audit)")
     a.add_argument("--replicates", type=int, default=10_000,
                    help="independent runs per world (chains; >= 100; default: %(default)s)")
@@ -360,7 +360,7 @@ def figure(path, setting=None, deltas=None, iterations=None, progress: bool | No
 
 
 def audit_setting(args):
-    """The :class:`~fedlangevin.privacy.audit.AuditSetting` of the command's mechanism options:
+    """The :class:`~fedlangevin.privacy.canary.AuditSetting` of the command's mechanism options:
     --clip (needed), --adjacency, --eta, --tau, --rho, --num-clients, --num-sampled (scheme II, or
     full participation when S = N; --scheme I keeps scheme I), --local-steps, --iterations (rounds
     T/K), --gamma realised as b / n_c with the smallest n_c <= --max-rows. The audit's clients are
@@ -371,7 +371,7 @@ def audit_setting(args):
     from fedlangevin.commands._checks import UsageError
     from fedlangevin.fald.core.participation import SchemeI, SchemeII
     from fedlangevin.privacy import ClientLevel, RecordLevel
-    from fedlangevin.privacy.audit import AuditSetting
+    from fedlangevin.privacy.canary import AuditSetting
 
     if args.clip is None:
         raise UsageError("--audit needs --clip C: the audit runs the package's private FA-LD, which clips to C and "
@@ -407,7 +407,7 @@ def _audit(args) -> int:
     """Run the audit and print its summary; exit status 1 when the audited lower bound exceeds the
     accounted epsilon (a violation: the accounting or the code is wrong)."""
     from fedlangevin._validation import check_int, check_real
-    from fedlangevin.privacy.audit import MIN_REPLICATES, audit
+    from fedlangevin.privacy.canary import MIN_REPLICATES, audit
 
     setting = audit_setting(args)
     replicates = check_int("--replicates", args.replicates, MIN_REPLICATES)

@@ -17,7 +17,7 @@
   (``client_account``: one client's whole data changes, no minibatch amplification).
 - :mod:`fedlangevin.privacy.budget`: the largest eta, T, S or rho within a budget.
 - :mod:`fedlangevin.privacy.report`: what a run (a ``Trace``) spent, ``trace.privacy(...)``.
-- :mod:`fedlangevin.privacy.audit`: a canary audit of a private run, an empirical lower bound on
+- :mod:`fedlangevin.privacy.canary`: a canary audit of a private run, an empirical lower bound on
   epsilon held against the accounted one (``audit``).
 - :mod:`fedlangevin.privacy.mechanism`: what a private run clips, ``RecordLevel(clip=C)`` and
   ``ClientLevel(clip=C)``, and the sensitivity 2C derived from the clipping norm.
@@ -36,7 +36,7 @@ from fedlangevin.privacy.accountant import (
     rdp_epsilon,
     tight_epsilon,
 )
-from fedlangevin.privacy.audit import AuditResult, AuditSetting, audit, epsilon_lower_bound
+from fedlangevin.privacy.canary import AuditResult, AuditSetting, audit, epsilon_lower_bound
 from fedlangevin.privacy.budget import (
     BudgetSolution,
     largest_correlation,

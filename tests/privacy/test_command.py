@@ -124,7 +124,7 @@ def test_a_bad_mechanism_is_refused_with_one_line_naming_the_option(argv, option
     assert len(err) == 1 and option in err[0], err
 
 
-# -- --audit: a canary audit of the setting (fedlangevin.privacy.audit) -----------------------------------
+# -- --audit: a canary audit of the setting (fedlangevin.privacy.canary) -----------------------------------
 def test_audit_prints_the_audited_bound_beside_the_accounted_epsilon(capsys):
     from fedlangevin.privacy import tight_epsilon
 
@@ -151,7 +151,7 @@ def test_audit_prints_the_audited_bound_beside_the_accounted_epsilon(capsys):
     (["--audit", "--clip", "1", "--table"], "--audit runs one setting"),
 ])
 def test_a_bad_audit_is_refused_before_any_run(argv, message, capsys, monkeypatch):
-    import fedlangevin.privacy.audit as mod
+    import fedlangevin.privacy.canary as mod
 
     monkeypatch.setattr(mod, "_world", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran")))
     assert main(["privacy", *argv]) == 2

@@ -1,4 +1,4 @@
-"""The canary audit (fedlangevin.privacy.audit): its attack reads what the mechanism releases,
+"""The canary audit (fedlangevin.privacy.canary): its attack reads what the mechanism releases,
 it stays below the accounted epsilon where the accounting is right, and it exceeds a wrong one.
 
 Statistical tolerances: the scores of R replicates are independent; a mean is checked within
@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("dp_accounting")
 
 from fedlangevin.privacy import ClientLevel, RecordLevel, tight_epsilon  # noqa: E402
-from fedlangevin.privacy.audit import (  # noqa: E402
+from fedlangevin.privacy.canary import (  # noqa: E402
     MIN_REPLICATES,
     AuditSetting,
     audit,
@@ -194,7 +194,7 @@ def test_epsilon_lower_bound_of_gaussian_scores_is_below_the_gaussian_epsilon():
     (dict(num_clients=2, participation=3), "num_sampled"),
 ])
 def test_bad_arguments_are_refused_before_any_run(kwargs, match, monkeypatch):
-    import fedlangevin.privacy.audit as mod
+    import fedlangevin.privacy.canary as mod
 
     monkeypatch.setattr(mod, "_world", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran")))
     with pytest.raises(ValueError, match=match):
