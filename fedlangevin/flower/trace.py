@@ -102,7 +102,8 @@ def read_record(path, what: str) -> tuple[dict, ckpt.Entries]:
     """The record at ``path`` (checked file, see the module docstring), with its entry checks; a
     file of an earlier version's bare ``torch.save`` is refused with the reason."""
     try:
-        record, used = ckpt.read_file(path)
+        record, used = ckpt.read_file(path, resume_hint="to continue from it, copy it over {path} and start the "
+                                                        "server again (a server reads only its own checkpoint path)")
     except ckpt.CheckpointError as exc:
         if "wrong file signature" in str(exc):
             raise ckpt.CheckpointError(

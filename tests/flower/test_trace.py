@@ -71,3 +71,20 @@ def test_a_trace_file_of_the_earlier_bare_torch_save_format_is_not_read(tmp_path
     torch.save({"kind": "fedlangevin-flower-trace", "samples": torch.zeros(1, 1, 1)}, path)
     with pytest.raises(CheckpointError, match="wrong file signature.*is not read, since loading it could run code"):
         load_trace(path, ETA)
+
+
+def test_a_damaged_server_checkpoint_points_to_its_intact_previous_file_the_servers_way(tmp_path):
+    """A Flower server reads only its own checkpoint path: the hint is to copy the intact
+    ``.prev`` over it, not ``FALD.resume(..., fallback=True)``, which a server has no use for."""
+    from fedlangevin.flower.trace import read_record
+
+    path = tmp_path / "server.ckpt"
+    write_file(path, {"kind": "x", "round": 3})
+    write_file(path, {"kind": "x", "round": 4})      # the first is kept as server.ckpt.prev
+    path.write_bytes(path.read_bytes()[:-5])          # damaged
+    with pytest.raises(CheckpointError) as info:
+        read_record(path, "Flower FA-LD server checkpoint")
+    message = str(info.value)
+    assert "(round 3) is intact: to continue from it, copy it over" in message and "fallback" not in message
+    with pytest.raises(CheckpointError, match=r"FALD.resume\(.*fallback=True\)"):
+        read_file(path)                               # FA-LD's own hint is unchanged

@@ -272,12 +272,13 @@ def _read_raw(path: Path) -> dict:
     return obj
 
 
-def read_file(path: str | os.PathLike, fallback: bool = False) -> tuple[dict, Path]:
+def read_file(path: str | os.PathLike, fallback: bool = False, *, resume_hint: str | None = None) -> tuple[dict, Path]:
     """Load a checkpoint; returns (record, the path actually read).
 
     On a damaged file, raises :class:`CheckpointError` whose message says whether the
     previous checkpoint ``<path>.prev`` is intact; ``fallback=True`` reads it instead (with
-    a warning).
+    a warning). ``resume_hint``: how the reader's user continues from that previous file
+    (``{prev}`` and ``{path}`` are filled in); default: ``FALD.resume``'s two ways.
     """
     import warnings
 
@@ -295,10 +296,9 @@ def read_file(path: str | os.PathLike, fallback: bool = False) -> tuple[dict, Pa
             raise CheckpointError(f"{exc}; the previous checkpoint is unusable too: {prev_exc}") from exc
         where = f"round {record.get('round', '?')}"
         if not fallback:
-            raise CheckpointError(
-                f"{exc}. The previous checkpoint {str(prev)!r} ({where}) is intact: resume from it with "
-                f"FALD.resume({str(prev)!r}) or FALD.resume({str(path)!r}, fallback=True)"
-            ) from exc
+            hint = (f"resume from it with FALD.resume({str(prev)!r}) or FALD.resume({str(path)!r}, fallback=True)"
+                    if resume_hint is None else resume_hint.format(prev=repr(str(prev)), path=repr(str(path))))
+            raise CheckpointError(f"{exc}. The previous checkpoint {str(prev)!r} ({where}) is intact: {hint}") from exc
         warnings.warn(f"{exc}; resuming from the previous checkpoint {str(prev)!r} ({where})", stacklevel=3)
         return record, prev
 
