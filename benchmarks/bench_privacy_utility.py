@@ -197,14 +197,19 @@ def figure(rows: list[dict], epsilons, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     problems = list(dict.fromkeys(r["problem"] for r in rows))
     regs = [p for p in problems if p in REGRESSIONS]
     clss = [p for p in problems if p in CLASSIFICATION]
     labels = list(dict.fromkeys(_label(r) for r in rows))
-    styles = {lab: s for lab, s in zip(sorted(labels, key=lambda x: (x != "FA-LD (non-private)", x)),
-                                       [dict(ls=":", marker="x"), dict(ls="-", marker="o"), dict(ls="--", marker="s"),
-                                        dict(ls="-", marker="o", mfc="none"), dict(ls="--", marker="s", mfc="none")])}
+
+    def style(label):  # FA-LD solid, DP-FedAvg dash-dot, non-private dotted; q50 circles, other clips squares
+        if label == "FA-LD (non-private)":
+            return dict(ls=":", marker="x")
+        return dict(ls="-" if label.startswith("private") else "-.", marker="o" if label.endswith("q50") else "s",
+                    mfc="none" if label.startswith("DP") else None)
+
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     ncols = (1 if regs else 0) + len(clss)
     fig, axes = plt.subplots(2, max(ncols, 1), figsize=(4.2 * max(ncols, 1), 7), squeeze=False)
@@ -225,7 +230,7 @@ def figure(rows: list[dict], epsilons, path: Path) -> None:
                 for ax, key in ((axes[0, 0], "mean_err"), (axes[1, 0], "sd_min")):
                     xs, ys = series(p, lab, key)
                     if xs:
-                        ax.plot(xs, ys, color=colors[i % len(colors)], **styles[lab],
+                        ax.plot(xs, ys, color=colors[i % len(colors)], **style(lab),
                                 label=SHORT[p] if lab == labels[0] and key == "mean_err" else None)
         axes[0, 0].set(xscale="log", yscale="log", ylabel="max |mean error| / sd", title="posteriordb regressions")
         axes[0, 0].axhline(0.1, color="grey", lw=0.8)
@@ -239,11 +244,15 @@ def figure(rows: list[dict], epsilons, path: Path) -> None:
             for ax, key in ((axes[0, col + j], "accuracy"), (axes[1, col + j], "nll")):
                 xs, ys = series(p, lab, key)
                 if xs:
-                    ax.plot(xs, ys, color="k", **styles[lab], label=lab if key == "accuracy" else None)
+                    ax.plot(xs, ys, color="k", **style(lab), label=lab if key == "accuracy" else None)
         axes[0, col + j].set(xscale="log", ylabel="test accuracy", title=SHORT[p])
         axes[1, col + j].set(xscale="log", ylabel="test NLL", xlabel="target ε (δ = 1e-5)")
+    for ax in axes.flat:
+        ax.set_xticks(list(epsilons))
+        ax.set_xticklabels([f"{e:g}" for e in epsilons])
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     # one legend of the line styles
-    handles = [plt.Line2D([], [], color="k", **styles[lab]) for lab in labels]
+    handles = [plt.Line2D([], [], color="k", **style(lab)) for lab in labels]
     fig.legend(handles, labels, loc="lower center", ncol=min(5, len(labels)), fontsize=8)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     fig.savefig(path, dpi=110)
@@ -262,7 +271,17 @@ def main(argv=None) -> int:
     ap.add_argument("--start", choices=("reference", "zeros"), default="reference",
                     help="start of the regressions' runs (classification always starts at zeros)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--plot-only", type=Path, default=None, help="redraw the figure and tables from a json of a run")
     args = ap.parse_args(argv)
+    if args.plot_only is not None:
+        rows = json.loads(args.plot_only.read_text())["rows"]
+        for r in rows:
+            r.update({k: float(v) for k, v in r.items() if isinstance(v, str) and v in ("inf", "nan")})
+        epsilons = sorted({r["target_epsilon"] for r in rows})
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "privacy_utility_tables.md.txt").write_text(tables(rows, epsilons))
+        figure(rows, epsilons, args.out / "privacy_utility.png")
+        return 0
     torch.set_num_threads(1)
     problems = args.problems or (["earnings-logearn_interaction_z", "digits"] if args.quick
                                  else list(REGRESSIONS + CLASSIFICATION))
