@@ -164,7 +164,7 @@ def tables(rows: list[dict], epsilons) -> str:
     head = "| problem | method | " + " | ".join(f"ε = {e:g}" for e in epsilons) + " |\n"
     head += "| --- | --- | " + " | ".join("---" for _ in epsilons) + " |\n"
     out = ["Regressions: max |mean error| / sd (sd ratio min-max); DP-FedAvg: the point's max |error| / sd.\n"
-           "Classification: accuracy / NLL / ECE / Brier on the test set.\n", head]
+           "Classification: accuracy / NLL / ECE / Brier on the test set.\n\n", head]
     order = []
     for r in rows:
         key = (r["problem"], _label(r))
