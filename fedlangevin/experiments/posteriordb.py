@@ -66,7 +66,8 @@ class Posterior:
     ``constrain(theta (..., d)) -> (..., m)`` our draws as the reference's parameters;
     ``unconstrain(ref (n, m)) -> (n, d)`` the reference draws in our unconstrained space;
     ``potential(theta (d,))``: the negative log posterior, differentiable (for NUTS);
-    ``clients``: the clients' datasets ((X_c, y_c); eight schools: (index, y, sigma)) and
+    ``clients``: the clients' datasets ((X_c, y_c); eight schools: (index, y, sigma); gp_pois_regr:
+    (point indices, counts)) and
     ``model`` the Pyro model of the same posterior
     (:func:`fedlangevin.experiments.posteriordb_pyro.pyro_problem` builds its ``PyroProblem``)."""
 
@@ -324,10 +325,10 @@ def load(name: str, root: Path | str | None = None, clients: int = 10) -> Poster
         rows = len(data["k"]) if name.startswith("gp_pois") else len(data["y"]) - int(data["K"])
         clients = check_int("clients", clients, 1, rows)
     if name == "gp_pois_regr-gp_pois_regr":
-        from fedlangevin.experiments.posteriordb_gp import gp_pois_regr, names
+        from fedlangevin.experiments.posteriordb_gp import gp_pois_regr, reference_names
 
         problem, constrain, unconstrain, potential, parts = gp_pois_regr(data, iid_split(rows, clients))
-        ref_names = names(rows)
+        ref_names = reference_names(rows)
         return Posterior(name, problem, ref_names, constrain, unconstrain, _reference(folder, ref_names), potential,
                          parts, pyro_model(name, data, 0))
     if name == "arK-arK":  # y_t ~ N(alpha + sum_k beta_k y_{t-k}, sigma), t = K+1..T: a regression on the lags

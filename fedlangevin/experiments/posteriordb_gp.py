@@ -25,13 +25,13 @@ import math
 import numpy as np
 import torch
 
-__all__ = ["JITTER", "gp_cholesky", "gp_pois_regr", "names"]
+__all__ = ["JITTER", "gp_cholesky", "gp_pois_regr", "reference_names"]
 
 #: the diagonal jitter of Stan's model (``diag_matrix(rep_vector(1e-10, N))``)
 JITTER = 1e-10
 
 
-def names(n: int) -> list[str]:
+def reference_names(n: int) -> list[str]:
     """The reference's parameter names, in its order: rho, alpha, f[1..n]."""
     return ["rho", "alpha"] + [f"f[{i + 1}]" for i in range(n)]
 
