@@ -286,3 +286,26 @@ def test_validate_command_runs_the_new_posteriors(capsys):
     rows = capsys.readouterr().out.splitlines()[2:]
     assert code == 0 and [r.split("|")[1].strip() for r in rows] == names
     assert all("nan" not in r for r in rows), rows
+
+
+def test_validate_command_prints_a_diverged_run_as_a_failed_row_and_goes_on(capsys, monkeypatch):
+    """A DivergenceError in one run (gp_pois_regr with the defaults at 32 chains diverges) is a
+    row marked as failing; the next posterior still runs; --strict then exits 1."""
+    from fedlangevin.cli import main
+    from fedlangevin.experiments import posteriordb
+
+    real = posteriordb.validate
+
+    def diverging(post, **kwargs):
+        if post.name.startswith("kilpisjarvi"):
+            raise fl.DivergenceError("diverged", trace=None, chains=[0], round=6, step=6, steps={0: 6}, causes={})
+        return real(post, **kwargs)
+
+    monkeypatch.setattr(posteriordb, "validate", diverging)
+    argv = ["validate", "--root", str(BUNDLED), "--names", "kilpisjarvi_mod-kilpisjarvi", "earnings-logearn_interaction_z",
+            "--rounds", "40", "--chains", "2", "--local-steps", "1"]
+    assert main(argv) == 0
+    rows = capsys.readouterr().out.splitlines()[2:]
+    assert rows[0].startswith("| kilpisjarvi_mod-kilpisjarvi | FA-LD | 1 | diverged in round 6 (fails) |")
+    assert rows[0].count("|") == rows[1].count("|") and rows[1].startswith("| earnings-logearn_interaction_z |")
+    assert main([*argv, "--strict"]) == 1
