@@ -94,7 +94,8 @@ class _Round(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, theta, counter):
-        energy, grad = counter.query(theta)
+        with torch.enable_grad():  # autograd turns grad mode off in forward; a problem's grad may use autograd
+            energy, grad = counter.query(theta)
         ctx.save_for_backward(grad.to(theta.dtype))
         return theta.new_tensor(energy)
 

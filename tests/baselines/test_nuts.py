@@ -188,3 +188,20 @@ def test_docs_baselines_python_block_runs():
     (code,) = python_blocks(page)
     lines = run_block(code, page).splitlines()
     assert lines[0].startswith("rounds per chain") and lines[-1].startswith("mean error")
+
+
+def test_a_problem_whose_gradient_uses_autograd_works_inside_pyros_potential():
+    """Autograd switches grad mode off inside a custom Function's forward; the round turns it back
+    on, so a problem computing grad f^c with torch.autograd.grad (as users write them) works."""
+
+    class AutogradGaussian(Counting):
+        def grad(self, theta, *, batch_size=None, generator=None):
+            x = theta.detach().clone().requires_grad_(True)
+            (g,) = torch.autograd.grad(self.inner.client_energies(x).sum(), x)
+            return g
+
+    inner = _gaussian()
+    a, b = inner.hessians.double(), inner.shifts.double()
+    inner.client_energies = lambda x: 0.5 * torch.einsum("rnd,de,rne->rn", x, a, x) - (x * b).sum(-1)
+    result = federated_nuts(AutogradGaussian(inner), chains=1, draws=5, warmup=5, seed=0)
+    assert result.samples.shape == (1, 5, 2) and np.isfinite(result.samples).all()
