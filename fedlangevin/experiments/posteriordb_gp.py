@@ -72,7 +72,8 @@ def gp_pois_regr(data: dict, parts: list[np.ndarray]):
     x = torch.as_tensor(np.asarray(data["x"], dtype=np.float64))
     k = torch.as_tensor(np.asarray(data["k"], dtype=np.float64))
     index = torch.arange(n, dtype=torch.float64)
-    clients = [(torch.as_tensor(part, dtype=torch.float64), k[torch.as_tensor(part, dtype=torch.long)]) for part in parts]
+    clients = [(torch.as_tensor(part, dtype=torch.float64), k[torch.as_tensor(part, dtype=torch.long)])
+               for part in parts]
 
     def client_energy(theta, batch):  # the client's points (their indices) and counts
         idx, counts = batch

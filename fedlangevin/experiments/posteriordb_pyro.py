@@ -1,4 +1,5 @@
-"""The posteriordb posteriors (regressions, eight schools, arK, gp_pois_regr) as Pyro models, for :class:`~fedlangevin.problems.PyroProblem`.
+"""The posteriordb posteriors (regressions, eight schools, arK, gp_pois_regr) as Pyro models, for
+:class:`~fedlangevin.problems.PyroProblem`.
 
 :mod:`fedlangevin.experiments.posteriordb` writes each posterior's energy by hand (closed-form
 regression gradients from sufficient statistics, a :class:`~fedlangevin.problems.CustomProblem`

@@ -259,7 +259,8 @@ def test_new_posteriors_reference_loads_with_names_of_the_stan_model(name):
     assert post.reference.shape == (10000, sum(dims.values())) and post.problem.dim == sum(dims.values())
     ref = post.reference[::50]
     np.testing.assert_allclose(post.constrain(post.unconstrain(ref)), ref, rtol=1e-6, atol=1e-8)
-    assert np.isfinite(post.reference).all() and (post.reference[:, post.names.index("sigma" if name == "arK-arK" else "rho")] > 0).all()
+    scale = post.names.index("sigma" if name == "arK-arK" else "rho")
+    assert np.isfinite(post.reference).all() and (post.reference[:, scale] > 0).all()
 
 
 def test_new_posteriors_refuse_more_clients_than_rows():
