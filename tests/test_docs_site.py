@@ -31,6 +31,7 @@ PACKAGES = {
     "fedlangevin.privacy": "privacy",
     "fedlangevin.compression": "compression",
     "fedlangevin.experiments": "experiments",
+    "fedlangevin.baselines": "baselines",
     "fedlangevin.flower": "flower",
     "fedlangevin.distributed": "distributed",
     "diagnostics": "diagnostics",

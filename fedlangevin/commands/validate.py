@@ -6,7 +6,8 @@ default warm-up (half the rounds), 10 iid clients (eight schools: a school per c
 prints one row per run: max |mean - mean_ref| / sd_ref, the range of sd / sd_ref, the
 fitted-Gaussian W2 in the unconstrained space / sqrt(tr Sigma_ref), min bulk ESS, ESS per
 second, wall time and the Monte Carlo error of the means (1 / sqrt(ESS)), marking rows that
-miss the acceptance (0.1 sd, sds within 10%). ``--recipes corrected`` also (or instead) runs
+miss the acceptance (0.1 sd, sds within 10%); a run that diverges (``DivergenceError``) is a
+failed row saying in which round, and the other runs go on. ``--recipes corrected`` also (or instead) runs
 FA-LD with control variates and shared noise (rho = 1), which K > 1 needs here. ``--root`` is
 a posteriordb folder (default:
 $FEDLANGEVIN_POSTERIORDB, ``shared/validation/posteriordb`` beside the checkout, else the
@@ -35,6 +36,7 @@ def configure(parser: argparse.ArgumentParser) -> None:  # torch-free: --help st
 
 def main(args: argparse.Namespace) -> int:
     from fedlangevin.experiments.posteriordb import POSTERIORS, RECIPES, SHARED, ValidationRow, load, validate
+    from fedlangevin.fald.results.trace import DivergenceError
 
     root = Path(args.root) if args.root is not None else SHARED
     if not root.is_dir():
@@ -62,7 +64,14 @@ def main(args: argparse.Namespace) -> int:
         post = load(name, root)
         for recipe in (RECIPES[r] for r in args.recipes):
             for k in args.local_steps:
-                row = validate(post, local_steps=k, rounds=args.rounds, chains=args.chains, seed=args.seed, recipe=recipe)
+                try:
+                    row = validate(post, local_steps=k, rounds=args.rounds, chains=args.chains, seed=args.seed,
+                                   recipe=recipe)
+                except DivergenceError as exc:  # a failed row, and the other posteriors still run
+                    failed += 1
+                    print(f"| {name} | {recipe.label} | {k} | diverged in round {exc.round} (fails) |" + " - |" * 6,
+                          flush=True)
+                    continue
                 failed += not row.passes()
                 print(row.markdown(recipe.label), flush=True)
     return 1 if (args.strict and failed) else 0

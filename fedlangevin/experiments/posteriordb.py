@@ -1,10 +1,12 @@
-"""Validation on real posteriors: nine posteriors of the public posterior database (posteriordb,
+"""Validation on real posteriors: eleven posteriors of the public posterior database (posteriordb,
 BSD 3-Clause) with Stan's reference draws, run with FA-LD's defaults and compared.
 
 Each posterior is written as a :class:`~fedlangevin.problems.CustomProblem` (the Stan model's
 density, term by term, in the unconstrained space: a positive scale sigma is sampled as
 log sigma, with its Jacobian), its data split over 10 clients (iid rows; eight schools: one
-school per client). :func:`validate` runs ``FALD(problem, local_steps=K, chains=R,
+school per client; ``arK``: the rows (y_t, y_{t-1}, ..., y_{t-5}) of its AR(5) likelihood, a
+regression; ``gp_pois_regr``: the counts of its 11 points, the design points public, see
+:mod:`~fedlangevin.experiments.posteriordb_gp`). :func:`validate` runs ``FALD(problem, local_steps=K, chains=R,
 init="map")`` with ``step_size="auto"`` and the default warm-up (half the rounds) and returns,
 against the reference draws: max |mean - mean_ref| / sd_ref and the range of sd / sd_ref
 (in the model's own parameters, as Stan reports them), the W2 between Gaussians fitted to our
@@ -32,6 +34,7 @@ import numpy as np
 import torch
 
 from fedlangevin.experiments.posteriordb_pyro import pyro_model
+from fedlangevin._validation import check_int
 from fedlangevin.problems._client_data import ClientData, minibatch_indices
 from fedlangevin.problems.base import FederatedProblem
 
@@ -50,9 +53,9 @@ SHARED_CANDIDATES = tuple(
      _REPO / "tests" / "data" / "posteriordb")
 SHARED = next((p for p in SHARED_CANDIDATES if p.is_dir()), SHARED_CANDIDATES[-1])
 POSTERIORS = (
-    "diamonds-diamonds", "earnings-logearn_interaction_z", "eight_schools-eight_schools_noncentered",
+    "arK-arK", "diamonds-diamonds", "earnings-logearn_interaction_z", "eight_schools-eight_schools_noncentered",
     "kidiq-kidscore_momhsiq", "kidiq_with_mom_work-kidscore_interaction_c", "kilpisjarvi_mod-kilpisjarvi",
-    "mesquite-logmesquite_logvas", "nes2000-nes", "sblri-blr",
+    "gp_pois_regr-gp_pois_regr", "mesquite-logmesquite_logvas", "nes2000-nes", "sblri-blr",
 )
 LOG_2PI = math.log(2 * math.pi)
 
@@ -63,7 +66,8 @@ class Posterior:
     ``constrain(theta (..., d)) -> (..., m)`` our draws as the reference's parameters;
     ``unconstrain(ref (n, m)) -> (n, d)`` the reference draws in our unconstrained space;
     ``potential(theta (d,))``: the negative log posterior, differentiable (for NUTS);
-    ``clients``: the clients' datasets ((X_c, y_c); eight schools: (index, y, sigma)) and
+    ``clients``: the clients' datasets ((X_c, y_c); eight schools: (index, y, sigma); gp_pois_regr:
+    (point indices, counts)) and
     ``model`` the Pyro model of the same posterior
     (:func:`fedlangevin.experiments.posteriordb_pyro.pyro_problem` builds its ``PyroProblem``)."""
 
@@ -304,7 +308,8 @@ def _eight_schools(folder: Path, data: dict) -> Posterior:
 
 def load(name: str, root: Path | str | None = None, clients: int = 10) -> Posterior:
     """The posterior ``name`` (one of :data:`POSTERIORS`) from the posteriordb folder ``root``
-    (default: :data:`SHARED`), its data split over ``clients`` clients."""
+    (default: :data:`SHARED`), its data split over ``clients`` clients (eight schools: a school
+    per client, whatever ``clients``; the others: an integer from 1 to the number of rows)."""
     if name not in POSTERIORS:
         raise ValueError(f"name must be one of {', '.join(POSTERIORS)}; got {name!r}")
     folder = Path(SHARED if root is None else root) / name
@@ -316,6 +321,22 @@ def load(name: str, root: Path | str | None = None, clients: int = 10) -> Poster
     sd = lambda v: v.std(ddof=1)  # noqa: E731
     if name.startswith("eight_schools"):
         return _eight_schools(folder, data)
+    if name in ("arK-arK", "gp_pois_regr-gp_pois_regr"):  # every client holds at least one row
+        rows = len(data["k"]) if name.startswith("gp_pois") else len(data["y"]) - int(data["K"])
+        clients = check_int("clients", clients, 1, rows)
+    if name == "gp_pois_regr-gp_pois_regr":
+        from fedlangevin.experiments.posteriordb_gp import gp_pois_regr, reference_names
+
+        problem, constrain, unconstrain, potential, parts = gp_pois_regr(data, iid_split(rows, clients))
+        ref_names = reference_names(rows)
+        return Posterior(name, problem, ref_names, constrain, unconstrain, _reference(folder, ref_names), potential,
+                         parts, pyro_model(name, data, 0))
+    if name == "arK-arK":  # y_t ~ N(alpha + sum_k beta_k y_{t-k}, sigma), t = K+1..T: a regression on the lags
+        y, lags = col("y"), int(data["K"])
+        design = np.stack([np.ones(rows)] + [y[lags - j:len(y) - j] for j in range(1, lags + 1)], axis=1)
+        return _regression(name, folder, design, y[lags:], ["alpha"] + [f"beta[{j}]" for j in range(1, lags + 1)]
+                           + ["sigma"], lambda b: _normal(b, 0.0, 10.0).sum(-1), lambda s: torch.log1p((s / 2.5) ** 2),
+                           clients, data)
     if name == "diamonds-diamonds":
         x = np.asarray(data["X"], dtype=np.float64)
         xc = x[:, 1:] - x[:, 1:].mean(0)

@@ -1,4 +1,5 @@
-"""The posteriordb regressions and eight schools as Pyro models, for :class:`~fedlangevin.problems.PyroProblem`.
+"""The posteriordb posteriors (regressions, eight schools, arK, gp_pois_regr) as Pyro models, for
+:class:`~fedlangevin.problems.PyroProblem`.
 
 :mod:`fedlangevin.experiments.posteriordb` writes each posterior's energy by hand (closed-form
 regression gradients from sufficient statistics, a :class:`~fedlangevin.problems.CustomProblem`
@@ -71,9 +72,33 @@ def _eight_schools(data):
         pyro.sample("y", dist.Normal(effect, sigma), obs=y)
 
 
+def _gp_pois_regr(x: torch.Tensor) -> Callable:
+    """gp_pois_regr as a Pyro model over the public design points ``x`` (N,); data (point
+    indices, counts). f = L f_tilde is a ``pyro.deterministic`` site (``PyroProblem.constrain``
+    returns it beside rho and alpha)."""
+
+    def model(data):
+        import pyro
+        import pyro.distributions as dist
+
+        idx, k = data
+        n = x.shape[0]
+        rho = pyro.sample("rho", dist.Gamma(k.new_tensor(25.0), 4.0))
+        alpha = pyro.sample("alpha", dist.HalfNormal(k.new_tensor(2.0)))
+        f_tilde = pyro.sample("f_tilde", dist.Normal(torch.zeros(n, dtype=k.dtype), 1.0).to_event(1))
+        dist2 = (x[:, None] - x[None, :]) ** 2
+        cov = alpha**2 * torch.exp(-dist2 / (2 * rho**2)) + 1e-10 * torch.eye(n, dtype=k.dtype)
+        f = pyro.deterministic("f", torch.linalg.cholesky(cov) @ f_tilde)
+        with pyro.plate("data", k.shape[0]):
+            pyro.sample("k", dist.Poisson(torch.exp(f[idx.long()])), obs=k)
+
+    return model
+
+
 def pyro_model(name: str, data: dict, k: int) -> Callable:
     """The Pyro model of posterior ``name`` (one of ``posteriordb.POSTERIORS``); ``data`` its
-    posteriordb data, ``k`` the number of regression coefficients (columns of the design)."""
+    posteriordb data, ``k`` the number of regression coefficients (columns of the design; arK:
+    1 + K, the intercept and the lags; unused for eight schools and gp_pois_regr)."""
     import pyro.distributions as dist
 
     def t(df, loc, scale):
@@ -84,6 +109,11 @@ def pyro_model(name: str, data: dict, k: int) -> Callable:
 
     if name.startswith("eight_schools"):
         return _eight_schools
+    if name == "gp_pois_regr-gp_pois_regr":
+        return _gp_pois_regr(torch.as_tensor(data["x"], dtype=torch.float64))
+    if name == "arK-arK":  # alpha, beta[1..K] ~ normal(0, 10), sigma ~ cauchy(0, 2.5) on (0, inf)
+        return _regression([("alpha", 1, normal(0.0, 10.0)), ("beta", k - 1, normal(0.0, 10.0, (k - 1,)))],
+                           lambda: dist.HalfCauchy(torch.tensor(2.5, dtype=torch.float64)))
     if name == "diamonds-diamonds":
         return _regression([("b", k - 1, normal(0.0, 1.0, (k - 1,))), ("Intercept", 1, t(3.0, 8.0, 10.0))],
                            lambda: dist.FoldedDistribution(dist.StudentT(3.0, torch.tensor(0.0, dtype=torch.float64), 10.0)))

@@ -156,3 +156,157 @@ def test_docs_validation_python_block_runs():
     lines = outputs[0]
     assert lines[0].startswith("| posterior |") and lines[2].startswith("| kilpisjarvi_mod-kilpisjarvi | FA-LD | 1 |")
     assert outputs[1] == ["torch.Size([8, 100, 3])"]  # the Pyro model's run: 8 chains, 100 kept draws, d = 3
+
+
+# -- the two posteriors added later (arK, gp_pois_regr): from the full set beside the checkout ---------
+def _shared(name):
+    from fedlangevin.experiments.posteriordb import SHARED
+
+    for root in (BUNDLED, SHARED):
+        if (root / name).is_dir():
+            return load(name, root), root / name
+    pytest.skip(f"{name} is not under {BUNDLED} or {SHARED}")
+
+
+def _points(d, count, seed, scale=0.5):
+    return scale * torch.randn(count, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def _check_energy(post, theta, log_density, grad_rtol=1e-10):
+    """U(theta) = -log density(theta) + const: the differences between points agree (1e-9 relative);
+    the federated energy sum_c p_c f^c equals ``post.potential`` and its gradient equals autograd's
+    (to ``grad_rtol`` of the gradient's largest entry)."""
+    u = torch.stack([post.potential(t) for t in theta])
+    want = -np.array([log_density(t.numpy()) for t in theta])
+    np.testing.assert_allclose((u - u[0]).numpy(), want - want[0], rtol=1e-9, atol=1e-9 * np.abs(want).max())
+    problem = post.problem
+    torch.testing.assert_close(problem.global_energy(theta), u, rtol=1e-12, atol=1e-9)
+    expanded = theta[:, None, :].expand(-1, problem.num_clients, -1).contiguous()
+    grad = torch.einsum("c,rcd->rd", problem.weights, problem.grad(expanded))
+    for t, g in zip(theta, grad):
+        x = t.clone().requires_grad_(True)
+        (want_g,) = torch.autograd.grad(post.potential(x), x)
+        torch.testing.assert_close(g, want_g, rtol=grad_rtol, atol=grad_rtol * float(want_g.abs().max()))
+
+
+def test_ark_energy_is_stans_model_written_out_with_scipy():
+    """arK (model.stan): alpha, beta_k ~ normal(0, 10), sigma ~ cauchy(0, 2.5) on (0, inf), y_t ~
+    normal(alpha + sum_k beta_k y_{t-k}, sigma) for t = K+1..T, summed by a plain loop over t; theta
+    = (alpha, beta, log sigma), so the density of theta has the Jacobian sigma."""
+    from scipy import stats
+
+    post, folder = _shared("arK-arK")
+    from fedlangevin.experiments.posteriordb import read_zip_json
+
+    data = read_zip_json(folder / "data.json.zip")
+    y, lags = np.asarray(data["y"], dtype=float), int(data["K"])
+
+    def log_density(theta):
+        alpha, beta, sigma = theta[0], theta[1:lags + 1], math.exp(theta[lags + 1])
+        out = stats.norm.logpdf(alpha, 0, 10) + stats.norm.logpdf(beta, 0, 10).sum()
+        out += stats.halfcauchy.logpdf(sigma, scale=2.5) + math.log(sigma)
+        for t in range(lags, len(y)):
+            mu = alpha + sum(beta[k - 1] * y[t - k] for k in range(1, lags + 1))
+            out += stats.norm.logpdf(y[t], mu, sigma)
+        return out
+
+    _check_energy(post, _points(lags + 2, 4, 0), log_density)
+    # the clients hold every row (y_t, y_{t-1}, ..., y_{t-5}) once
+    rows = sorted(tuple(torch.cat([yc[i:i + 1], xc[i, 1:]]).tolist()) for xc, yc in post.clients for i in range(len(yc)))
+    assert rows == sorted(tuple(y[t - j] for j in range(lags + 1)) for t in range(lags, len(y)))
+
+
+def test_gp_pois_regr_energy_is_stans_model_written_out_in_numpy():
+    """gp_pois_regr (model.stan): rho ~ gamma(25, 4), alpha ~ normal(0, 2) on (0, inf), f_tilde ~
+    normal(0, 1), f = cholesky(K + 1e-10 I) f_tilde with K_ij = alpha^2 exp(-(x_i - x_j)^2 / (2 rho^2))
+    (built entry by entry), k_i ~ poisson(exp(f_i)); theta = (log rho, log alpha, f_tilde)."""
+    from scipy import stats
+
+    post, folder = _shared("gp_pois_regr-gp_pois_regr")
+    from fedlangevin.experiments.posteriordb import read_zip_json
+
+    data = read_zip_json(folder / "data.json.zip")
+    x, k, n = data["x"], np.asarray(data["k"]), int(data["N"])
+
+    def log_density(theta):
+        rho, alpha, f_tilde = math.exp(theta[0]), math.exp(theta[1]), theta[2:]
+        cov = np.array([[alpha**2 * math.exp(-(x[i] - x[j]) ** 2 / (2 * rho**2)) + 1e-10 * (i == j)
+                         for j in range(n)] for i in range(n)])
+        f = np.linalg.cholesky(cov) @ f_tilde
+        return (stats.gamma.logpdf(rho, 25, scale=1 / 4) + stats.halfnorm.logpdf(alpha, scale=2)
+                + stats.norm.logpdf(f_tilde).sum() + stats.poisson.logpmf(k, np.exp(f)).sum() + theta[0] + theta[1])
+
+    theta = _points(n + 2, 4, 1) + torch.tensor([math.log(6.0), math.log(3.0)] + [0.0] * n, dtype=torch.float64)
+    # gradients through the Cholesky factor of K (condition number up to 1e10 with the 1e-10 jitter at
+    # rho ~ 6): the per-client sums and the one-piece potential differ by ~1e-8 of the largest entry
+    # (measured 7e-9), rounding amplified by the factor's backward, not a model difference
+    _check_energy(post, theta, log_density, grad_rtol=1e-7)
+    # one or two points per client, each point's count once, on the client that holds its index
+    assert sorted(int(i) for idx, _ in post.clients for i in idx) == list(range(n))
+    assert all(float(c) == k[int(i)] for idx, cnt in post.clients for i, c in zip(idx, cnt))
+
+
+@pytest.mark.parametrize("name", ["arK-arK", "gp_pois_regr-gp_pois_regr"])
+def test_new_posteriors_reference_loads_with_names_of_the_stan_model(name):
+    """Names: the reference's own (reference_info.json), sized as posterior.json says; 10 x 1,000
+    draws; constrain inverts unconstrain on them (gp: f_tilde = L^-1 f, L's condition ~ 1e5 at most)."""
+    import json
+
+    post, folder = _shared(name)
+    info = json.loads((folder / "reference_info.json").read_text())
+    assert post.names == info["diagnostics"]["diagnostic_information"]["names"]
+    dims = json.loads((folder / "posterior.json").read_text())["dimensions"]
+    assert post.reference.shape == (10000, sum(dims.values())) and post.problem.dim == sum(dims.values())
+    ref = post.reference[::50]
+    np.testing.assert_allclose(post.constrain(post.unconstrain(ref)), ref, rtol=1e-6, atol=1e-8)
+    scale = post.names.index("sigma" if name == "arK-arK" else "rho")
+    assert np.isfinite(post.reference).all() and (post.reference[:, scale] > 0).all()
+
+
+def test_new_posteriors_refuse_more_clients_than_rows():
+    from fedlangevin.experiments.posteriordb import SHARED
+
+    for name, rows in (("gp_pois_regr-gp_pois_regr", 11), ("arK-arK", 195)):
+        if not (SHARED / name).is_dir():
+            pytest.skip(f"{name} is not under {SHARED}")
+        with pytest.raises(ValueError, match=rf"clients must be an integer in \[1, {rows}\]"):
+            load(name, SHARED, clients=rows + 1)
+        assert load(name, SHARED, clients=rows).problem.num_clients == rows
+
+
+def test_validate_command_runs_the_new_posteriors(capsys):
+    """A smoke run (seconds): one row each, finite numbers; the accuracy is measured, not tested here."""
+    from fedlangevin.cli import main
+    from fedlangevin.experiments.posteriordb import SHARED
+
+    names = ["arK-arK", "gp_pois_regr-gp_pois_regr"]
+    if not all((SHARED / n).is_dir() for n in names):
+        pytest.skip(f"the new posteriors are not under {SHARED}")
+    code = main(["validate", "--root", str(SHARED), "--names", *names, "--rounds", "40", "--chains", "2",
+                 "--local-steps", "1"])
+    rows = capsys.readouterr().out.splitlines()[2:]
+    assert code == 0 and [r.split("|")[1].strip() for r in rows] == names
+    assert all("nan" not in r for r in rows), rows
+
+
+def test_validate_command_prints_a_diverged_run_as_a_failed_row_and_goes_on(capsys, monkeypatch):
+    """A DivergenceError in one run (gp_pois_regr with the defaults at 32 chains diverges) is a
+    row marked as failing; the next posterior still runs; --strict then exits 1."""
+    from fedlangevin.cli import main
+    from fedlangevin.experiments import posteriordb
+
+    real = posteriordb.validate
+
+    def diverging(post, **kwargs):
+        if post.name.startswith("kilpisjarvi"):
+            raise fl.DivergenceError("diverged", trace=None, chains=[0], round=6, step=6, steps={0: 6}, causes={})
+        return real(post, **kwargs)
+
+    monkeypatch.setattr(posteriordb, "validate", diverging)
+    argv = ["validate", "--root", str(BUNDLED), "--names", "kilpisjarvi_mod-kilpisjarvi", "earnings-logearn_interaction_z",
+            "--rounds", "40", "--chains", "2", "--local-steps", "1"]
+    assert main(argv) == 0
+    rows = capsys.readouterr().out.splitlines()[2:]
+    assert rows[0].startswith("| kilpisjarvi_mod-kilpisjarvi | FA-LD | 1 | diverged in round 6 (fails) |")
+    assert rows[0].count("|") == rows[1].count("|") and rows[1].startswith("| earnings-logearn_interaction_z |")
+    assert main([*argv, "--strict"]) == 1

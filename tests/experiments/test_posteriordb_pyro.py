@@ -57,3 +57,15 @@ def test_a_posterior_without_a_model_is_refused():
     post = dataclasses.replace(load("earnings-logearn_interaction_z", BUNDLED), model=None)
     with pytest.raises(ValueError, match="no client datasets or Pyro model"):
         pyro_problem(post)
+
+
+def test_gp_pois_regr_pyro_model_gives_f_as_the_posterior_does():
+    """The Pyro model's deterministic site f = L f_tilde, with rho and alpha, equals the
+    hand-written constrain (the reference's parameters) at random points."""
+    name = "gp_pois_regr-gp_pois_regr"
+    post = load(name, _root(name))
+    theta = 0.5 * torch.randn(5, post.problem.dim, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    got = pyro_problem(post).constrain(theta)
+    want = post.constrain(theta.numpy())
+    for site, cols in (("rho", slice(0, 1)), ("alpha", slice(1, 2)), ("f", slice(2, None))):
+        np.testing.assert_allclose(np.asarray(got[site]).reshape(5, -1), want[:, cols], rtol=1e-12, atol=1e-12)
