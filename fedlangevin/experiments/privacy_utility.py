@@ -18,7 +18,6 @@ Pieces (the driver is ``benchmarks/bench_privacy_utility.py``, the results docs/
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch

@@ -66,7 +66,7 @@ import torch
 
 from fedlangevin._validation import check_bool, check_int, check_real, check_seed
 from fedlangevin.fald.core.participation import Participation, as_participation
-from fedlangevin.privacy.mechanism import ClientLevel, RecordLevel, check_privacy
+from fedlangevin.privacy.mechanism import RecordLevel, check_privacy
 
 __all__ = ["AuditResult", "AuditSetting", "audit", "epsilon_lower_bound"]
 
