@@ -65,7 +65,7 @@ import numpy as np
 import torch
 
 from fedlangevin._validation import check_bool, check_int, check_real, check_seed
-from fedlangevin.fald.core.participation import Participation, as_participation
+from fedlangevin.fald.core.participation import Participation, SchemeII, as_participation
 from fedlangevin.privacy.mechanism import RecordLevel, check_privacy
 
 __all__ = ["AuditResult", "AuditSetting", "audit", "epsilon_lower_bound"]
@@ -126,8 +126,6 @@ class AuditSetting:
                              f"{self.correlation:g}")
         part = self.participation
         if isinstance(part, (int, np.integer)) and not isinstance(part, bool):
-            from fedlangevin.fald.core.participation import SchemeII
-
             part = SchemeII(int(part))
         part = as_participation(part)
         part.validate(torch.full((self.num_clients,), 1.0 / self.num_clients, dtype=torch.float64))
@@ -205,19 +203,20 @@ class _Attacker:
     def __init__(self, setting: AuditSetting, watched: _Watched, chains: int) -> None:
         self.setting, self.watched = setting, watched
         self.direction = torch.as_tensor(setting.canary, dtype=torch.float64)
+        #: lambda by the number m of other uploads, 0..N-1 (AuditSetting.shared_weight)
+        self.weights = torch.tensor([setting.shared_weight(m) for m in range(setting.num_clients)],
+                                    dtype=torch.float64)
         self.score = torch.zeros(chains, dtype=torch.float64)
 
     def __call__(self, beta: torch.Tensor, theta: torch.Tensor, generator) -> torch.Tensor:
         y = (beta - theta.unsqueeze(1)) @ self.direction.to(beta)          # (R, N)
         w = self.watched.last
         up = (w > 0).expand_as(y).to(y.dtype)                              # who uploaded
-        others = up[:, 1:].sum(1)
         stat = y[:, 0]
         if self.setting.correlation > 0:
-            m = others.clamp(min=1.0)
-            a, b = self.setting.correlation**2, (1.0 - self.setting.correlation**2) * self.setting.num_clients
-            lam = torch.where(others > 0, a / (a + b / m), torch.zeros_like(m))
-            stat = stat - lam * (y[:, 1:] * up[:, 1:]).sum(1) / m
+            others = up[:, 1:].sum(1)
+            lam = self.weights.to(y).index_select(0, others.long())
+            stat = stat - lam * (y[:, 1:] * up[:, 1:]).sum(1) / others.clamp(min=1.0)
         self.score += (stat * up[:, 0]).to(self.score)
         return beta
 
@@ -253,7 +252,7 @@ def _upper(errors: np.ndarray, n: int, level: float) -> np.ndarray:
 
 
 def _bound(fpr_hi: np.ndarray, fnr_hi: np.ndarray, delta: float) -> np.ndarray:
-    """log((1 - delta - FPR) / FNR) (nan where the numerator is <= 0)."""
+    """log((1 - delta - FPR) / FNR) (-inf where the numerator is <= 0: no bound)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         num = 1.0 - delta - fpr_hi
         return np.where(num > 0, np.log(np.maximum(num, 1e-300)) - np.log(fnr_hi), -np.inf)
@@ -402,7 +401,7 @@ def audit(setting: AuditSetting | None = None, *, replicates: int = 10_000, delt
     seed = check_seed("seed", seed)
     progress = None if progress is None else check_bool("progress", progress)
     scores_in, trace = _world(setting, "in", replicates, seed, progress)
-    scores_out, _ = _world(setting, "out", replicates, seed + 1, progress)
+    scores_out, _ = _world(setting, "out", replicates, (seed + 1) % 2**64, progress)  # any seed check_seed takes
     report = trace.privacy(delta=delta, chains=1)
     test = epsilon_lower_bound(scores_in, scores_out, delta=delta, confidence=confidence, seed=seed)
     return AuditResult(setting=setting, delta=delta, confidence=confidence, replicates=replicates,

@@ -208,3 +208,9 @@ def test_setting_and_fields_are_not_both_given():
         audit({"rounds": 2})
     with pytest.raises(ValueError, match="scores_in must be a vector of at least"):
         epsilon_lower_bound(np.zeros(10), np.zeros(200), delta=1e-5)
+
+
+def test_the_largest_seed_runs_both_worlds():
+    # the "out" world's seed is seed + 1 modulo 2^64: the largest seed check_seed accepts runs both runs
+    result = audit(step_size=0.3, replicates=MIN_REPLICATES, seed=2**64 - 1)
+    assert result.scores_out.size == MIN_REPLICATES and result.consistent
