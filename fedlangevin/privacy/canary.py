@@ -67,6 +67,7 @@ import torch
 from fedlangevin._validation import check_bool, check_int, check_real, check_seed
 from fedlangevin.fald.core.participation import Participation, SchemeII, as_participation
 from fedlangevin.privacy.mechanism import RecordLevel, check_privacy
+from fedlangevin.problems.base import check_count_fits
 
 __all__ = ["AuditResult", "AuditSetting", "audit", "epsilon_lower_bound"]
 
@@ -119,7 +120,8 @@ class AuditSetting:
         s(self, "local_steps", check_int("local_steps", self.local_steps, 1))
         s(self, "rounds", check_int("rounds", self.rounds, 1))
         s(self, "correlation", check_real("correlation", self.correlation, low=0.0, high=1.0, high_open=True))
-        s(self, "num_clients", check_int("num_clients", self.num_clients, 1))
+        # sizes whose product is allocated (the records N x n_c x d): each checked against memory, before any
+        s(self, "num_clients", check_count_fits("num_clients", self.num_clients, 1, 8, "records of d >= 1 floats"))
         if self.correlation > 0 and self.num_clients < 2:
             raise ValueError(f"num_clients must be >= 2 when correlation > 0 (the attacker reads the shared noise off "
                              f"another client's upload); got num_clients = {self.num_clients}, correlation = "
@@ -130,11 +132,12 @@ class AuditSetting:
         part = as_participation(part)
         part.validate(torch.full((self.num_clients,), 1.0 / self.num_clients, dtype=torch.float64))
         s(self, "participation", part)
-        s(self, "rows", check_int("rows", self.rows, 1))
+        s(self, "rows", check_count_fits("rows", self.rows, 1, 8 * self.num_clients, "one record per client"))
         if self.batch_size is not None:
             s(self, "batch_size", check_int("batch_size", self.batch_size, 1, self.rows))
         s(self, "temperature", check_real("temperature", self.temperature, low=0.0, low_open=True))
-        s(self, "dim", check_int("dim", self.dim, 1))
+        s(self, "dim", check_count_fits("dim", self.dim, 1, 8 * self.num_clients * self.rows,
+                                        "one float per record and client"))
         s(self, "canary", _unit(self.canary, self.dim))
 
     def data(self, world: str) -> list[torch.Tensor]:
@@ -379,6 +382,28 @@ class AuditResult:
         ])
 
 
+def _check_accountable(setting: AuditSetting) -> None:
+    """The accountant's noise-multiplier range (:data:`~fedlangevin.privacy.levels.Z_RANGE`) for this
+    setting, checked before the runs (the report of the "in" run would otherwise refuse it after both):
+    the run's own reductions for equal clients, p_c = 1/N, gamma = b / n_c, sensitivity 2C."""
+    from fedlangevin.privacy.levels import _client_levels, _levels
+
+    n, rule = setting.num_clients, setting.participation
+    scheme, s = ("II", n) if rule.scheme == "full" else (rule.scheme, int(rule.num_sampled))
+    k, t = setting.local_steps, setting.local_steps * setting.rounds
+    common = (setting.temperature, setting.correlation)
+    try:
+        if setting.privacy.adjacency == "client":
+            _client_levels(setting.step_size, *common, setting.privacy.sensitivity, 1.0 / n, n, s, k, t, scheme,
+                           None, 1.05)
+        else:
+            gamma = 1.0 if setting.batch_size is None else setting.batch_size / setting.rows
+            _levels(setting.step_size, *common, gamma, setting.privacy.sensitivity, 1.0 / n, n, s, k, t, scheme,
+                    None, 1.05)
+    except ValueError as exc:
+        raise ValueError(f"step_size, temperature, privacy (clip): this setting cannot be accounted: {exc}") from None
+
+
 def audit(setting: AuditSetting | None = None, *, replicates: int = 10_000, delta: float = 1e-5,
           confidence: float = 0.95, seed: int = 0, progress: bool | None = None, **kwargs: Any) -> AuditResult:
     """Audit a private FA-LD configuration with a canary (module docstring).
@@ -395,11 +420,13 @@ def audit(setting: AuditSetting | None = None, *, replicates: int = 10_000, delt
         raise ValueError(f"give an AuditSetting or its fields, not both (got {sorted(kwargs)})")
     elif not isinstance(setting, AuditSetting):
         raise ValueError(f"setting must be an AuditSetting; got {type(setting).__name__}")
-    replicates = check_int("replicates", replicates, MIN_REPLICATES)
+    replicates = check_count_fits("replicates", replicates, MIN_REPLICATES, 8 * setting.num_clients * setting.dim,
+                                  "the client states of N x d floats per replicate (chain)")
     delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
     confidence = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
     seed = check_seed("seed", seed)
     progress = None if progress is None else check_bool("progress", progress)
+    _check_accountable(setting)
     scores_in, trace = _world(setting, "in", replicates, seed, progress)
     scores_out, _ = _world(setting, "out", replicates, (seed + 1) % 2**64, progress)  # any seed check_seed takes
     report = trace.privacy(delta=delta, chains=1)

@@ -192,6 +192,13 @@ def test_epsilon_lower_bound_of_gaussian_scores_is_below_the_gaussian_epsilon():
     (dict(step_size=0.0), "step_size"),
     (dict(privacy=0.5), "privacy must be"),
     (dict(num_clients=2, participation=3), "num_sampled"),
+    (dict(replicates=np.int64(MIN_REPLICATES - 1)), "replicates"),
+    (dict(delta=np.float64("nan")), "delta"),
+    (dict(replicates=10**15), r"replicates must be an integer in \[100, "),      # beyond this machine's memory
+    (dict(dim=10**13), r"dim must be an integer in \[1, "),
+    (dict(rows=10**16), r"rows must be an integer in \[1, "),
+    (dict(step_size=1e300), "step_size, temperature, privacy .clip.: this setting cannot be accounted"),
+    (dict(step_size=1e-300), "step_size, temperature, privacy .clip.: this setting cannot be accounted"),
 ])
 def test_bad_arguments_are_refused_before_any_run(kwargs, match, monkeypatch):
     import fedlangevin.privacy.canary as mod
