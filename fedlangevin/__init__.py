@@ -20,7 +20,7 @@ __version__ = "0.1.0"
 #: public name -> module that defines it
 _LAZY = {
     **{name: "fedlangevin.fald" for name in (
-        "FALD", "CheckpointError", "Communication", "Constant", "DivergenceError", "Full", "PaperDecay",
+        "FALD", "AutoStep", "CheckpointError", "Communication", "Constant", "DivergenceError", "Full", "PaperDecay",
         "Polynomial", "SchemeI", "SchemeII", "Trace", "open_store", "ControlVariates", "Conducive", "QLSDPlusPlus")},
     "distributed": None,
     "privacy": None,
@@ -28,14 +28,14 @@ _LAZY = {
 }
 
 __all__ = [
-    "FALD", "Communication", "Constant", "DivergenceError", "Full", "PaperDecay", "Polynomial",
+    "FALD", "AutoStep", "Communication", "Constant", "DivergenceError", "Full", "PaperDecay", "Polynomial",
     "SchemeI", "SchemeII", "Trace", "distributed", "privacy", "problems", "__version__", "CheckpointError", "open_store",
     "ControlVariates", "Conducive", "QLSDPlusPlus",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from fedlangevin import distributed, privacy, problems
-    from fedlangevin.fald import (FALD, CheckpointError, Communication, Conducive, Constant, ControlVariates,
+    from fedlangevin.fald import (FALD, AutoStep, CheckpointError, Communication, Conducive, Constant, ControlVariates,
                                   DivergenceError, Full, PaperDecay, Polynomial, QLSDPlusPlus, SchemeI, SchemeII,
                                   Trace, open_store)
 

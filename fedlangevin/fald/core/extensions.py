@@ -71,8 +71,10 @@ class FactorPreconditioner:
             raise ValueError(f"factor must be a finite square (d, d) matrix; got shape {tuple(a.shape)}")
         if float(torch.linalg.svdvals(a).min()) <= 0:
             raise ValueError("factor must be invertible (M = A A^T positive definite)")
-        self.factor = a
-        self.matrix = a @ a.T
+        # row-major, as a checkpoint's factor is read back: A A^T of a transposed view rounds
+        # differently in the last bit, and a resumed run must step with the very same M
+        self.factor = a.contiguous()
+        self.matrix = self.factor @ self.factor.T
 
     def to(self, device=None, dtype=None) -> "FactorPreconditioner":
         new = object.__new__(FactorPreconditioner)

@@ -354,7 +354,7 @@ class Runner:
             samples=samples, draw_rounds=rounds, draw_steps=rounds * self.local_steps,
             step_sizes=StepSizes(self.schedule, run.start_step, run.done * self.local_steps),
             communication=communication(self.problem, run.done, run.uploads, getattr(run, "setup_floats", 0.0),
-                                        per_round=self._per_round_floats()),
+                                        getattr(run, "setup_floats_up", 0.0), per_round=self._per_round_floats()),
             settings=self.settings, problem=self.problem, var_names=self.problem.parameter_names(),
             chain_ids=np.asarray(chain_ids).copy(), dropped=dict(run.dropped),
             stats=None if run.stats is None else run.stats.result(),

@@ -292,6 +292,7 @@ class Run:
         run.alive = np.arange(len(run.chain_ids), dtype=np.int64)
         run.dropped, run.uploads = {}, 0.0
         run.setup_floats = 0.0  # preconditioners broadcast during this run (floats, all clients)
+        run.setup_floats_up = 0.0  # the warm-up's acceptance rule: energies and gradients sent up (per chain)
         r, d = len(run.chain_ids), sampler.problem.dim
         if not args.keep_samples:
             run.draws = NoDraws(r, d, sampler.dtype)
@@ -355,6 +356,7 @@ class Run:
             "dropped": [[int(c), int(r), int(s)] for c, (r, s) in self.dropped.items()],
             "uploads": float(self.uploads),
             "setup_floats": float(getattr(self, "setup_floats", 0.0)),
+            "setup_floats_up": float(getattr(self, "setup_floats_up", 0.0)),
             "draws": self.draws.record(self.checkpoint),
             "stats": None if self.stats is None else self.stats.state_dict(),
             "target": None if self.stats is None or self.stats.target is None
@@ -376,6 +378,7 @@ class Run:
         run.dropped = {int(c): (int(r), int(s)) for c, r, s in rec["dropped"]}
         run.uploads = float(rec["uploads"])
         run.setup_floats = float(rec.get("setup_floats", 0.0))
+        run.setup_floats_up = float(rec.get("setup_floats_up", 0.0))
         r, d = len(run.chain_ids), sampler.problem.dim
         draws = rec["draws"]
         if draws["kind"] == "memory":

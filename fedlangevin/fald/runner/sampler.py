@@ -33,6 +33,7 @@ from fedlangevin.fald.warmup import adaptation
 from fedlangevin.fald.contracts import TRANSPORT, UPLOAD_CODEC, check_conforms
 from fedlangevin.fald.core.engine import build
 from fedlangevin.fald.core.streams import build_per_client
+from fedlangevin.fald.warmup.acceptance import AutoStep
 from fedlangevin.fald.warmup.mode import resolve_init
 from fedlangevin.fald.core.kernel import FALDState, init_state
 from fedlangevin.fald.core.participation import Participation, as_participation
@@ -125,6 +126,7 @@ class FALD(Runner):
     streams: str                       #: "single" or "per_client"
     map_result: Any                    #: init="map"'s mode search (None otherwise)
     adapt_step: bool                   #: step_size="auto": eta adapted in warm-up
+    step_rule: Any                     #: its AutoStep (the target acceptance), None for a given eta
     adapt_matrix: bool                 #: M adapted in the first run's warm-up
     preconditioner: Any                #: the current M (None: the identity)
     preconditioner_norm: float         #: the largest lambda_max(M) run with (privacy accounting)
@@ -340,6 +342,10 @@ def _check_private(step_size: Any, init: Any, correction: Any) -> None:
     """Refuse, before any work, what would query client data without noise in a private run
     (``step_size="auto"`` and ``adapt`` are private there: they read the broadcast iterates only,
     :mod:`fedlangevin.fald.warmup.iterates`)."""
+    if isinstance(step_size, AutoStep) and step_size.target_accept != "auto":
+        raise ValueError(f"privacy: step_size={step_size!r} aims at an acceptance computed from the clients' exact "
+                         "energies and gradients, outside the private mechanism; use step_size='auto' (a private "
+                         "run adapts eta from the broadcast iterates), a number, a sequence or a schedule")
     if isinstance(step_size, str) and step_size != "auto":
         raise ValueError(
             f"privacy: step_size={step_size!r} is computed from the smoothness and convexity constants of the data "

@@ -52,10 +52,13 @@ from dataclasses import dataclass
 
 import torch
 
-from fedlangevin.fald.warmup.curvature import gradient_difference
+from fedlangevin.fald.warmup.curvature import max_curvature, mean_hessian
 from fedlangevin.fald.core.preconditioning import (
     as_preconditioner, broadcast_floats, is_identity, placed, preconditioner_from_record, preconditioner_matrix,
     preconditioner_record, spectral_norm,
+)
+from fedlangevin.fald.warmup.acceptance import (
+    AutoStep, DualAveraging, da_final, da_init, da_update, energy_function, log_acceptance, matrix_growth, mean_acceptance,
 )
 from fedlangevin.fald.warmup.iterates import GROWTH, Across, Scatter, public_curvature, step_from_spread
 from fedlangevin.fald.core.schedules import as_schedule, round_step_sizes, step_sizes
@@ -76,8 +79,6 @@ MIN_WARMUP = 20
 INIT_BUFFER, TERM_BUFFER, BASE_WINDOW = 75, 50, 25
 #: a private warm-up's slow windows: this many of equal length (it adapts from round 0)
 PRIVATE_WINDOWS = 8
-#: power-iteration sweeps per step-size estimate
-POWER_ITERATIONS = 20
 
 
 @dataclass(frozen=True)
@@ -136,63 +137,24 @@ def regularised_covariance(cov: torch.Tensor, count: int, dense: bool) -> torch.
     return (1 - shrink) * cov + shrink * 1e-3 * var
 
 
-def max_curvature(problem, theta: torch.Tensor, pre=None, *, per_client: bool, iterations: int = POWER_ITERATIONS,
-                  generator: torch.Generator | None = None) -> float:
-    """lambda_max of M H at the iterates ``theta`` (R, d), maximised over chains (and clients
-    when ``per_client``), by power iteration u <- M H u with H u from central gradient
-    differences (H u ~ (grad(theta + h u) - grad(theta - h u)) / 2h). ``problem`` in float64."""
-    r, d = theta.shape
-    n = problem.num_clients
-    weights = problem.weights.to(device=theta.device, dtype=theta.dtype)
-    shape = (r, n, d) if per_client else (r, 1, d)
-    u = torch.randn(shape, generator=generator, dtype=theta.dtype, device="cpu").to(theta.device)
-    u = u / torch.linalg.vector_norm(u, dim=-1, keepdim=True)
-    scale = 1e-5 * (1.0 + torch.linalg.vector_norm(theta, dim=-1))[:, None, None]
-    lam = torch.zeros(shape[:2], dtype=theta.dtype, device=theta.device)
-    for _ in range(iterations):
-        hu = gradient_difference(problem, theta[:, None, :], scale * u) / (2 * scale)
-        if not per_client:
-            hu = (weights[None, :, None] * hu).sum(1, keepdim=True)
-        mhu = hu if pre is None else pre.drift(hu)
-        norm = torch.linalg.vector_norm(mhu, dim=-1)
-        lam = norm
-        u = mhu / norm.clamp_min(torch.finfo(theta.dtype).tiny)[..., None]
-    value = float(lam.max())
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"step_size='auto': the curvature estimate at the current iterates is {value!r} (non-finite "
-                         "gradients or a flat energy); give a number as step_size")
-    return value
-
-
-def mean_hessian(problem, theta: torch.Tensor) -> torch.Tensor:
-    """The global Hessian sum_c p_c H_c averaged over the iterates ``theta`` (R, d), (d, d), from
-    central gradient differences along the d coordinate axes (2 d gradient calls per chain,
-    batched); ``problem`` in float64."""
-    r, d = theta.shape
-    weights = problem.weights.to(device=theta.device, dtype=theta.dtype)
-    h = 1e-5 * (1.0 + theta.abs())  # (R, d) per-coordinate step
-    eye = torch.eye(d, dtype=theta.dtype, device=theta.device)
-    step = h[:, :, None] * eye  # (R, d, d): row j moves coordinate j
-    base = theta[:, None, :].expand(r, d, d)
-    diff = gradient_difference(problem, base.reshape(r * d, 1, d), step.reshape(r * d, 1, d))
-    diff = (diff * weights[None, :, None]).sum(1).reshape(r, d, d)
-    hess = (diff / (2 * h[:, :, None])).mean(0)
-    return 0.5 * (hess + hess.T)
-
-
 class Adapter:
     """The warm-up state machine; the runner calls :meth:`observe` after every warm-up round.
 
     ``warmup``: rounds of warm-up; ``adapt_matrix``: re-estimate M in the slow windows;
     ``fixed_step``: a user's step size (``None``: estimate it, ``step_size="auto"``);
-    ``per_client``: curvature of each client's energy (K > 1 or random participation).
+    ``per_client``: curvature of each client's energy (K > 1 or random participation);
+    ``target``: the step rule's target acceptance (:class:`AutoStep`'s ``target_accept``, resolved;
+    None: the curvature rule). :attr:`rule` is the step rule in use: ``"acceptance"`` (dual
+    averaging, :mod:`fedlangevin.fald.warmup.acceptance`: eta estimated, no privacy, one local step
+    with full participation, a problem with an energy, a target), ``"curvature"`` (SAFETY /
+    lambda_max, every other estimated eta), ``"spread"`` (a private run) or ``"fixed"``.
     :attr:`preconditioner` and :attr:`step_size` are the current M and eta; :meth:`record`
     / :meth:`from_record` checkpoint the whole state.
     """
 
     def __init__(self, problem, warmup: int, *, adapt_matrix: bool, fixed_step: float | None, per_client: bool,
                  seed: int, preconditioner=None, dense_max_dim: int = DENSE_MAX_DIM, privacy=None,
-                 temperature: float = 1.0) -> None:
+                 temperature: float = 1.0, target: float | None = None) -> None:
         # a private run's adapter never holds the problem: it reads the broadcast iterates only
         self.privacy = privacy
         self.problem = problem.to(dtype=torch.float64) if privacy is None else None
@@ -215,6 +177,14 @@ class Adapter:
             self.lambda0 = public_curvature(privacy, problem.weights, getattr(problem, "client_sizes", None))
         self.pooled = Scatter.empty(self.dim, self.dense)  # the slow window's iterates (M)
         self.across = Across.empty(self.dim, self.dense)  # and their spread across chains (a private step)
+        self.energy = None if self.problem is None or fixed_step is not None or per_client else energy_function(self.problem)
+        self.target = target if self.energy is not None else None
+        self.rule = ("fixed" if fixed_step is not None else "spread" if privacy is not None
+                     else "acceptance" if self.target is not None else "curvature")
+        self.dual: DualAveraging | None = None  # the acceptance rule's state
+        self.last: torch.Tensor | None = None  # the iterates the next round starts from (R, d)
+        self._at_last = None  # (U, grad U) there: what the clients sent with it
+        self.floats_up = 0.0  # the acceptance rule's uploads not yet in the ledger (per chain)
 
     @property
     def count(self) -> int:
@@ -234,14 +204,12 @@ class Adapter:
                 self.estimates += 1
             return self.step_size
         if self.adapt_matrix and self.dense and self.matrix_updates == 0 and self.done == 0:
-            x = theta.detach().to(dtype=torch.float64)
-            hess = mean_hessian(self.problem.to(device=x.device), x).cpu()
-            eig, vec = torch.linalg.eigh(hess)
-            if bool(torch.isfinite(eig).all()) and float(eig.min()) > 1e-12 * float(eig.max()) > 0:
-                m = (vec / eig) @ vec.T
-                self.preconditioner = as_preconditioner(0.5 * (m + m.T), self.problem.dim)
+            self.preconditioner = self._laplace(theta) or self.preconditioner
         if self.fixed_step is None:
             self._estimate(theta)
+        if self.rule == "acceptance" and self.dual is None:
+            self.dual = da_init(self.step_size)
+            self.last = theta.detach().to(device="cpu", dtype=torch.float64).clone()
         return self.step_size
 
     def observe(self, theta: torch.Tensor) -> bool:
@@ -250,13 +218,15 @@ class Adapter:
         x = theta.detach().to(device="cpu", dtype=torch.float64)
         window = self._window(self.done)
         self.done += 1
+        if self.rule == "acceptance":
+            self._accept(x)
         if window is not None and window.slow and self.adapt_matrix:
             self.pooled = self.pooled.add(x)
             if self.privacy is not None:
                 self.across = self.across.add(x)
         end = window is None or self.done == window.end
         if not end:
-            return False
+            return self.rule == "acceptance"
         spread = None
         if window is not None and window.slow and self.adapt_matrix and self.count > 1:
             m = regularised_covariance(self.pooled.covariance(), self.count, self.dense)
@@ -264,11 +234,24 @@ class Adapter:
                 m = m / (float(torch.linalg.eigvalsh(m).max()) if self.dense else float(m.max()))
                 if self.across.dof >= 2:  # one chain has no spread across chains: its eta stays
                     spread = regularised_covariance(self.across.covariance(), self.across.dof, self.dense)
-            self.preconditioner = as_preconditioner(m, self.dim)
+            old, self.preconditioner = self.preconditioner, as_preconditioner(m, self.dim)
             self.matrix_updates += 1
+            if self.rule == "acceptance":  # a new M: dual averaging restarts (Stan), its step scaled to M
+                self.step_size = da_final(self.dual) / matrix_growth(old, self.preconditioner, self.dim)
+                self.dual = da_init(self.step_size)
             self.pooled = Scatter.empty(self.dim, self.dense)
             self.across = Across.empty(self.dim, self.dense)
-        if self.fixed_step is None and self.privacy is None:
+        if self.rule == "acceptance":
+            slow = [w.start for w in self.windows if w.slow]
+            approach = (window is not None and not window.slow and self.adapt_matrix and self.dense
+                        and slow and self.done <= slow[0])  # the init buffer: a Laplace M where the chains are
+            if approach and (m := self._laplace(theta, absolute=True)) is not None:  # the chains are still on their way
+                old, self.preconditioner = self.preconditioner, m
+                self.step_size = da_final(self.dual) / matrix_growth(old, m, self.dim)
+                self.dual = da_init(self.step_size)
+            if self.finished:
+                self.step_size = da_final(self.dual)
+        elif self.fixed_step is None and self.privacy is None:
             self._estimate(theta)
         elif self.fixed_step is None and spread is not None:  # a private step follows the new M's spread
             matrix = preconditioner_matrix(self.preconditioner, self.dim)
@@ -277,11 +260,52 @@ class Adapter:
             self.estimates += 1
         return True
 
+    def _laplace(self, theta: torch.Tensor, absolute: bool = False):
+        """M = the inverse of the chains' mean Hessian at ``theta`` when it is positive definite
+        (eigenvalues >= 1e-12 of the largest), else None; ``absolute``: of its absolute values
+        |H| = V |Lambda| V^T instead (floored at 1e-12 of the largest: a saddle or a concave
+        region far from the mode still gets each direction's scale)."""
+        x = theta.detach().to(dtype=torch.float64)
+        hess = mean_hessian(self.problem.to(device=x.device), x).cpu()
+        eig, vec = torch.linalg.eigh(hess)
+        if absolute and bool(torch.isfinite(eig).all()) and float(eig.abs().max()) > 0:
+            eig = eig.abs().clamp_min(1e-12 * float(eig.abs().max()))
+        if bool(torch.isfinite(eig).all()) and float(eig.min()) > 1e-12 * float(eig.max()) > 0:
+            m = (vec / eig) @ vec.T
+            return as_preconditioner(0.5 * (m + m.T), self.problem.dim)
+        return None
+
     def _window(self, j: int) -> Window | None:
         for w in self.windows:
             if w.start <= j < w.end:
                 return w
         return None
+
+    def _evaluate(self, x: torch.Tensor):
+        """(U, grad U) at the iterates x (R, d): what the clients return with their gradient (their
+        f^c and grad f^c, d + 1 floats per client and chain, summed with p_c by the server)."""
+        problem, n = self.problem, self.problem.num_clients
+        weights = problem.weights.to(dtype=torch.float64)
+        grads = problem.grad(x[:, None, :].expand(x.shape[0], n, self.dim).contiguous())
+        self.floats_up += n * (self.dim + 1)
+        with torch.no_grad():
+            return self.energy(x).reshape(-1), (weights[None, :, None] * grads).sum(1)
+
+    def _accept(self, x: torch.Tensor) -> None:
+        """The acceptance rule after a round from :attr:`last` to ``x``: the acceptance MALA would
+        give the chains' moves, one dual-averaging update, eta for the next round."""
+        if self.last is None or self.last.shape != x.shape:  # resumed without a start, or chains dropped
+            self.last, self._at_last = x.clone(), None
+            return
+        if self._at_last is None:
+            self._at_last = self._evaluate(self.last)
+        here = self._evaluate(x)
+        pre = None if is_identity(self.preconditioner) else placed(self.preconditioner, "cpu", torch.float64)
+        log_a = log_acceptance(self.last, x, self._at_last[0], here[0], self._at_last[1], here[1], self.step_size, pre,
+                               self.temperature)
+        self.dual = da_update(self.dual, mean_acceptance(log_a), self.target)
+        self.step_size = math.exp(self.dual.x)
+        self.last, self._at_last = x.clone(), here
 
     def _estimate(self, theta: torch.Tensor) -> None:
         gen = torch.Generator().manual_seed((self.seed * 1_000_003 + self.estimates) % 2**63)
@@ -302,6 +326,9 @@ class Adapter:
             "preconditioner": preconditioner_record(self.preconditioner), "count": self.count,
             "mean": self.pooled.mean.tolist(), "m2": self.pooled.m2.tolist(),
             **({} if self.privacy is None else {"temperature": self.temperature, "across": self.across.record()}),
+            **({} if self.rule != "acceptance" else {"target": self.target, "dual": self.dual.record(),
+                                                     "last": self.last, "temperature": self.temperature,
+                                                     "at_last": None if self._at_last is None else list(self._at_last)}),
         }
 
     @classmethod
@@ -312,7 +339,12 @@ class Adapter:
                   per_client=rec["per_client"], seed=rec["seed"],
                   preconditioner=preconditioner_from_record(rec["preconditioner"], given),
                   dense_max_dim=problem.dim if rec["dense"] else problem.dim - 1, privacy=privacy,
-                  temperature=rec.get("temperature", 1.0))
+                  temperature=rec.get("temperature", 1.0), target=rec.get("target"))
+        if new.rule == "acceptance":
+            new.dual = DualAveraging.from_record(rec["dual"])
+            new.last = None if rec.get("last") is None else torch.as_tensor(rec["last"], dtype=torch.float64).clone()
+            if rec.get("at_last") is not None:
+                new._at_last = tuple(torch.as_tensor(t, dtype=torch.float64).clone() for t in rec["at_last"])
         if privacy is not None:
             new.across = Across.from_record(rec["across"])
         new.adapt_matrix = rec["adapt_matrix"]
@@ -358,11 +390,11 @@ class AdaptedSteps:
 # -- the runner's side (fedlangevin.FALD): what a sampler does at the start of an adaptive warm-up
 # and when the adapter changes M or eta --------------------------------------------------------------
 def auto_schedule(step_size, problem):
-    """(adapt_step, schedule) for a sampler's ``step_size``: "auto" (or a resumed
-    :class:`AdaptedSteps`) is estimated in warm-up; anything else is a schedule, checked now."""
+    """(adapt_step, schedule) for a sampler's ``step_size``: "auto", an :class:`AutoStep` (or a
+    resumed :class:`AdaptedSteps`) is estimated in warm-up; anything else is a schedule, checked now."""
     if isinstance(step_size, AdaptedSteps):
         return True, step_size
-    if isinstance(step_size, str) and step_size == "auto":
+    if isinstance(step_size, AutoStep) or isinstance(step_size, str) and step_size == "auto":
         return True, AdaptedSteps()
     schedule = as_schedule(step_size, problem)
     step_sizes(schedule, 0, 1)  # fail now on an invalid first step size
@@ -374,9 +406,11 @@ def begin_adaptation(sampler, warmup: int) -> float:
     its current iterates; returns the floats broadcast (a new M to every client)."""
     per_client = sampler.local_steps > 1 or sampler.participation.scheme != "full"
     fixed = None if sampler.adapt_step else float(sampler.schedule(sampler.state.step))
+    rule = sampler.step_rule
+    target = None if rule is None or fixed is not None or sampler.privacy is not None else rule.target(sampler.problem.dim)
     adapter = Adapter(sampler.problem, warmup, adapt_matrix=sampler.adapt_matrix, fixed_step=fixed,
                       per_client=per_client, seed=sampler.seed, preconditioner=sampler.preconditioner,
-                      privacy=sampler.privacy, temperature=sampler.temperature)
+                      privacy=sampler.privacy, temperature=sampler.temperature, target=target)
     adapter.start(sampler.state.theta)
     sampler.adapter = adapter
     sent = install(sampler, adapter, None)
@@ -390,7 +424,7 @@ def install(sampler, adapter: Adapter, run) -> float:
     every client (counted in the ledger and the run); returns the floats sent."""
     pre, floats = adapter.preconditioner, 0.0
     dim = sampler.problem.dim
-    if preconditioner_record(pre) != preconditioner_record(sampler.preconditioner):
+    if pre is not sampler.preconditioner and preconditioner_record(pre) != preconditioner_record(sampler.preconditioner):
         sampler.preconditioner = pre
         sampler.preconditioner_norm = max(sampler.preconditioner_norm, spectral_norm(pre, dim))
         floats = float(sampler.problem.num_clients * broadcast_floats(pre, dim))
@@ -400,6 +434,10 @@ def install(sampler, adapter: Adapter, run) -> float:
         sampler.rebuild_kernel()
     if sampler.adapt_step:
         sampler.schedule.set(sampler.state.step, adapter.step_size)
+    if run is not None and adapter.floats_up:  # the acceptance rule's energies and gradients (per chain)
+        sampler.ledger["setup_floats_up"] = sampler.ledger.get("setup_floats_up", 0.0) + adapter.floats_up
+        run.setup_floats_up = getattr(run, "setup_floats_up", 0.0) + adapter.floats_up
+        adapter.floats_up = 0.0
     return floats
 
 
@@ -407,9 +445,10 @@ def configure(sampler, problem, step_size, adapt: bool | None, preconditioner, u
     """Set a new sampler's ``adapt_step`` (step_size="auto"), ``schedule``, ``adapt_matrix`` (warm-up
     adapts M; default: with "auto" only, so a numeric step size runs exactly as before, and not
     with ``streams="per_client"``, whose kernel takes no preconditioner: there only eta adapts),
-    ``preconditioner`` (None: I), ``preconditioner_norm`` (the largest lambda_max(M) it runs with:
+    ``step_rule`` (the :class:`AutoStep` of an estimated eta), ``preconditioner`` (None: I), ``preconditioner_norm`` (the largest lambda_max(M) it runs with:
     privacy), ``adapter`` (the adaptation in progress) and ``adapted`` (one has finished)."""
     sampler.adapt_step, sampler.schedule = auto_schedule(step_size, problem)
+    sampler.step_rule = (step_size if isinstance(step_size, AutoStep) else AutoStep()) if sampler.adapt_step else None
     sampler.adapt_matrix = (sampler.adapt_step and streams != "per_client") if adapt is None else adapt
     if streams == "per_client" and (sampler.adapt_matrix or preconditioner is not None):
         raise ValueError("preconditioner / adapt: a preconditioner is not available with streams='per_client'; "
