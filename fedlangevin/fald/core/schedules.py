@@ -12,6 +12,8 @@ before it starts, so an invalid value (<= 0, NaN, too short a sequence) fails ea
 
 from __future__ import annotations
 
+import bisect
+
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence as SequenceT
@@ -20,7 +22,7 @@ import numpy as np
 
 from fedlangevin._validation import check_real, check_step_sizes
 
-__all__ = ["Constant", "PaperDecay", "Polynomial", "Sequence", "as_schedule", "check_schedule", "round_step_sizes", "step_sizes"]
+__all__ = ["AdaptedSteps", "Constant", "PaperDecay", "Polynomial", "Sequence", "as_schedule", "check_schedule", "round_step_sizes", "step_sizes"]
 
 
 @dataclass(frozen=True)
@@ -165,3 +167,34 @@ def round_step_sizes(schedule: Callable[[int], float], start: int, local_steps: 
         k += n * local_steps
         for i in range(n):
             yield values[i * local_steps: (i + 1) * local_steps]
+
+
+class AdaptedSteps:
+    """The step sizes of ``step_size="auto"``: piecewise constant in the local-step counter k,
+    eta_k = values[i] for starts[i] <= k < starts[i + 1] (the last value for ever after), so a
+    pure function of k once warm-up has fixed it (the trace's step sizes and the privacy
+    accounting read it like any schedule)."""
+
+    def __init__(self, starts=(), values=()) -> None:
+        self.starts = [int(k) for k in starts]
+        self.values = [float(v) for v in values]
+
+    def set(self, k: int, eta: float) -> None:
+        """eta from local step k on (later breakpoints are dropped)."""
+        while self.starts and self.starts[-1] >= k:
+            self.starts.pop()
+            self.values.pop()
+        if not self.values or self.values[-1] != eta:
+            self.starts.append(int(k))
+            self.values.append(float(eta))
+
+    def __call__(self, k: int) -> float:
+        if not self.values:
+            raise ValueError("step_size='auto': no step size has been estimated yet (run the sampler first)")
+        i = bisect.bisect_right(self.starts, int(k)) - 1
+        return self.values[max(i, 0)]
+
+    def __repr__(self) -> str:
+        if not self.values:
+            return "auto"
+        return f"auto(eta={self.values[-1]:.6g} from step {self.starts[-1]}, {len(self.values)} values)"

@@ -113,9 +113,8 @@ def stored_classes() -> dict[str, type]:
     table, never imported by a name the file gives); any other object is not stored (it must
     be given again on resume) and a checkpoint naming another class is refused.
     """
-    from fedlangevin.fald.warmup.adaptation import AdaptedSteps
     from fedlangevin.fald.core.participation import Full, SchemeI, SchemeII
-    from fedlangevin.fald.core.schedules import Constant, PaperDecay, Polynomial, Sequence
+    from fedlangevin.fald.core.schedules import AdaptedSteps, Constant, PaperDecay, Polynomial, Sequence
     from fedlangevin.problems.base import ClientSubset
     from fedlangevin.problems.gaussian import CurvatureSimulation, GaussianSimulation, QuadraticProblem
     from fedlangevin.problems.logistic import LogisticRegression

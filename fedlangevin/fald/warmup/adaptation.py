@@ -46,7 +46,6 @@ the run's seed and the window, never from the sampler's stream.
 
 from __future__ import annotations
 
-import bisect
 import math
 from dataclasses import dataclass
 
@@ -61,7 +60,7 @@ from fedlangevin.fald.warmup.acceptance import (
     AutoStep, DualAveraging, da_final, da_init, da_update, energy_function, log_acceptance, matrix_growth, mean_acceptance,
 )
 from fedlangevin.fald.warmup.iterates import GROWTH, Across, Scatter, public_curvature, step_from_spread
-from fedlangevin.fald.core.schedules import as_schedule, round_step_sizes, step_sizes
+from fedlangevin.fald.core.schedules import AdaptedSteps, as_schedule, round_step_sizes, step_sizes
 
 __all__ = [
     "DENSE_MAX_DIM", "MIN_WARMUP", "PRIVATE_WINDOWS", "SAFETY", "AdaptedSteps", "Adapter", "Window", "account_setup", "auto_schedule",
@@ -354,37 +353,6 @@ class Adapter:
                              torch.tensor(rec["m2"], dtype=torch.float64), new.dense)
         return new
 
-
-
-class AdaptedSteps:
-    """The step sizes of ``step_size="auto"``: piecewise constant in the local-step counter k,
-    eta_k = values[i] for starts[i] <= k < starts[i + 1] (the last value for ever after), so a
-    pure function of k once warm-up has fixed it (the trace's step sizes and the privacy
-    accounting read it like any schedule)."""
-
-    def __init__(self, starts=(), values=()) -> None:
-        self.starts = [int(k) for k in starts]
-        self.values = [float(v) for v in values]
-
-    def set(self, k: int, eta: float) -> None:
-        """eta from local step k on (later breakpoints are dropped)."""
-        while self.starts and self.starts[-1] >= k:
-            self.starts.pop()
-            self.values.pop()
-        if not self.values or self.values[-1] != eta:
-            self.starts.append(int(k))
-            self.values.append(float(eta))
-
-    def __call__(self, k: int) -> float:
-        if not self.values:
-            raise ValueError("step_size='auto': no step size has been estimated yet (run the sampler first)")
-        i = bisect.bisect_right(self.starts, int(k)) - 1
-        return self.values[max(i, 0)]
-
-    def __repr__(self) -> str:
-        if not self.values:
-            return "auto"
-        return f"auto(eta={self.values[-1]:.6g} from step {self.starts[-1]}, {len(self.values)} values)"
 
 
 # -- the runner's side (fedlangevin.FALD): what a sampler does at the start of an adaptive warm-up
