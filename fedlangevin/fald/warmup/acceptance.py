@@ -46,6 +46,9 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from fedlangevin._validation import check_real
+from fedlangevin.fald.core.preconditioning import preconditioner_matrix
+
 __all__ = [
     "SD_EXCESS", "AutoStep", "DualAveraging", "da_final", "da_init", "da_update", "energy_function", "gaussian_acceptance",
     "log_acceptance", "matrix_growth", "mean_acceptance", "resolve_target",
@@ -125,8 +128,6 @@ def resolve_target(target, dim: int) -> float:
     (:data:`SD_EXCESS`) in ``dim`` dimensions; a number in (0, 1) as given."""
     if isinstance(target, str) and target == "auto":
         return gaussian_acceptance(excess_step(SD_EXCESS), dim)
-    from fedlangevin._validation import check_real
-
     return check_real("target_accept", target, low=0.0, high=1.0, low_open=True, high_open=True)
 
 
@@ -216,8 +217,6 @@ def matrix_growth(old, new, dim: int) -> float:
     stretched direction. The step divided by it keeps eta lambda_max(M H) from growing when M
     changes (lambda_max(M_new H) <= lambda_max(M_old^-1 M_new) lambda_max(M_old H)), so a restart
     after a new M is as stable as the step before it."""
-    from fedlangevin.fald.core.preconditioning import preconditioner_matrix
-
     a = preconditioner_matrix(old, dim).to(torch.float64)
     b = preconditioner_matrix(new, dim).to(torch.float64)
     chol = torch.linalg.cholesky(0.5 * (a + a.T))

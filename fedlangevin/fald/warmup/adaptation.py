@@ -203,7 +203,8 @@ class Adapter:
                 self.estimates += 1
             return self.step_size
         if self.adapt_matrix and self.dense and self.matrix_updates == 0 and self.done == 0:
-            self.preconditioner = self._laplace(theta) or self.preconditioner
+            laplace = self._laplace(theta)
+            self.preconditioner = self.preconditioner if laplace is None else laplace
         if self.fixed_step is None:
             self._estimate(theta)
         if self.rule == "acceptance" and self.dual is None:
@@ -233,11 +234,8 @@ class Adapter:
                 m = m / (float(torch.linalg.eigvalsh(m).max()) if self.dense else float(m.max()))
                 if self.across.dof >= 2:  # one chain has no spread across chains: its eta stays
                     spread = regularised_covariance(self.across.covariance(), self.across.dof, self.dense)
-            old, self.preconditioner = self.preconditioner, as_preconditioner(m, self.dim)
+            self._replace_matrix(as_preconditioner(m, self.dim))
             self.matrix_updates += 1
-            if self.rule == "acceptance":  # a new M: dual averaging restarts (Stan), its step scaled to M
-                self.step_size = da_final(self.dual) / matrix_growth(old, self.preconditioner, self.dim)
-                self.dual = da_init(self.step_size)
             self.pooled = Scatter.empty(self.dim, self.dense)
             self.across = Across.empty(self.dim, self.dense)
         if self.rule == "acceptance":
@@ -245,9 +243,7 @@ class Adapter:
             approach = (window is not None and not window.slow and self.adapt_matrix and self.dense
                         and slow and self.done <= slow[0])  # the init buffer: a Laplace M where the chains are
             if approach and (m := self._laplace(theta, absolute=True)) is not None:  # the chains are still on their way
-                old, self.preconditioner = self.preconditioner, m
-                self.step_size = da_final(self.dual) / matrix_growth(old, m, self.dim)
-                self.dual = da_init(self.step_size)
+                self._replace_matrix(m)
             if self.finished:
                 self.step_size = da_final(self.dual)
         elif self.fixed_step is None and self.privacy is None:
@@ -258,6 +254,14 @@ class Adapter:
             self.step_size = min(eta, GROWTH * self.step_size)
             self.estimates += 1
         return True
+
+    def _replace_matrix(self, new) -> None:
+        """M <- ``new``; under the acceptance rule dual averaging restarts (Stan), from its averaged
+        step divided by lambda_max(M_old^-1 M_new) (as stable as the step before it)."""
+        old, self.preconditioner = self.preconditioner, new
+        if self.rule == "acceptance":
+            self.step_size = da_final(self.dual) / matrix_growth(old, new, self.dim)
+            self.dual = da_init(self.step_size)
 
     def _laplace(self, theta: torch.Tensor, absolute: bool = False):
         """M = the inverse of the chains' mean Hessian at ``theta`` when it is positive definite

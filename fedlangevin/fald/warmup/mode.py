@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fedlangevin.fald.warmup.acceptance import energy_function
 from fedlangevin.fald.warmup.adaptation import DENSE_MAX_DIM
 from fedlangevin.fald.warmup.curvature import gradient_difference
 
@@ -63,12 +64,8 @@ def client_derivatives(problem, theta: torch.Tensor, dense: bool) -> tuple[torch
 def global_energy(problem):
     """theta (d,) -> f(theta) = sum_c p_c f^c(theta) (a float) when the problem exposes its energy
     (``global_energy`` of autodiff problems, ``energy`` of quadratic and logistic problems); else None."""
-    fn = getattr(problem, "global_energy", None)
-    if fn is None:
-        fn = getattr(problem, "energy", None)
-        if fn is None or getattr(problem, "quadratic", lambda: None)() is None and not hasattr(problem, "client_energy"):
-            return None
-    return lambda theta: float(fn(theta[None])[0])
+    fn = energy_function(problem)
+    return None if fn is None else lambda theta: float(fn(theta[None])[0])
 
 
 def find_map(problem, theta0=None, *, max_rounds: int = 200, tol: float = 1e-6) -> MapResult:
