@@ -227,6 +227,9 @@ def measure(post, sampler: str, budgets: Budgets = Budgets(), progress: Callable
     headline = last if last.budget == grid[-1] else spec.run(post, grid[-1], budgets)
     if headline is not last:
         tried.append((grid[-1], headline.rounds, _passes(post, headline)))
+        if progress is not None:
+            progress(f"  {post.name} {spec.label} budget {grid[-1]} (headline): {headline.rounds:,} rounds "
+                     f"({headline.seconds:.1f} s)")
     return _row(post, spec, headline, chains, reach, tried)
 
 
