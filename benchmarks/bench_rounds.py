@@ -67,6 +67,7 @@ def main(argv=None) -> int:
         ap.error(f"--posteriors: not found: {', '.join(missing)} (found: {', '.join(found)})")
     budgets = Budgets(**{**vars(QUICK if args.quick else Budgets()), "seed": args.seed})
     torch.set_num_threads(1)
+    command = " ".join(["python benchmarks/bench_rounds.py"] + [shlex.quote(a) for a in (argv or sys.argv[1:])])
     start, rows = time.perf_counter(), []
     for i, name in enumerate(names, 1):
         post = load_posterior(name)
@@ -78,12 +79,13 @@ def main(argv=None) -> int:
             print(f"[{i}/{len(names)}] {name} {row.sampler}: reach {reach} rounds, ESS/chain-round "
                   f"{row.ess_per_round:.3g}, {'passes' if row.passes else 'fails'} at {row.rounds:,} rounds "
                   f"({time.perf_counter() - t:.0f} s)", flush=True)
+            if args.json:  # after every row: a long run stopped half-way keeps what it measured
+                write_json(rows, args.json, budgets=budgets, seconds=time.perf_counter() - start, command=command)
     seconds = time.perf_counter() - start
-    command = "python benchmarks/bench_rounds.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     print(f"\n{command}: {seconds:.0f} s\n")
     print(table(rows, budgets), "", summary_table(rows, max_rounds=2000), sep="\n")
     if args.json:
-        write_json(rows, args.json, budgets=budgets, seconds=seconds, command=command.strip())
+        write_json(rows, args.json, budgets=budgets, seconds=seconds, command=command)
     if args.figure:
         figure(rows, args.figure)
     return 0
