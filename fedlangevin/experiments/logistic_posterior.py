@@ -100,12 +100,13 @@ def load_logistic(clients: int = 10, seed: int = 0, reference: Path | str = REFE
 
 
 def make_reference(chains: int = 4, warmup: int = 2000, draws: int = 10000, thin: int = 5, seed: int = 0,
-                   progress: bool = False) -> tuple[np.ndarray, dict]:
-    """Pyro NUTS (dense mass matrix, target acceptance 0.8) on the global energy, ``chains``
-    chains of ``warmup`` + ``draws`` iterations from zeros, chain r seeded ``seed + r``: returns
-    (the kept draws thinned by ``thin``, (chains, draws // thin, d) float64, and an info dict:
-    settings, R-hat and bulk ESS of all kept iterations (``diagnostics``), seconds). Every count
-    is an integer >= 1 (``chains``, ``warmup``, ``draws``, ``thin`` <= ``draws``)."""
+                   progress: bool = False, max_tree_depth: int = 10) -> tuple[np.ndarray, dict]:
+    """Pyro NUTS (dense mass matrix, target acceptance 0.8, trees of at most ``max_tree_depth``
+    doublings) on the global energy, ``chains`` chains of ``warmup`` + ``draws`` iterations from
+    zeros, chain r seeded ``seed + r``: returns (the kept draws thinned by ``thin``, (chains,
+    draws // thin, d) float64, and an info dict: settings, R-hat and bulk ESS of all kept
+    iterations (``diagnostics``), seconds). Every count is an integer >= 1 (``chains``,
+    ``warmup``, ``draws``, ``thin`` <= ``draws``, ``max_tree_depth`` <= 30)."""
     import pyro
     from pyro.infer import MCMC, NUTS
 
@@ -113,20 +114,24 @@ def make_reference(chains: int = 4, warmup: int = 2000, draws: int = 10000, thin
 
     chains, warmup, draws = check_int("chains", chains, 1), check_int("warmup", warmup, 1), check_int("draws", draws, 1)
     thin, seed = check_int("thin", thin, 1, draws), check_int("seed", seed, 0, 2**32 - 1 - chains)
+    max_tree_depth = check_int("max_tree_depth", max_tree_depth, 1, 30)
     problem = _problem(10, 0)
     start = time.perf_counter()
     kept = []
     for r in range(chains):
         pyro.set_rng_seed(seed + r)
-        kernel = NUTS(potential_fn=lambda z: problem.energy(z["theta"]), full_mass=True, target_accept_prob=0.8)
+        kernel = NUTS(potential_fn=lambda z: problem.energy(z["theta"]), full_mass=True, target_accept_prob=0.8,
+                      max_tree_depth=max_tree_depth)
         mcmc = MCMC(kernel, num_samples=draws, warmup_steps=warmup,
-                    initial_params={"theta": torch.zeros(problem.dim, dtype=torch.float64)}, disable_progbar=not progress)
+                    initial_params={"theta": torch.zeros(problem.dim, dtype=torch.float64)},
+                    disable_progbar=not progress)
         mcmc.run()
         kept.append(mcmc.get_samples()["theta"].detach().numpy().reshape(draws, problem.dim))
     full = np.stack(kept)
     info = {
         "data": "scikit-learn load_breast_cancer, first 10 features standardised", "model": NAME,
-        "prior_scale": PRIOR_SCALE, "dim": int(problem.dim), "sampler": "pyro NUTS, full_mass=True, target_accept 0.8",
+        "prior_scale": PRIOR_SCALE, "dim": int(problem.dim),
+        "sampler": f"pyro NUTS, full_mass=True, target_accept 0.8, max_tree_depth {max_tree_depth}",
         "chains": chains, "warmup": warmup, "draws": draws, "thin": thin, "seed": seed,
         "max_rhat": float(np.max(dg.rhat(full))), "min_ess_bulk": float(np.min(dg.ess(full))),
         "seconds": round(time.perf_counter() - start, 1),
@@ -136,4 +141,5 @@ def make_reference(chains: int = 4, warmup: int = 2000, draws: int = 10000, thin
 
 def write_reference(path: Path | str, draws: np.ndarray, info: dict) -> None:
     """Write ``draws`` (float32) and ``info`` (JSON text) to the .npz ``path``: no pickles."""
-    np.savez_compressed(path, draws=np.asarray(draws, dtype=np.float32), info=np.array(json.dumps(info, sort_keys=True)))
+    np.savez_compressed(path, draws=np.asarray(draws, dtype=np.float32),
+                        info=np.array(json.dumps(info, sort_keys=True)))

@@ -202,7 +202,8 @@ def _passes(post, attempt: Attempt) -> bool:
     return attempt.samples is not None and compare(post, attempt.samples, attempt.seconds).passes()
 
 
-def measure(post, sampler: str, budgets: Budgets = Budgets(), progress: Callable[[str], None] | None = None) -> RoundsRow:
+def measure(post, sampler: str, budgets: Budgets = Budgets(),
+            progress: Callable[[str], None] | None = None) -> RoundsRow:
     """The row of ``sampler`` (a key of :data:`SAMPLERS`) on ``post`` (a
     :class:`~fedlangevin.experiments.posteriordb.Posterior`): its grid from the smallest budget up
     until a run passes, then the largest budget's run (reused when it was the one that passed)

@@ -129,7 +129,8 @@ def test_summary_marks_the_targets_per_posterior():
             _row("d", "federated NUTS", 0.01)]
     lines = rd.summary_table(rows).splitlines()[2:]
     assert lines[0].endswith("| 2 | met | 500 | met |")
-    assert "| not met (fails the acceptance) | - | not met |" in lines[1]  # a high ESS of wrong draws counts for nothing
+    # a high ESS of wrong draws counts for nothing
+    assert "| not met (fails the acceptance) | - | not met |" in lines[1]
     assert lines[2].endswith("| 0.5 | not met | 2,000 | met |")
     assert "not met (fails the acceptance)" in lines[3] and lines[3].endswith("| - | not met |")
     assert rd.table(rows).count("\n") == 1 + len(rows)
