@@ -203,3 +203,15 @@ def test_bench_refuses_an_unknown_posterior(capsys):
     with pytest.raises(SystemExit) as exc:
         _bench().main(["--posteriors", "nope", "--quick"])
     assert exc.value.code == 2 and "--posteriors: not found: nope" in capsys.readouterr().err
+
+
+def test_docs_rounds_python_blocks_run():
+    from tests.pages import python_blocks, run_block
+
+    page = ROOT / "docs" / "rounds.md"
+    first, second = python_blocks(page)
+    lines = run_block(first, page).splitlines()
+    assert lines[0] == rd.RoundsRow.HEADER.splitlines()[0] and lines[2].startswith("| breast_cancer-logistic | 22 |")
+    out = run_block(second, page).split()
+    assert out[:2] == ["FA-LD", "init=map"] and int(out[2]) > 200 and out[3] in ("True", "False")  # search rounds added
+    assert "fald_map" not in rd.SAMPLERS
