@@ -51,19 +51,25 @@ BITS_PER_FLOAT = 64  # every float exchanged is a float64
 @dataclass(frozen=True)
 class Budgets:
     """The benchmark's settings: chains and budget grids per sampler (budgets: FA-LD rounds; NUTS
-    iterations per chain), the seed of every run, and NUTS's mass matrix (dense or diagonal)."""
+    iterations per chain), the seed of every run, NUTS's mass matrix (dense or diagonal) and its
+    cost cap: the most rounds (gradient evaluations) the chains of one NUTS run may make together
+    (``None``: no cap). Where NUTS's trees saturate (1,023 rounds per iteration at depth 10) a run
+    stops there, its row says so and the larger budgets are not tried."""
 
     fald_chains: int = 32
     fald_rounds: tuple[int, ...] = (250, 500, 1000, 2000)
     nuts_chains: int = 4
     nuts_iterations: tuple[int, ...] = (250, 500, 1000, 2000)
     nuts_dense_mass: bool = True
+    nuts_max_rounds: int | None = 1_000_000
     seed: int = 0
 
     def __post_init__(self) -> None:
         for name in ("fald_chains", "nuts_chains"):
             check_int(name, getattr(self, name), 1)
         check_int("seed", self.seed, 0, 2**32 - 1 - self.nuts_chains)
+        if self.nuts_max_rounds is not None:
+            check_int("nuts_max_rounds", self.nuts_max_rounds, 1)
         for name, low in (("fald_rounds", 2), ("nuts_iterations", 8)):  # >= 4 draws per chain for the split ESS
             grid = getattr(self, name)
             if not isinstance(grid, tuple) or not grid:
@@ -72,7 +78,8 @@ class Budgets:
 
 
 #: ``--quick``: small grids and few chains (a smoke run, not a measurement)
-QUICK = Budgets(fald_chains=8, fald_rounds=(100, 200), nuts_chains=2, nuts_iterations=(60, 120))
+QUICK = Budgets(fald_chains=8, fald_rounds=(100, 200), nuts_chains=2, nuts_iterations=(60, 120),
+                nuts_max_rounds=100_000)
 
 
 @dataclass(frozen=True)
@@ -80,7 +87,8 @@ class Attempt:
     """One run of a sampler at one budget: ``samples`` (chains, draws, d) in the problem's space
     (``None`` when the run diverged), ``rounds`` the federation waited (chains in parallel),
     ``chain_rounds`` paid by all chains together (warm-up included), ``bits`` sent both ways (all
-    chains), ``seconds`` of wall time, ``note`` (e.g. why there are no samples)."""
+    chains), ``seconds`` of wall time, ``note`` (e.g. why there are no samples); ``capped``: the
+    run stopped at a cost cap (larger budgets would cost more: the search stops)."""
 
     budget: int
     samples: np.ndarray | None
@@ -89,17 +97,20 @@ class Attempt:
     bits: float
     seconds: float
     note: str = ""
+    capped: bool = False
 
 
 @dataclass(frozen=True)
 class SamplerSpec:
     """A row of the benchmark: ``label`` in the tables, ``run(post, budget, budgets) -> Attempt``,
-    and which fields of :class:`Budgets` hold its grid and its chain count."""
+    which fields of :class:`Budgets` hold its grid and its chain count, and what a budget counts
+    (``unit``, for the tables)."""
 
     label: str
     run: Callable[[Any, int, Budgets], Attempt]
     grid: str
     chains: str
+    unit: str = "rounds"
 
 
 def _run_fald_defaults(post, budget: int, budgets: Budgets) -> Attempt:
@@ -123,11 +134,18 @@ def _run_fald_defaults(post, budget: int, budgets: Budgets) -> Attempt:
 
 def _run_federated_nuts(post, budget: int, budgets: Budgets) -> Attempt:
     """Federated NUTS (a non-private baseline): ``budget`` iterations per chain, half warm-up."""
-    from fedlangevin.baselines import federated_nuts
+    from fedlangevin.baselines import RoundLimitError, federated_nuts
 
     warmup = budget // 2
-    res = federated_nuts(post.problem, chains=budgets.nuts_chains, draws=budget - warmup, warmup=warmup,
-                         seed=budgets.seed, dense_mass=budgets.nuts_dense_mass)
+    problem = post.problem
+    try:
+        res = federated_nuts(problem, chains=budgets.nuts_chains, draws=budget - warmup, warmup=warmup,
+                             seed=budgets.seed, dense_mass=budgets.nuts_dense_mass, max_rounds=budgets.nuts_max_rounds)
+    except RoundLimitError as exc:  # every round: d floats down and d + 1 up per client
+        bits = exc.rounds * problem.num_clients * (2 * problem.dim + 1) * BITS_PER_FLOAT
+        return Attempt(budget, None, exc.rounds, exc.rounds, float(bits), exc.seconds,
+                       f"stopped at the cap of {exc.rounds:,} rounds (chain {exc.chain + 1} of {budgets.nuts_chains})",
+                       capped=True)
     return Attempt(budget, res.samples, max(res.rounds_per_chain), res.rounds,
                    float(res.floats_up + res.floats_down) * BITS_PER_FLOAT, res.seconds)
 
@@ -135,7 +153,7 @@ def _run_federated_nuts(post, budget: int, budgets: Budgets) -> Attempt:
 #: the samplers benchmarked, by name (``--samplers``); add a :class:`SamplerSpec` for a new row
 SAMPLERS: dict[str, SamplerSpec] = {
     "fald": SamplerSpec("FA-LD defaults", _run_fald_defaults, "fald_rounds", "fald_chains"),
-    "nuts": SamplerSpec("federated NUTS", _run_federated_nuts, "nuts_iterations", "nuts_chains"),
+    "nuts": SamplerSpec("federated NUTS", _run_federated_nuts, "nuts_iterations", "nuts_chains", "iterations"),
 }
 
 
@@ -166,10 +184,10 @@ class RoundsRow:
               "min bulk ESS | ESS per chain-round | rounds per chain | Mbit sent | kbit per ESS | time s |\n"
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 
-    def markdown(self, limit: int | None = None) -> str:
-        """The row in :attr:`HEADER`'s columns; ``limit``: the largest budget (for "not within")."""
-        reach = (f"{self.rounds_to_accept:,}" if self.rounds_to_accept is not None
-                 else f"not within {limit:,}" if limit else "no")
+    def markdown(self, limit: str = "no") -> str:
+        """The row in :attr:`HEADER`'s columns; ``limit``: what the "rounds to acceptance" cell
+        says when no budget passed (:func:`table`: "not within" the largest budget)."""
+        reach = f"{self.rounds_to_accept:,}" if self.rounds_to_accept is not None else limit
         if self.note:
             return (f"| {self.posterior} | {self.dim} | {self.sampler} | {self.chains} | {reach} | {self.note} | - | - "
                     f"| - | {self.rounds:,} | {self.bits / 1e6:,.1f} | - | {self.seconds:.1f} |")
@@ -207,7 +225,8 @@ def measure(post, sampler: str, budgets: Budgets = Budgets(),
     """The row of ``sampler`` (a key of :data:`SAMPLERS`) on ``post`` (a
     :class:`~fedlangevin.experiments.posteriordb.Posterior`): its grid from the smallest budget up
     until a run passes, then the largest budget's run (reused when it was the one that passed)
-    for the headline figures. ``progress`` gets a line per run."""
+    for the headline figures; a run stopped at a cost cap ends the search and is the headline.
+    ``progress`` gets a line per run."""
     if sampler not in SAMPLERS:
         raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}; got {sampler!r}")
     if not isinstance(budgets, Budgets):
@@ -225,7 +244,9 @@ def measure(post, sampler: str, budgets: Budgets = Budgets(),
         if ok:
             reach = last.rounds
             break
-    headline = last if last.budget == grid[-1] else spec.run(post, grid[-1], budgets)
+        if last.capped:  # a larger budget would cost more
+            break
+    headline = last if last.budget == grid[-1] or last.capped else spec.run(post, grid[-1], budgets)
     if headline is not last:
         tried.append((grid[-1], headline.rounds, _passes(post, headline)))
         if progress is not None:
@@ -264,8 +285,8 @@ def load_posterior(name: str, root=None):
 # -- tables, JSON, figure -----------------------------------------------------------------------
 def table(rows: list[RoundsRow], budgets: Budgets = Budgets()) -> str:
     """The markdown table of ``rows`` (:attr:`RoundsRow.HEADER`)."""
-    limits = {spec.label: getattr(budgets, spec.grid)[-1] for spec in SAMPLERS.values()}
-    return "\n".join([RoundsRow.HEADER] + [r.markdown(limits.get(r.sampler)) for r in rows])
+    limits = {spec.label: f"not within {getattr(budgets, spec.grid)[-1]:,} {spec.unit}" for spec in SAMPLERS.values()}
+    return "\n".join([RoundsRow.HEADER] + [r.markdown(limits.get(r.sampler, "no")) for r in rows])
 
 
 def summary_table(rows: list[RoundsRow], fald: str = "FA-LD defaults", nuts: str = "federated NUTS",

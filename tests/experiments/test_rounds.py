@@ -71,7 +71,8 @@ def test_a_diverged_run_is_a_row_without_figures(monkeypatch):
     row = rd.measure(_gaussian_posterior(), "fake", rd.Budgets(fald_rounds=(10, 20)))
     assert row.note == "diverged in round 3" and not row.passes and math.isnan(row.ess_per_round)
     assert row.rounds_to_accept is None
-    assert "diverged in round 3" in row.markdown(20) and "not within 20" in row.markdown(20)
+    assert "diverged in round 3" in row.markdown() and rd.table([row], rd.Budgets(fald_rounds=(10, 20))).endswith(
+        "| gauss | 2 | fake | 32 | not within 20 rounds | diverged in round 3 | - | - | - | 20 | 0.0 | - | 0.1 |")
 
 
 def test_fald_defaults_run_counts_rounds_chains_and_bits():
@@ -215,3 +216,17 @@ def test_docs_rounds_python_blocks_run():
     out = run_block(second, page).split()
     assert out[:2] == ["FA-LD", "init=map"] and int(out[2]) > 200 and out[3] in ("True", "False")  # search rounds added
     assert "fald_map" not in rd.SAMPLERS
+
+
+def test_a_nuts_run_over_the_cap_ends_the_search_and_says_so():
+    """nuts_max_rounds stops a run at exactly that many rounds (all chains together); larger budgets
+    would cost more, so none is tried, and the capped run is the row."""
+    problem = fl.problems.GaussianSimulation(num_clients=3, alpha=1.0, seed=0)
+    post = Posterior("g", problem, ["a", "b"], lambda a: a, lambda a: a, np.zeros((10, 2)), None)
+    budgets = rd.Budgets(nuts_chains=2, nuts_iterations=(16, 32, 64), nuts_max_rounds=25)
+    lines = []
+    row = rd.measure(post, "nuts", budgets, progress=lines.append)
+    assert [t[0] for t in row.tried] == [16] and len(lines) == 1 and not row.passes
+    assert row.chain_rounds == 25 and row.bits == 25 * 3 * (2 * 2 + 1) * 64
+    assert row.note.startswith("stopped at the cap of 25 rounds") and math.isnan(row.ess_per_round)
+    assert "| not within 64 iterations | stopped at the cap of 25 rounds" in rd.table([row], budgets)
