@@ -16,11 +16,13 @@ per run, the table and the targets' table; writes the rows as JSON and one figur
     python benchmarks/bench_rounds.py --posteriors kidiq-kidscore_momhsiq breast_cancer-logistic
     python benchmarks/bench_rounds.py --samplers fald                  # FA-LD rows only
     python benchmarks/bench_rounds.py --from-json docs/img/rounds.json # redraw the table and figure
+    python benchmarks/bench_rounds.py --from-json a.json b.json --json merged.json   # b's rows replace a's
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 import time
@@ -33,10 +35,27 @@ sys.path.insert(0, str(ROOT))
 
 from fedlangevin.experiments.logistic_posterior import NAME as LOGISTIC  # noqa: E402
 from fedlangevin.experiments.rounds import (  # noqa: E402
-    QUICK, SAMPLERS, Budgets, available, figure, load_posterior, measure, read_rows, summary_table, table, write_json,
+    QUICK, SAMPLERS, Budgets, available, figure, load_posterior, measure, merge_rows, read_rows, summary_table, table,
+    write_json,
 )
 
 QUICK_POSTERIORS = ["earnings-logearn_interaction_z", LOGISTIC]
+
+
+def redraw(paths, figure_path, json_path) -> int:
+    """The tables and the figure of earlier runs' JSON files, merged (:func:`merge_rows`)."""
+    runs = [read_rows(p) for p in paths]
+    budgets = runs[0][1]
+    if any(b != budgets for _, b in runs):
+        raise SystemExit(f"--from-json: the files were made with different settings: {[b for _, b in runs]}")
+    rows = merge_rows(*(r for r, _ in runs))
+    print(table(rows, budgets), "", summary_table(rows, max_rounds=2000), sep="\n")
+    figure(rows, figure_path)
+    if json_path:
+        meta = [json.loads(Path(p).read_text()) for p in paths]
+        write_json(rows, json_path, budgets=budgets, seconds=sum(m["seconds"] for m in meta),
+                   command=" && ".join(m["command"] for m in meta))
+    return 0
 
 
 def main(argv=None) -> int:
@@ -48,18 +67,15 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="default: docs/img/rounds.json (--quick: none)")
     ap.add_argument("--figure", default=None, help="default: docs/img/rounds.png (--quick: none)")
-    ap.add_argument("--from-json", default=None, metavar="JSON", help="print the tables and draw the figure from "
-                    "an earlier run's JSON; run nothing")
+    ap.add_argument("--from-json", nargs="+", default=None, metavar="JSON", help="print the tables and draw the "
+                    "figure from earlier runs' JSON (several: a later file's row replaces the same posterior and "
+                    "sampler's row of an earlier one; --json: write the merged rows); run nothing")
     args = ap.parse_args(argv)
+    if args.from_json:
+        return redraw(args.from_json, args.figure or str(ROOT / "docs" / "img" / "rounds.png"), args.json)
     if not args.quick:
         args.json = args.json or str(ROOT / "docs" / "img" / "rounds.json")
         args.figure = args.figure or str(ROOT / "docs" / "img" / "rounds.png")
-    if args.from_json:
-        rows, budgets = read_rows(args.from_json)
-        print(table(rows, budgets), "", summary_table(rows, max_rounds=2000), sep="\n")
-        if args.figure:
-            figure(rows, args.figure)
-        return 0
     found = available()
     names = args.posteriors or (QUICK_POSTERIORS if args.quick else found)
     missing = [n for n in names if n not in found]

@@ -42,7 +42,7 @@ from fedlangevin._validation import check_int
 
 __all__ = [
     "Attempt", "Budgets", "QUICK", "RoundsRow", "SAMPLERS", "SamplerSpec", "available", "figure", "load_posterior",
-    "measure", "read_rows", "summary_table", "table", "write_json",
+    "measure", "merge_rows", "read_rows", "summary_table", "table", "write_json",
 ]
 
 BITS_PER_FLOAT = 64  # every float exchanged is a float64
@@ -54,7 +54,7 @@ class Budgets:
     iterations per chain), the seed of every run, NUTS's mass matrix (dense or diagonal) and its
     cost cap: the most rounds (gradient evaluations) the chains of one NUTS run may make together
     (``None``: no cap). Where NUTS's trees saturate (1,023 rounds per iteration at depth 10) a run
-    stops there, its row says so and the larger budgets are not tried."""
+    stops there and fails; its row says so."""
 
     fald_chains: int = 32
     fald_rounds: tuple[int, ...] = (250, 500, 1000, 2000)
@@ -88,7 +88,7 @@ class Attempt:
     (``None`` when the run diverged), ``rounds`` the federation waited (chains in parallel),
     ``chain_rounds`` paid by all chains together (warm-up included), ``bits`` sent both ways (all
     chains), ``seconds`` of wall time, ``note`` (e.g. why there are no samples); ``capped``: the
-    run stopped at a cost cap (larger budgets would cost more: the search stops)."""
+    run stopped at a cost cap."""
 
     budget: int
     samples: np.ndarray | None
@@ -225,8 +225,9 @@ def measure(post, sampler: str, budgets: Budgets = Budgets(),
     """The row of ``sampler`` (a key of :data:`SAMPLERS`) on ``post`` (a
     :class:`~fedlangevin.experiments.posteriordb.Posterior`): its grid from the smallest budget up
     until a run passes, then the largest budget's run (reused when it was the one that passed)
-    for the headline figures; a run stopped at a cost cap ends the search and is the headline.
-    ``progress`` gets a line per run."""
+    for the headline figures. A run stopped at a cost cap fails; the search goes on (a larger
+    budget can cost fewer rounds: NUTS's longer warm-up adapts a mass matrix that shortens its
+    trees). ``progress`` gets a line per run."""
     if sampler not in SAMPLERS:
         raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}; got {sampler!r}")
     if not isinstance(budgets, Budgets):
@@ -244,9 +245,7 @@ def measure(post, sampler: str, budgets: Budgets = Budgets(),
         if ok:
             reach = last.rounds
             break
-        if last.capped:  # a larger budget would cost more
-            break
-    headline = last if last.budget == grid[-1] or last.capped else spec.run(post, grid[-1], budgets)
+    headline = last if last.budget == grid[-1] else spec.run(post, grid[-1], budgets)
     if headline is not last:
         tried.append((grid[-1], headline.rounds, _passes(post, headline)))
         if progress is not None:
@@ -325,6 +324,16 @@ def write_json(rows: list[RoundsRow], path, *, budgets: Budgets, seconds: float,
            "rows": [{k: clean(v) for k, v in asdict(r).items()} for r in rows]}
     with open(path, "w") as f:
         json.dump(out, f, indent=1)
+
+
+def merge_rows(*runs: list[RoundsRow]) -> list[RoundsRow]:
+    """The rows of several runs as one list: a (posterior, sampler) row of a later run replaces the
+    same row of an earlier one, in place; new rows are appended."""
+    merged: dict[tuple[str, str], RoundsRow] = {}
+    for rows in runs:
+        for r in rows:
+            merged[(r.posterior, r.sampler)] = r
+    return list(merged.values())
 
 
 def read_rows(path) -> tuple[list[RoundsRow], Budgets]:

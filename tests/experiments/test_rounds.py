@@ -218,15 +218,35 @@ def test_docs_rounds_python_blocks_run():
     assert "fald_map" not in rd.SAMPLERS
 
 
-def test_a_nuts_run_over_the_cap_ends_the_search_and_says_so():
-    """nuts_max_rounds stops a run at exactly that many rounds (all chains together); larger budgets
-    would cost more, so none is tried, and the capped run is the row."""
+def test_a_nuts_run_over_the_cap_fails_and_says_so():
+    """nuts_max_rounds stops a run at exactly that many rounds (all chains together); it fails and the
+    search goes on (a larger budget can cost fewer rounds), the largest budget's capped run is the row."""
     problem = fl.problems.GaussianSimulation(num_clients=3, alpha=1.0, seed=0)
     post = Posterior("g", problem, ["a", "b"], lambda a: a, lambda a: a, np.zeros((10, 2)), None)
     budgets = rd.Budgets(nuts_chains=2, nuts_iterations=(16, 32, 64), nuts_max_rounds=25)
     lines = []
     row = rd.measure(post, "nuts", budgets, progress=lines.append)
-    assert [t[0] for t in row.tried] == [16] and len(lines) == 1 and not row.passes
+    assert [t[0] for t in row.tried] == [16, 32, 64] and len(lines) == 3 and not row.passes
     assert row.chain_rounds == 25 and row.bits == 25 * 3 * (2 * 2 + 1) * 64
     assert row.note.startswith("stopped at the cap of 25 rounds") and math.isnan(row.ess_per_round)
     assert "| not within 64 iterations | stopped at the cap of 25 rounds" in rd.table([row], budgets)
+
+
+def test_merged_runs_replace_rows_in_place(tmp_path, capsys):
+    first = [_row("a", "FA-LD defaults", 0.02), _row("a", "federated NUTS", 0.01), _row("b", "FA-LD defaults", 0.03)]
+    second = [_row("a", "federated NUTS", 0.04), _row("c", "federated NUTS", 0.05)]
+    merged = rd.merge_rows(first, second)
+    assert [(r.posterior, r.sampler, r.ess_per_round) for r in merged] == [
+        ("a", "FA-LD defaults", 0.02), ("a", "federated NUTS", 0.04), ("b", "FA-LD defaults", 0.03),
+        ("c", "federated NUTS", 0.05)]
+    for name, rows, command in (("1.json", first, "run one"), ("2.json", second, "run two")):
+        rd.write_json(rows, tmp_path / name, budgets=rd.Budgets(), seconds=10.0, command=command)
+    assert _bench().main(["--from-json", str(tmp_path / "1.json"), str(tmp_path / "2.json"), "--figure",
+                          str(tmp_path / "f.png"), "--json", str(tmp_path / "m.json")]) == 0
+    assert "| a | 0.02 | 0.04 | 0.5 | not met | 500 | met |" in capsys.readouterr().out
+    data = json.loads((tmp_path / "m.json").read_text())
+    assert data["command"] == "run one && run two" and data["seconds"] == 20.0 and len(data["rows"]) == 4
+    rd.write_json(second, tmp_path / "3.json", budgets=rd.Budgets(fald_chains=8), seconds=1.0, command="x")
+    with pytest.raises(SystemExit, match="different settings"):
+        _bench().main(["--from-json", str(tmp_path / "1.json"), str(tmp_path / "3.json"), "--figure",
+                       str(tmp_path / "f.png")])
