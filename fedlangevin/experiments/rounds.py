@@ -304,6 +304,8 @@ def summary_table(rows: list[RoundsRow], fald: str = "FA-LD defaults", nuts: str
         ratio = f.ess_per_round / n.ess_per_round if n.ess_per_round > 0 else math.nan
         # an ESS of draws that fail the acceptance (chains far from the bulk) counts for nothing
         met1 = ("met" if ratio >= 1 else "not met") if f.passes else "not met (fails the acceptance)"
+        if f.passes and not math.isfinite(n.ess_per_round):
+            met1 = f"no NUTS figure ({n.note})"
         reach = f.rounds_to_accept
         met2 = "met" if reach is not None and reach <= max_rounds else "not met"
         lines.append(f"| {name} | {f.ess_per_round:.2g} | {n.ess_per_round:.2g} | {ratio:.2g} | {met1} | "
@@ -381,7 +383,9 @@ def figure(rows: list[RoundsRow], path) -> None:
     ax.set_ylabel("min bulk ESS per chain-round\n(NUTS: per gradient; warm-up included)")
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels([n.split("-")[0] for n in names], rotation=40, ha="right")
-    ax.legend(fontsize=8, title="hatched: fails the acceptance", title_fontsize=8)
+    ax.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(labels), frameon=False,
+              title="hatched: the run fails the acceptance; x: no draws (diverged, or stopped at the cost cap)",
+              title_fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -127,13 +127,15 @@ def test_summary_marks_the_targets_per_posterior():
             _row("b", "FA-LD defaults", 0.5, passes=False, reach=None), _row("b", "federated NUTS", 0.01),
             _row("c", "FA-LD defaults", 0.005, reach=2000), _row("c", "federated NUTS", 0.01),
             _row("d", "FA-LD defaults", math.nan, passes=False, reach=None, note="diverged in round 3"),
-            _row("d", "federated NUTS", 0.01)]
+            _row("d", "federated NUTS", 0.01),
+            _row("e", "FA-LD defaults", 0.02), _row("e", "federated NUTS", math.nan, False, None, "stopped at the cap")]
     lines = rd.summary_table(rows).splitlines()[2:]
     assert lines[0].endswith("| 2 | met | 500 | met |")
     # a high ESS of wrong draws counts for nothing
     assert "| not met (fails the acceptance) | - | not met |" in lines[1]
     assert lines[2].endswith("| 0.5 | not met | 2,000 | met |")
     assert "not met (fails the acceptance)" in lines[3] and lines[3].endswith("| - | not met |")
+    assert lines[4].endswith("| no NUTS figure (stopped at the cap) | 500 | met |")
     assert rd.table(rows).count("\n") == 1 + len(rows)
 
 
