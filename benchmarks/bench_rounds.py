@@ -11,8 +11,8 @@ NUTS 1,000 warm-up + 1,000 draws per chain): the acceptance figures, min bulk ES
 chain-round (warm-up included; NUTS: per gradient), bits sent, wall time. Prints a progress line
 per run, the table and the targets' table; writes the rows as JSON and one figure.
 
-    python benchmarks/bench_rounds.py                                  # everything (about 1-2 h on 2 loaded cores)
-    python benchmarks/bench_rounds.py --quick                          # a smoke run: 2 posteriors, tiny budgets
+    python benchmarks/bench_rounds.py                                  # everything (97 min on 2 loaded cores, 95 % NUTS)
+    python benchmarks/bench_rounds.py --quick                          # a smoke run: 2 posteriors, tiny budgets (30 s)
     python benchmarks/bench_rounds.py --posteriors kidiq-kidscore_momhsiq breast_cancer-logistic
     python benchmarks/bench_rounds.py --samplers fald                  # FA-LD rows only
     python benchmarks/bench_rounds.py --from-json docs/img/rounds.json # redraw the table and figure

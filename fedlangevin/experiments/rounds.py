@@ -305,10 +305,11 @@ def summary_table(rows: list[RoundsRow], fald: str = "FA-LD defaults", nuts: str
         # an ESS of draws that fail the acceptance (chains far from the bulk) counts for nothing
         met1 = ("met" if ratio >= 1 else "not met") if f.passes else "not met (fails the acceptance)"
         if f.passes and not math.isfinite(n.ess_per_round):
-            met1 = f"no NUTS figure ({n.note})"
+            met1 = f"no NUTS figure: {n.note}"
         reach = f.rounds_to_accept
         met2 = "met" if reach is not None and reach <= max_rounds else "not met"
-        lines.append(f"| {name} | {f.ess_per_round:.2g} | {n.ess_per_round:.2g} | {ratio:.2g} | {met1} | "
+        cells = [f"{v:.2g}" if math.isfinite(v) else "-" for v in (f.ess_per_round, n.ess_per_round, ratio)]
+        lines.append(f"| {name} | {' | '.join(cells)} | {met1} | "
                      f"{'-' if reach is None else f'{reach:,}'} | {met2} |")
     return "\n".join(lines)
 
@@ -378,11 +379,13 @@ def figure(rows: list[RoundsRow], path) -> None:
                 ax.plot([x], [floor], "x", color=f"C{i}", ms=8)
                 continue
             ax.bar(x, r.ess_per_round, width, color=f"C{i}", hatch=None if r.passes else "//", edgecolor="k",
-                   linewidth=0.5, label=lab if j == 0 or lab not in ax.get_legend_handles_labels()[1] else None)
+                   linewidth=0.5)
     ax.set_yscale("log")
     ax.set_ylabel("min bulk ESS per chain-round\n(NUTS: per gradient; warm-up included)")
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels([n.split("-")[0] for n in names], rotation=40, ha="right")
+    for i, lab in enumerate(labels):  # one legend entry per sampler, whether or not it has a bar
+        ax.bar([0], [np.nan], width, color=f"C{i}", edgecolor="k", linewidth=0.5, label=lab)
     ax.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(labels), frameon=False,
               title="hatched: the run fails the acceptance; x: no draws (diverged, or stopped at the cost cap)",
               title_fontsize=8)

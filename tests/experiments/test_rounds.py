@@ -135,7 +135,8 @@ def test_summary_marks_the_targets_per_posterior():
     assert "| not met (fails the acceptance) | - | not met |" in lines[1]
     assert lines[2].endswith("| 0.5 | not met | 2,000 | met |")
     assert "not met (fails the acceptance)" in lines[3] and lines[3].endswith("| - | not met |")
-    assert lines[4].endswith("| no NUTS figure (stopped at the cap) | 500 | met |")
+    assert lines[4].endswith("| 0.02 | - | - | no NUTS figure: stopped at the cap | 500 | met |")
+    assert lines[3].startswith("| d | - | 0.01 | - | not met (fails the acceptance)")
     assert rd.table(rows).count("\n") == 1 + len(rows)
 
 
