@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from fedlangevin._validation import check_int
+from fedlangevin._validation import check_bool, check_int
 
 __all__ = [
     "Attempt", "Budgets", "QUICK", "RoundsRow", "SAMPLERS", "SamplerSpec", "available", "figure", "load_posterior",
@@ -70,6 +70,7 @@ class Budgets:
         check_int("seed", self.seed, 0, 2**32 - 1 - self.nuts_chains)
         if self.nuts_max_rounds is not None:
             check_int("nuts_max_rounds", self.nuts_max_rounds, 1)
+        check_bool("nuts_dense_mass", self.nuts_dense_mass)
         for name, low in (("fald_rounds", 2), ("nuts_iterations", 8)):  # >= 4 draws per chain for the split ESS
             grid = getattr(self, name)
             if not isinstance(grid, tuple) or not grid:

@@ -165,6 +165,7 @@ def test_figure_is_written(tmp_path):
     (dict(fald_rounds=()), "fald_rounds must be a non-empty tuple"), (dict(fald_rounds=[100]), "fald_rounds"),
     (dict(fald_rounds=(1,)), "fald_rounds"), (dict(nuts_iterations=(4,)), "nuts_iterations"),
     (dict(seed=-1), "seed"), (dict(fald_rounds=(float("nan"),)), "fald_rounds"),
+    (dict(nuts_max_rounds=0), "nuts_max_rounds"), (dict(nuts_dense_mass="yes"), "nuts_dense_mass"),
 ])
 def test_bad_budgets_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
