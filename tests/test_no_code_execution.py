@@ -4,7 +4,7 @@ A pickle is planted in every file type fedlangevin reads: the checkpoints of bot
 (FA-LD's and the runner's fedlangevin.fald.io.checkpoint, the Flower server's, which is the
 runner's, read by a restarted server, and the Flower trace file), ``<path>.prev``, ``<path>.problem``, a sample store's ``meta.json`` and data files
 (read by ``open_store`` and by a resumed run), ``.npy`` / ``.npz`` given to ``fedlangevin
-diagnose``, and the data sets' ``.npz`` and IDX files. Unpickling the planted object creates a
+diagnose``, the data sets' ``.npz`` and IDX files, and the logistic regression's reference draws. Unpickling the planted object creates a
 marker file; each case checks that a clear error (the module's own error class, or the CLI's
 one line and exit status 2) is raised and that the marker does not exist.
 
@@ -25,6 +25,7 @@ import torch
 
 import fedlangevin as fl
 from fedlangevin import data as fd
+from fedlangevin.experiments.logistic_posterior import read_reference
 from fedlangevin.fald.io.checkpoint import _HEADER, MAGIC, CheckpointError
 from fedlangevin.fald.io.store import StoreError
 from fedlangevin.flower import load_trace
@@ -165,6 +166,8 @@ def _cases():
         "data set .npz": (lambda f, m: np.savez(f / "d.npz", x_train=_object_array(m), y_train=np.zeros(4),
                                                  x_test=_object_array(m), y_test=np.zeros(4)),
                           lambda f, c: fd.load_dataset(str(f / "d.npz")), ValueError, "d.npz"),
+        "logistic reference .npz": (lambda f, m: np.savez(f / "ref.npz", draws=_object_array(m), info=np.array("{}")),
+                                    lambda f, c: read_reference(f / "ref.npz"), ValueError, "ref.npz"),
         "data set IDX folder": (lambda f, m: [_plant(f / "mnist" / n, pickle.dumps(Planted(m))) for n in (
             "train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")],
                                 lambda f, c: fd.load_dataset(str(f / "mnist")), ValueError, "not an IDX file"),

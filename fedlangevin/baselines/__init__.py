@@ -6,6 +6,6 @@ communication counted the same way.
   evaluation. Not private: a yardstick, not a product feature (``docs/baselines.md``).
 """
 
-from fedlangevin.baselines.nuts import NUTSResult, RoundCounter, federated_nuts
+from fedlangevin.baselines.nuts import NUTSResult, RoundCounter, RoundLimitError, federated_nuts
 
-__all__ = ["NUTSResult", "RoundCounter", "federated_nuts"]
+__all__ = ["NUTSResult", "RoundCounter", "RoundLimitError", "federated_nuts"]

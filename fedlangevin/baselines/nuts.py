@@ -36,7 +36,16 @@ import torch
 
 from fedlangevin._validation import check_bool, check_init, check_int, check_real
 
-__all__ = ["NUTSResult", "RoundCounter", "federated_nuts"]
+__all__ = ["NUTSResult", "RoundCounter", "RoundLimitError", "federated_nuts"]
+
+
+class RoundLimitError(RuntimeError):
+    """A run reached its ``max_rounds`` (:func:`federated_nuts`): ``rounds`` made by all chains
+    together when it stopped, ``chain`` the chain that was running, ``seconds`` of wall time."""
+
+    def __init__(self, rounds: int, chain: int, seconds: float) -> None:
+        super().__init__(f"federated NUTS stopped at max_rounds = {rounds:,} rounds (in chain {chain})")
+        self.rounds, self.chain, self.seconds = rounds, chain, seconds
 
 
 class RoundCounter:
@@ -67,6 +76,8 @@ class RoundCounter:
         self.num_clients, self.dim = int(self.problem.num_clients), int(self.problem.dim)
         self.weights = self.problem.weights.to(torch.float64)
         self.rounds = 0
+        #: :meth:`query` refuses a round beyond this many (``None``: no limit), raising ``_Limit``
+        self.limit: int | None = None
 
     @property
     def floats_down(self) -> int:
@@ -78,6 +89,8 @@ class RoundCounter:
 
     def query(self, theta: torch.Tensor) -> tuple[float, torch.Tensor]:
         """One round at theta (d,): (f(theta), grad f(theta) (d,)), float64."""
+        if self.limit is not None and self.rounds >= self.limit:
+            raise _Limit
         self.rounds += 1
         theta = theta.detach().to(torch.float64).reshape(self.dim)
         grads = self.problem.grad(theta.expand(1, self.num_clients, self.dim).clone())[0]  # (N, d): grad f^c
@@ -87,6 +100,10 @@ class RoundCounter:
         """f(theta) as a differentiable scalar (autograd gets grad f from the same round): what
         Pyro's ``potential_fn`` calls; one round per call, whether or not the gradient is used."""
         return _Round.apply(theta, self)
+
+
+class _Limit(Exception):
+    """Raised inside Pyro's run by a counter at its limit (federated_nuts turns it into RoundLimitError)."""
 
 
 class _Round(torch.autograd.Function):
@@ -155,6 +172,7 @@ def federated_nuts(
     dense_mass: bool = False,
     target_accept: float = 0.8,
     max_tree_depth: int = 10,
+    max_rounds: int | None = None,
 ) -> NUTSResult:
     """Run federated NUTS on ``problem`` (a :class:`~fedlangevin.problems.FederatedProblem` with
     an energy; see the module docstring: a non-private benchmark baseline) and count its rounds.
@@ -169,6 +187,9 @@ def federated_nuts(
     dense_mass : adapt a dense mass matrix (True) or a diagonal one (False).
     target_accept : the acceptance probability the step-size adaptation aims at, in (0, 1).
     max_tree_depth : the largest tree depth (>= 1): at most 2**max_tree_depth - 1 rounds per draw.
+    max_rounds : None (no limit), or the most rounds all chains together may make (>= 1): the run
+        stops at the round that would exceed it with :class:`RoundLimitError` (a benchmark's cost
+        cap: where NUTS's trees saturate, a run costs up to 2**max_tree_depth - 1 rounds per draw).
 
     Every bad argument is a ValueError naming it, raised before any round.
     """
@@ -180,6 +201,7 @@ def federated_nuts(
     dense_mass = check_bool("dense_mass", dense_mass)
     target_accept = check_real("target_accept", target_accept, low=0.0, high=1.0, low_open=True, high_open=True)
     max_tree_depth = check_int("max_tree_depth", max_tree_depth, 1, 30)
+    counter.limit = None if max_rounds is None else check_int("max_rounds", max_rounds, 1)
     starts = check_init(init, chains, counter.dim, torch.float64, "cpu")
 
     import pyro
@@ -202,7 +224,10 @@ def federated_nuts(
                               target_accept_prob=target_accept, max_tree_depth=max_tree_depth)
                 mcmc = MCMC(kernel, num_samples=draws, warmup_steps=warmup, initial_params={"theta": starts[r]},
                             hook_fn=hook, disable_progbar=True)
-                mcmc.run()
+                try:
+                    mcmc.run()
+                except _Limit:
+                    raise RoundLimitError(counter.rounds, r, time.perf_counter() - start) from None
                 samples.append(mcmc.get_samples()["theta"].detach().numpy().reshape(draws, counter.dim))
                 rounds.append(counter.rounds - before)
                 warm.append(marks[0] - before)

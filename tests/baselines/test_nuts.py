@@ -14,7 +14,7 @@ import fedlangevin as fl
 from fedlangevin.problems.base import FederatedProblem
 
 pytest.importorskip("pyro")
-from fedlangevin.baselines import NUTSResult, RoundCounter, federated_nuts  # noqa: E402
+from fedlangevin.baselines import NUTSResult, RoundCounter, RoundLimitError, federated_nuts  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -138,6 +138,21 @@ def test_the_same_seed_gives_the_same_draws_and_the_global_generators_are_restor
     assert a.rounds_per_chain == b.rounds_per_chain
 
 
+def test_max_rounds_stops_the_run_at_exactly_that_many_rounds():
+    """A cost cap: with max_rounds below what the run needs, the clients answer exactly max_rounds
+    queries and the run stops with RoundLimitError naming the chain; a cap the run stays under
+    changes nothing (same draws, same rounds)."""
+    free = federated_nuts(_gaussian(), chains=2, draws=10, warmup=10, seed=1)
+    problem = Counting(_gaussian())
+    cap = free.rounds_per_chain[0] + 3  # inside the second chain
+    with pytest.raises(RoundLimitError, match=f"max_rounds = {cap:,} rounds \\(in chain 1\\)") as err:
+        federated_nuts(problem, chains=2, draws=10, warmup=10, seed=1, max_rounds=cap)
+    assert err.value.rounds == cap == len(problem.grads) and err.value.chain == 1 and err.value.seconds > 0
+    capped = federated_nuts(_gaussian(), chains=2, draws=10, warmup=10, seed=1, max_rounds=free.rounds)
+    np.testing.assert_array_equal(capped.samples, free.samples)
+    assert capped.rounds_per_chain == free.rounds_per_chain
+
+
 def test_round_counter_sums_the_clients_answers():
     problem = _gaussian()
     counter = RoundCounter(problem)
@@ -163,6 +178,8 @@ def test_round_counter_sums_the_clients_answers():
     ({"target_accept": 0.0}, "target_accept must be a finite real number in"),
     ({"target_accept": math.nan}, "target_accept must be a finite real number"),
     ({"max_tree_depth": 0}, "max_tree_depth must be an integer"),
+    ({"max_rounds": 0}, "max_rounds must be an integer"),
+    ({"max_rounds": math.nan}, "max_rounds must be an integer"),
     ({"dense_mass": "yes"}, "dense_mass"),
     ({"init": [0.0, 0.0, 0.0]}, r"init must have shape \(d,\) = \(2,\)"),
     ({"init": [math.nan, 0.0]}, "init must be finite"),
