@@ -47,7 +47,8 @@ the run's seed and the window, never from the sampler's stream.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -58,6 +59,9 @@ from fedlangevin.fald.core.preconditioning import (
 )
 from fedlangevin.fald.warmup.acceptance import (
     AutoStep, DualAveraging, da_final, da_init, da_update, energy_function, log_acceptance, matrix_growth, mean_acceptance,
+)
+from fedlangevin.fald.warmup.approach import (
+    ARRIVED, PIECE, Approach, approach_init, approach_update, arrived, newton_statistic, straggler_excess,
 )
 from fedlangevin.fald.warmup.iterates import GROWTH, Across, Scatter, public_curvature, step_from_spread
 from fedlangevin.fald.core.schedules import AdaptedSteps, as_schedule, round_step_sizes, step_sizes
@@ -183,6 +187,9 @@ class Adapter:
         self.dual: DualAveraging | None = None  # the acceptance rule's state
         self.last: torch.Tensor | None = None  # the iterates the next round starts from (R, d)
         self._at_last = None  # (U, grad U) there: what the clients sent with it
+        self.approach: Approach | None = None  # the approach in progress (fedlangevin.fald.warmup.approach)
+        self.arrived: int | None = None  # the warm-up round at which it ended
+        self.reset: torch.Tensor | None = None  # where a rejected approach round puts the chains back (R, d)
         self.floats_up = 0.0  # the acceptance rule's uploads not yet in the ledger (per chain)
 
     @property
@@ -202,7 +209,10 @@ class Adapter:
                 self.step_size = SAFETY / self.lambda0
                 self.estimates += 1
             return self.step_size
-        if self.adapt_matrix and self.dense and self.matrix_updates == 0 and self.done == 0:
+        fresh = self.matrix_updates == 0 and self.done == 0
+        if self.rule == "acceptance" and self.adapt_matrix and self.dense and fresh and self.arrived is None:
+            return self._begin_approach(theta)
+        if self.adapt_matrix and self.dense and fresh:
             laplace = self._laplace(theta)
             self.preconditioner = self.preconditioner if laplace is None else laplace
         if self.fixed_step is None:
@@ -216,6 +226,10 @@ class Adapter:
         """Take the global iterates (R, d) after warm-up round ``done + 1``; returns True when M
         or eta changed (the runner then rebuilds its kernel)."""
         x = theta.detach().to(device="cpu", dtype=torch.float64)
+        if self.approach is not None:
+            self.done += 1
+            self._approach(x)
+            return True
         window = self._window(self.done)
         self.done += 1
         if self.rule == "acceptance":
@@ -240,10 +254,12 @@ class Adapter:
             self.across = Across.empty(self.dim, self.dense)
         if self.rule == "acceptance":
             slow = [w.start for w in self.windows if w.slow]
-            approach = (window is not None and not window.slow and self.adapt_matrix and self.dense
-                        and slow and self.done <= slow[0])  # the init buffer: a Laplace M where the chains are
-            if approach and (m := self._laplace(theta, absolute=True)) is not None:  # the chains are still on their way
-                self._replace_matrix(m)
+            buffer = (window is not None and not window.slow and self.adapt_matrix and self.dense
+                      and slow and self.done <= slow[0])  # the init buffer: a Laplace M where the chains are
+            if buffer:  # the chains may still move: stragglers restart, a Laplace M where the chains are
+                self._restart_stragglers()
+                if (m := self._laplace(self.last, absolute=True)) is not None:
+                    self._replace_matrix(m)
             if self.finished:
                 self.step_size = da_final(self.dual)
         elif self.fixed_step is None and self.privacy is None:
@@ -254,6 +270,84 @@ class Adapter:
             self.step_size = min(eta, GROWTH * self.step_size)
             self.estimates += 1
         return True
+
+    # -- the approach (fedlangevin.fald.warmup.approach) -----------------------------------------
+    def _begin_approach(self, theta: torch.Tensor) -> float:
+        """M = |H|^-1 at the start, eta = 5 SAFETY / lambda_max(M H) capped at the approach's STEP;
+        Stan's windows wait until the chains have arrived."""
+        laplace = self._laplace(theta, absolute=True)
+        self.preconditioner = self.preconditioner if laplace is None else laplace
+        self._estimate(theta)
+        self.last = theta.detach().to(device="cpu", dtype=torch.float64).clone()
+        self._at_last = self._evaluate(self.last)
+        self.approach = approach_init(5 * self.step_size, self._at_last[0])
+        self.step_size = self.approach.step
+        self.windows = [Window(0, self.warmup, False)]
+        return self.step_size
+
+    def _approach(self, x: torch.Tensor) -> None:
+        """A round of the approach: the energy guard (a rejected round sets :attr:`reset`) and the
+        Newton statistic from the energies and gradients the clients returned at ``x``; every PIECE
+        rounds a Laplace M where the chains are."""
+        if self.last is None or self.last.shape != x.shape:  # chains dropped: the guard starts again
+            self.last, self._at_last = x.clone(), self._evaluate(x)
+            self.approach = approach_init(self.approach.step, self._at_last[0])
+        here = self._evaluate(x)
+        matrix = preconditioner_matrix(self.preconditioner, self.dim)
+        state = approach_update(self.approach, here[0], newton_statistic(here[1], matrix, self.temperature))
+        if state.rejected:  # the chains go back to where the round started
+            self.reset, x, here = self.last.clone(), self.last, self._at_last
+        else:
+            self.last, self._at_last = x.clone(), here
+        if arrived(state, self.warmup):
+            self._arrive(x, here, state)
+            return
+        self.approach, self.step_size = state, state.step
+        if state.rounds % PIECE == 0 and (m := self._laplace(x, absolute=True)) is not None:
+            self.preconditioner = m
+
+    def _arrive(self, x: torch.Tensor, here, state: Approach) -> None:
+        """End the approach at round ``done``: Stan's windows over the rest of the warm-up, a Laplace
+        M at the arrival, dual averaging from the approach's last step."""
+        self.approach, self.arrived = None, self.done
+        self.windows = self._laid_out(self.done)
+        if state.statistic > ARRIVED:
+            warnings.warn(f"step_size='auto': after {self.done} warm-up rounds the chains had not reached the bulk "
+                          f"(Newton statistic {state.statistic:.3g}; about 1 in the typical set); the rest of the warm-up "
+                          "adapts from there. A longer warm-up (run(rounds, warmup=...)) or init='map' may help",
+                          RuntimeWarning, stacklevel=2)
+        self.last, self._at_last = x.clone(), here
+        self._restart_stragglers()
+        if (m := self._laplace(self.last, absolute=True)) is not None:
+            self.preconditioner = m
+        self.step_size = state.step
+        self.dual = da_init(self.step_size)
+
+    def _restart_stragglers(self) -> None:
+        """Chains whose energy (at :attr:`last`) exceeds the median by more than :func:`straggler_excess`
+        (or is not finite) restart at the place of another chain, drawn from those that did not (seeded
+        by the run's seed and the round); sets :attr:`reset`. A warm-up's draws are discarded, so a
+        restart biases nothing; it copies a chain that has arrived over one left far behind (mesquite
+        from zeros: one chain 200 posterior sds out in a flat direction, where the slow window's M
+        would have been the covariance of that one chain's distance to the others)."""
+        if self._at_last is None:  # resumed without the energies: nothing to compare
+            return
+        u, g = self._at_last
+        excess = u - u[torch.isfinite(u)].median() if bool(torch.isfinite(u).any()) else u
+        far = ~(excess <= straggler_excess(self.dim, self.temperature))  # NaN counts as far
+        if not bool(far.any()) or bool(far.all()):
+            return
+        gen = torch.Generator().manual_seed((self.seed * 1_000_003 + 7919 * self.done + 17) % 2**63)
+        good = torch.nonzero(~far).reshape(-1)
+        source = torch.arange(u.shape[0])
+        source[far] = good[torch.randint(len(good), (int(far.sum()),), generator=gen)]
+        self.last, self._at_last = self.last[source].clone(), (u[source].clone(), g[source].clone())
+        self.reset = self.last.clone()
+
+    def _laid_out(self, arrived: int) -> list[Window]:
+        """The approach's rounds [0, arrived) as one fast window, then Stan's windows over the rest."""
+        rest = warmup_windows(self.warmup - arrived)
+        return [Window(0, arrived, False)] + [Window(arrived + w.start, arrived + w.end, w.slow) for w in rest]
 
     def _replace_matrix(self, new) -> None:
         """M <- ``new``; under the acceptance rule dual averaging restarts (Stan), from its averaged
@@ -270,6 +364,8 @@ class Adapter:
         region far from the mode still gets each direction's scale)."""
         x = theta.detach().to(dtype=torch.float64)
         hess = mean_hessian(self.problem.to(device=x.device), x).cpu()
+        # each client returns its Hessian summed over the chains with the round's upload (counted per chain)
+        self.floats_up += self.problem.num_clients * self.dim * (self.dim + 1) / 2 / x.shape[0]
         eig, vec = torch.linalg.eigh(hess)
         if absolute and bool(torch.isfinite(eig).all()) and float(eig.abs().max()) > 0:
             eig = eig.abs().clamp_min(1e-12 * float(eig.abs().max()))
@@ -329,7 +425,9 @@ class Adapter:
             "preconditioner": preconditioner_record(self.preconditioner), "count": self.count,
             "mean": self.pooled.mean.tolist(), "m2": self.pooled.m2.tolist(),
             **({} if self.privacy is None else {"temperature": self.temperature, "across": self.across.record()}),
-            **({} if self.rule != "acceptance" else {"target": self.target, "dual": self.dual.record(),
+            **({} if self.rule != "acceptance" else {"target": self.target, "arrived": self.arrived,
+                                                     "approach": None if self.approach is None else self.approach.record(),
+                                                     "dual": None if self.dual is None else self.dual.record(),
                                                      "last": self.last, "temperature": self.temperature,
                                                      "at_last": None if self._at_last is None else list(self._at_last)}),
         }
@@ -344,7 +442,13 @@ class Adapter:
                   dense_max_dim=problem.dim if rec["dense"] else problem.dim - 1, privacy=privacy,
                   temperature=rec.get("temperature", 1.0), target=rec.get("target"))
         if new.rule == "acceptance":
-            new.dual = DualAveraging.from_record(rec["dual"])
+            new.dual = None if rec["dual"] is None else DualAveraging.from_record(rec["dual"])
+            new.arrived = rec.get("arrived")
+            new.approach = None if rec.get("approach") is None else Approach.from_record(rec["approach"])
+            if new.approach is not None:
+                new.windows = [Window(0, new.warmup, False)]
+            elif new.arrived is not None:
+                new.windows = new._laid_out(new.arrived)
             new.last = None if rec.get("last") is None else torch.as_tensor(rec["last"], dtype=torch.float64).clone()
             if rec.get("at_last") is not None:
                 new._at_last = tuple(torch.as_tensor(t, dtype=torch.float64).clone() for t in rec["at_last"])
@@ -491,5 +595,8 @@ def observe(sampler, run, theta) -> None:
     adapter = sampler.adapter
     if adapter.observe(theta):
         install(sampler, adapter, run)
+    if adapter.reset is not None:  # a rejected approach round: the chains go back
+        sampler.state = replace(sampler.state, theta=adapter.reset.to(device=theta.device, dtype=theta.dtype).clone())
+        adapter.reset = None
     if adapter.finished:
         sampler.adapter, sampler.adapted = None, True

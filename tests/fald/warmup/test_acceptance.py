@@ -12,6 +12,7 @@ from scipy import integrate, stats
 
 import fedlangevin as fl
 from fedlangevin.fald.core.preconditioning import as_preconditioner
+from fedlangevin.fald.warmup.curvature import mean_hessian
 from fedlangevin.fald.warmup.acceptance import (
     AutoStep, da_final, da_init, da_update, excess_step, gaussian_acceptance, log_acceptance, matrix_growth,
     mean_acceptance, resolve_target,
@@ -125,7 +126,11 @@ def _gaussian_problem(d=4, n=3):
     return QuadraticProblem(a, b, torch.full((n,), 1 / n, dtype=torch.float64))
 
 
-def test_the_rule_lands_on_its_target_and_counts_what_the_clients_send():
+def test_the_rule_lands_on_its_target_and_counts_what_the_clients_send(monkeypatch):
+    from fedlangevin.fald.warmup import adaptation
+
+    hessians = []  # every Laplace M: each client returns its Hessian with the round's upload
+    monkeypatch.setattr(adaptation, "mean_hessian", lambda p, x: hessians.append(x.shape[0]) or mean_hessian(p, x))
     problem = _gaussian_problem()
     sampler = fl.FALD(problem, chains=16, seed=1)
     trace = sampler.run(800, thin=1, progress=False)
@@ -143,8 +148,11 @@ def test_the_rule_lands_on_its_target_and_counts_what_the_clients_send():
     assert mean_acceptance(la) == pytest.approx(target, abs=0.02)
     comm = trace.communication
     n, d = problem.num_clients, problem.dim
-    # warm-up: 400 rounds, each with (U, grad U) of every client at the new iterate, plus the start
-    assert comm.floats_up == pytest.approx(comm.uploads * d + 401 * n * (d + 1))
+    # warm-up: 400 rounds, each with (U, grad U) of every client at the new iterate, plus the start,
+    # and the Laplace M's Hessians (d (d + 1) / 2 floats per client, summed over the chains: counted per chain)
+    assert len(hessians) >= 2  # at the start and at the approach's end
+    assert comm.floats_up == pytest.approx(comm.uploads * d + 401 * n * (d + 1)
+                                           + sum(n * d * (d + 1) / 2 / r for r in hessians))
 
 
 def test_the_warm_up_reaches_the_bulk_from_zeros_on_a_posterior_whose_mode_is_far():
