@@ -25,7 +25,7 @@ import torch
 from fedlangevin._validation import check_bool, check_device, check_path
 from fedlangevin.fald.io import checkpoint as ckpt
 from fedlangevin.fald.corrections import drift
-from fedlangevin.fald.warmup import adaptation
+from fedlangevin.fald.warmup import session
 from fedlangevin.fald.core.participation import Participation, as_participation
 from fedlangevin.fald.core.preconditioning import preconditioner_from_record, preconditioner_record
 from fedlangevin.fald.io.records import RECORD_KIND, RECORD_VERSION, RUNNER_KIND, RUNNER_VERSION, check_fald_record, check_runner_record
@@ -397,7 +397,7 @@ def resume_sampler(cls, path, *, problem=None, step_size=None, participation=Non
         if isinstance(entry, dict) and entry.get("kind") == "user":  # the user's own class: given again, and checked
             preconditioner_from_record(entry, preconditioner)
     with reading(used, values=True):
-        adaptation.restore(sampler, stored, settings, preconditioner)
+        session.restore(sampler, stored, settings, preconditioner)
     main = main_path(used)
     sampler._writer.resumed(record, main)
     sampler._pending = pending_run(sampler, record["run"], main, used, transport)

@@ -29,7 +29,7 @@ from fedlangevin._validation import (
 from fedlangevin.fald.runner import resume as rs
 from fedlangevin.fald.corrections import drift
 from fedlangevin.fald.runner import loop
-from fedlangevin.fald.warmup import adaptation
+from fedlangevin.fald.warmup import session
 from fedlangevin.fald.contracts import TRANSPORT, UPLOAD_CODEC, check_conforms
 from fedlangevin.fald.core.engine import build
 from fedlangevin.fald.core.streams import build_per_client
@@ -116,7 +116,7 @@ class FALD(Runner):
     """
 
     # The state FA-LD adds to the runner's (declared in fedlangevin.fald.runner.base.Runner), all here:
-    # set in __init__, the warm-up's by adaptation.configure / install / observe, the correction's by
+    # set in __init__, the warm-up's by session.configure / install / observe, the correction's by
     # drift.configure.
     correlation: float                 #: rho (eq. 14)
     participation: Participation       #: Full, SchemeI or SchemeII
@@ -172,7 +172,7 @@ class FALD(Runner):
         weights = check_weights(problem.weights, problem.num_clients)
         self.participation.validate(weights)
         self.batch_size = problem.check_batch_size(batch_size)
-        adaptation.configure(self, problem, step_size, check_optional_bool("adapt", adapt), preconditioner, upload, streams)
+        session.configure(self, problem, step_size, check_optional_bool("adapt", adapt), preconditioner, upload, streams)
         self.dtype = check_dtype("dtype", dtype)
         self.noise_dtype = check_dtype("noise_dtype", noise_dtype) if noise_dtype is not None else self.dtype
         self.device = check_device("device", device)
@@ -209,7 +209,7 @@ class FALD(Runner):
         self._kernel = self._build(upload)
         self.state: FALDState = init_state(initial)
         self._start()
-        adaptation.account_setup(self)  # the broadcast of a given M and the mode search's rounds and floats
+        session.account_setup(self)  # the broadcast of a given M and the mode search's rounds and floats
 
     def _build(self, upload):
         if self.streams == "per_client":
@@ -251,16 +251,16 @@ class FALD(Runner):
         return self.participation.uploads(info.weights)
 
     def _round_etas(self, rounds: int):
-        return adaptation.round_etas(self, rounds)
+        return session.round_etas(self, rounds)
 
     def _observe(self, run: Run, theta: torch.Tensor) -> None:
-        adaptation.observe(self, run, theta)
+        session.observe(self, run, theta)
 
     def _plan_warmup(self, rounds, warmup):
-        return adaptation.default_warmup(self, rounds, warmup)
+        return session.default_warmup(self, rounds, warmup)
 
     def _begin_warmup(self, warmup: int) -> float:
-        return adaptation.begin_adaptation(self, warmup)
+        return session.begin_adaptation(self, warmup)
 
     def _before_rounds(self) -> None:
         drift.ensure_state(self)  # a correction's one-off set-up, before the first round

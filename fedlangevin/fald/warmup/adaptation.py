@@ -48,28 +48,27 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
 from fedlangevin.fald.warmup.curvature import max_curvature, mean_hessian
 from fedlangevin.fald.core.preconditioning import (
-    as_preconditioner, broadcast_floats, is_identity, placed, preconditioner_from_record, preconditioner_matrix,
-    preconditioner_record, spectral_norm,
+    as_preconditioner, is_identity, placed, preconditioner_from_record, preconditioner_matrix, preconditioner_record,
 )
 from fedlangevin.fald.warmup.acceptance import (
-    AutoStep, DualAveraging, da_final, da_init, da_update, energy_function, log_acceptance, matrix_growth, mean_acceptance,
+    DualAveraging, da_final, da_init, da_update, energy_function, log_acceptance, matrix_growth, mean_acceptance,
 )
 from fedlangevin.fald.warmup.approach import (
     ARRIVED, PIECE, Approach, approach_init, approach_update, arrived, newton_statistic, straggler_excess,
 )
 from fedlangevin.fald.warmup.iterates import GROWTH, Across, Scatter, public_curvature, step_from_spread
-from fedlangevin.fald.core.schedules import AdaptedSteps, as_schedule, round_step_sizes, step_sizes
+from fedlangevin.fald.core.schedules import AdaptedSteps
 
 __all__ = [
-    "DENSE_MAX_DIM", "MIN_WARMUP", "PRIVATE_WINDOWS", "SAFETY", "AdaptedSteps", "Adapter", "Window", "account_setup", "auto_schedule",
-    "begin_adaptation", "configure", "default_warmup", "install", "max_curvature", "mean_hessian", "observe", "private_windows",
-    "regularised_covariance", "restore", "round_etas", "warmup_windows",
+    "DENSE_MAX_DIM", "MIN_WARMUP", "PRIVATE_WINDOWS", "SAFETY", "AdaptedSteps", "Adapter", "Window",
+    "max_curvature", "mean_hessian", "private_windows",
+    "regularised_covariance", "warmup_windows",
 ]
 
 #: step size = SAFETY / lambda_max of the preconditioned Hessian (see the module docstring)
@@ -273,14 +272,26 @@ class Adapter:
 
     # -- the approach (fedlangevin.fald.warmup.approach) -----------------------------------------
     def _begin_approach(self, theta: torch.Tensor) -> float:
-        """M = |H|^-1 at the start, eta = 5 SAFETY / lambda_max(M H) capped at the approach's STEP;
-        Stan's windows wait until the chains have arrived."""
-        laplace = self._laplace(theta, absolute=True)
-        self.preconditioner = self.preconditioner if laplace is None else laplace
-        self._estimate(theta)
+        """Chains already in the bulk (init="map", a start from draws: Newton statistic <= ARRIVED) start
+        as without an approach (a Laplace M, eta = SAFETY / lambda_max(M H), Stan's windows from round 0).
+        Otherwise M = |H|^-1 at the start, eta = 5 SAFETY / lambda_max(M H) capped at the approach's
+        STEP, and Stan's windows wait until the chains have arrived."""
         self.last = theta.detach().to(device="cpu", dtype=torch.float64).clone()
         self._at_last = self._evaluate(self.last)
-        self.approach = approach_init(5 * self.step_size, self._at_last[0])
+        hessian = self._hessian(theta)
+        laplace = self._laplace(theta, absolute=True, hessian=hessian)
+        matrix = preconditioner_matrix(self.preconditioner if laplace is None else laplace, self.dim)
+        statistic = newton_statistic(self._at_last[1], matrix, self.temperature)
+        if statistic <= ARRIVED:
+            self.arrived = 0
+            plain = self._laplace(theta, hessian=hessian)
+            self.preconditioner = self.preconditioner if plain is None else plain
+            self._estimate(theta)
+            self.dual = da_init(self.step_size)
+            return self.step_size
+        self.preconditioner = self.preconditioner if laplace is None else laplace
+        self._estimate(theta)
+        self.approach = approach_init(5 * self.step_size, self._at_last[0], statistic)
         self.step_size = self.approach.step
         self.windows = [Window(0, self.warmup, False)]
         return self.step_size
@@ -291,10 +302,11 @@ class Adapter:
         rounds a Laplace M where the chains are."""
         if self.last is None or self.last.shape != x.shape:  # chains dropped: the guard starts again
             self.last, self._at_last = x.clone(), self._evaluate(x)
-            self.approach = approach_init(self.approach.step, self._at_last[0])
+            self.approach = approach_init(self.approach.step, self._at_last[0], self.approach.statistic)
         here = self._evaluate(x)
         matrix = preconditioner_matrix(self.preconditioner, self.dim)
-        state = approach_update(self.approach, here[0], newton_statistic(here[1], matrix, self.temperature))
+        state = approach_update(self.approach, here[0], newton_statistic(here[1], matrix, self.temperature),
+                                tolerance=self.dim * self.temperature)
         if state.rejected:  # the chains go back to where the round started
             self.reset, x, here = self.last.clone(), self.last, self._at_last
         else:
@@ -357,15 +369,19 @@ class Adapter:
             self.step_size = da_final(self.dual) / matrix_growth(old, new, self.dim)
             self.dual = da_init(self.step_size)
 
-    def _laplace(self, theta: torch.Tensor, absolute: bool = False):
+    def _hessian(self, theta: torch.Tensor) -> torch.Tensor:
+        """The chains' mean Hessian at ``theta`` (d, d) on the CPU; each client returns its own Hessian,
+        summed over the chains, with the round's upload (d (d + 1) / 2 floats, counted per chain)."""
+        x = theta.detach().to(dtype=torch.float64)
+        self.floats_up += self.problem.num_clients * self.dim * (self.dim + 1) / 2 / x.shape[0]
+        return mean_hessian(self.problem.to(device=x.device), x).cpu()
+
+    def _laplace(self, theta: torch.Tensor, absolute: bool = False, hessian: torch.Tensor | None = None):
         """M = the inverse of the chains' mean Hessian at ``theta`` when it is positive definite
         (eigenvalues >= 1e-12 of the largest), else None; ``absolute``: of its absolute values
         |H| = V |Lambda| V^T instead (floored at 1e-12 of the largest: a saddle or a concave
         region far from the mode still gets each direction's scale)."""
-        x = theta.detach().to(dtype=torch.float64)
-        hess = mean_hessian(self.problem.to(device=x.device), x).cpu()
-        # each client returns its Hessian summed over the chains with the round's upload (counted per chain)
-        self.floats_up += self.problem.num_clients * self.dim * (self.dim + 1) / 2 / x.shape[0]
+        hess = self._hessian(theta) if hessian is None else hessian
         eig, vec = torch.linalg.eigh(hess)
         if absolute and bool(torch.isfinite(eig).all()) and float(eig.abs().max()) > 0:
             eig = eig.abs().clamp_min(1e-12 * float(eig.abs().max()))
@@ -460,143 +476,3 @@ class Adapter:
         new.pooled = Scatter(rec["count"], torch.tensor(rec["mean"], dtype=torch.float64),
                              torch.tensor(rec["m2"], dtype=torch.float64), new.dense)
         return new
-
-
-
-# -- the runner's side (fedlangevin.FALD): what a sampler does at the start of an adaptive warm-up
-# and when the adapter changes M or eta --------------------------------------------------------------
-def auto_schedule(step_size, problem):
-    """(adapt_step, schedule) for a sampler's ``step_size``: "auto", an :class:`AutoStep` (or a
-    resumed :class:`AdaptedSteps`) is estimated in warm-up; anything else is a schedule, checked now."""
-    if isinstance(step_size, AdaptedSteps):
-        return True, step_size
-    if isinstance(step_size, AutoStep) or isinstance(step_size, str) and step_size == "auto":
-        return True, AdaptedSteps()
-    schedule = as_schedule(step_size, problem)
-    step_sizes(schedule, 0, 1)  # fail now on an invalid first step size
-    return False, schedule
-
-
-def begin_adaptation(sampler, warmup: int) -> float:
-    """Start the adaptive warm-up of ``sampler``'s run (``warmup`` rounds): the first M and eta at
-    its current iterates; returns the floats broadcast (a new M to every client)."""
-    per_client = sampler.local_steps > 1 or sampler.participation.scheme != "full"
-    fixed = None if sampler.adapt_step else float(sampler.schedule(sampler.state.step))
-    rule = sampler.step_rule
-    target = None if rule is None or fixed is not None or sampler.privacy is not None else rule.target(sampler.problem.dim)
-    adapter = Adapter(sampler.problem, warmup, adapt_matrix=sampler.adapt_matrix, fixed_step=fixed,
-                      per_client=per_client, seed=sampler.seed, preconditioner=sampler.preconditioner,
-                      privacy=sampler.privacy, temperature=sampler.temperature, target=target)
-    adapter.start(sampler.state.theta)
-    sampler.adapter = adapter
-    sent = install(sampler, adapter, None)
-    if adapter.finished:  # no warm-up rounds: the first estimate is the frozen one
-        sampler.adapter, sampler.adapted = None, True
-    return sent
-
-
-def install(sampler, adapter: Adapter, run) -> float:
-    """Put the adapter's M and eta into ``sampler``'s kernel and schedule; a new M is broadcast to
-    every client (counted in the ledger and the run); returns the floats sent."""
-    pre, floats = adapter.preconditioner, 0.0
-    dim = sampler.problem.dim
-    if pre is not sampler.preconditioner and preconditioner_record(pre) != preconditioner_record(sampler.preconditioner):
-        sampler.preconditioner = pre
-        sampler.preconditioner_norm = max(sampler.preconditioner_norm, spectral_norm(pre, dim))
-        floats = float(sampler.problem.num_clients * broadcast_floats(pre, dim))
-        sampler.ledger["setup_floats"] = sampler.ledger.get("setup_floats", 0.0) + floats
-        if run is not None:
-            run.setup_floats = getattr(run, "setup_floats", 0.0) + floats
-        sampler.rebuild_kernel()
-    if sampler.adapt_step:
-        sampler.schedule.set(sampler.state.step, adapter.step_size)
-    if run is not None and adapter.floats_up:  # the acceptance rule's energies and gradients (per chain)
-        sampler.ledger["setup_floats_up"] = sampler.ledger.get("setup_floats_up", 0.0) + adapter.floats_up
-        run.setup_floats_up = getattr(run, "setup_floats_up", 0.0) + adapter.floats_up
-        adapter.floats_up = 0.0
-    return floats
-
-
-def configure(sampler, problem, step_size, adapt: bool | None, preconditioner, upload, streams="single") -> None:
-    """Set a new sampler's ``adapt_step`` (step_size="auto"), ``schedule``, ``adapt_matrix`` (warm-up
-    adapts M; default: with "auto" only, so a numeric step size runs exactly as before, and not
-    with ``streams="per_client"``, whose kernel takes no preconditioner: there only eta adapts),
-    ``step_rule`` (the :class:`AutoStep` of an estimated eta), ``preconditioner`` (None: I), ``preconditioner_norm`` (the largest lambda_max(M) it runs with:
-    privacy), ``adapter`` (the adaptation in progress) and ``adapted`` (one has finished)."""
-    sampler.adapt_step, sampler.schedule = auto_schedule(step_size, problem)
-    sampler.step_rule = (step_size if isinstance(step_size, AutoStep) else AutoStep()) if sampler.adapt_step else None
-    sampler.adapt_matrix = (sampler.adapt_step and streams != "per_client") if adapt is None else adapt
-    if streams == "per_client" and (sampler.adapt_matrix or preconditioner is not None):
-        raise ValueError("preconditioner / adapt: a preconditioner is not available with streams='per_client'; "
-                         "use streams='single', or adapt=False without a preconditioner")
-    if sampler.adapt_matrix and upload is not None:
-        raise ValueError("adapt: warm-up adaptation is not available with an upload codec; pass adapt=False "
-                         "and a numeric step_size")
-    sampler.preconditioner = (None if preconditioner is None
-                              else as_preconditioner(preconditioner, problem.dim, "preconditioner"))
-    sampler.preconditioner_norm = spectral_norm(sampler.preconditioner, problem.dim)
-    sampler.adapter, sampler.adapted = None, False
-
-
-def account_setup(sampler) -> None:
-    """Ledger entries of a new sampler: a given M broadcast to every client, and the rounds and
-    floats of the mode search of ``init="map"`` (``sampler.map_result``)."""
-    led, problem = sampler.ledger, sampler.problem
-    led["setup_floats"] = float(problem.num_clients * broadcast_floats(sampler.preconditioner, problem.dim))
-    found = getattr(sampler, "map_result", None)
-    if found is not None:
-        led["map_rounds"] = found.rounds
-        led["setup_floats"] += found.floats_down
-        led["setup_floats_up"] = found.floats_up
-
-
-def restore(sampler, record: dict, settings, given=None) -> None:
-    """A resumed sampler's preconditioner, adaptation state and privacy norm from its checkpoint
-    (``record``: the decoded "preconditioner", "adapted" and "adaptation" entries); ``given``: a
-    preconditioner of the user's own class, given again to ``FALD.resume`` (checked against the record)."""
-    if record.get("preconditioner") is not None:
-        sampler.preconditioner = preconditioner_from_record(record["preconditioner"], given)
-        sampler.rebuild_kernel()
-    sampler.adapted = bool(record.get("adapted") or False)
-    sampler.preconditioner_norm = max(spectral_norm(sampler.preconditioner, sampler.problem.dim),
-                                      float(settings.get("preconditioner_norm", 1.0)))
-    if record.get("adaptation") is not None:
-        sampler.adapter = Adapter.from_record(sampler.problem, record["adaptation"], given,
-                                              privacy=getattr(sampler, "privacy", None))
-
-
-def default_warmup(sampler, rounds, warmup):
-    """(adapting, warmup) of a new run: a sampler that adapts and has not yet adapted adapts in
-    this run's warm-up, which defaults to ``rounds // 2`` (Stan's convention)."""
-    adapting = (sampler.adapt_step or sampler.adapt_matrix) and not sampler.adapted
-    if adapting and warmup is None and isinstance(rounds, int) and not isinstance(rounds, bool) and rounds >= 2:
-        warmup = rounds // 2
-    return adapting, warmup
-
-
-def round_etas(sampler, rounds: int):
-    """The local step sizes of ``sampler``'s next ``rounds`` rounds, lazily: the rounds of an
-    adaptive warm-up still to do read eta from the adapter round by round (it changes between
-    rounds; a numeric schedule's own values with adapt=True), the rounds after it come from the
-    (then frozen) schedule, precomputed."""
-    k, adapter = sampler.local_steps, sampler.adapter
-    adaptive = 0 if adapter is None else min(rounds, adapter.warmup - adapter.done)
-    if adaptive:
-        fixed = None if sampler.adapt_step else round_step_sizes(sampler.schedule, sampler.state.step, k, adaptive)
-        for _ in range(adaptive):
-            yield [adapter.step_size] * k if fixed is None else next(fixed)
-    if rounds > adaptive:
-        yield from round_step_sizes(sampler.schedule, sampler.state.step, k, rounds - adaptive)
-
-
-def observe(sampler, run, theta) -> None:
-    """After an adaptive warm-up round: the adapter sees the broadcast iterates; a changed M or
-    eta is installed, and at the end of warm-up the adaptation is frozen."""
-    adapter = sampler.adapter
-    if adapter.observe(theta):
-        install(sampler, adapter, run)
-    if adapter.reset is not None:  # a rejected approach round: the chains go back
-        sampler.state = replace(sampler.state, theta=adapter.reset.to(device=theta.device, dtype=theta.dtype).clone())
-        adapter.reset = None
-    if adapter.finished:
-        sampler.adapter, sampler.adapted = None, True

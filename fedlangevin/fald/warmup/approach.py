@@ -15,7 +15,8 @@ with a different rule until the chains have arrived:
 - **eta** is a damped Newton-Langevin step: at most :data:`STEP` (with M = H^-1 on a Gaussian
   the ULA step contracts the distance to the mode by 1 - eta per round), grown by :data:`GROW`
   after a round that lowered the chains' mean energy. Far from the mode the drift dominates the
-  noise and the energy falls. A round that raised it (or made an energy non-finite) took a step
+  noise and the energy falls. A round that raised it by more than d tau, more than a step's noise
+  adds (or made an energy non-finite), took a step
   the local quadratic model did not justify (diamonds: a Newton step in log sigma from where
   sigma is far too large overshoots into sigma -> 0, energies of 1e27): it is **rejected**, the
   chains go back to where the round started (warm-up draws are discarded, so nothing is
@@ -84,12 +85,12 @@ class Approach:
                    bool(rec["rejected"]))
 
 
-def approach_init(step: float, energies: torch.Tensor | None = None) -> Approach:
-    """The approach from a first step ``step`` (capped at :data:`STEP`) and the chains' ``energies``
-    (R,) at the start (None: unknown, the first round is not guarded)."""
+def approach_init(step: float, energies: torch.Tensor | None = None, statistic: float = math.inf) -> Approach:
+    """The approach from a first step ``step`` (capped at :data:`STEP`), the chains' ``energies`` (R,)
+    and Newton ``statistic`` at the start (None, inf: unknown; the first round is then not judged)."""
     if not (math.isfinite(step) and step > 0):
         raise ValueError(f"step: the approach's first step must be a positive finite number; got {step!r}")
-    return Approach(min(STEP, float(step)), math.inf if energies is None else _mean(energies))
+    return Approach(min(STEP, float(step)), math.inf if energies is None else _mean(energies), float(statistic))
 
 
 def _mean(energies: torch.Tensor) -> float:
@@ -106,12 +107,15 @@ def newton_statistic(grad: torch.Tensor, matrix: torch.Tensor, temperature: floa
     return float(quad.mean()) / (d * temperature)
 
 
-def approach_update(state: Approach, energies: torch.Tensor, statistic: float) -> Approach:
+def approach_update(state: Approach, energies: torch.Tensor, statistic: float, tolerance: float = 0.0) -> Approach:
     """After a round whose chains have ``energies`` (R,) and Newton ``statistic``: rejected (the step
     halves; energy and statistic stay those of where the chains go back to) if the mean energy rose
-    or is not finite, else accepted (the step grows by GROW, up to STEP)."""
+    by more than ``tolerance`` or is not finite, else accepted (the step grows by GROW, up to STEP).
+    The Adapter's tolerance is d tau: a step's noise raises the energy by eta d tau on average on a
+    Gaussian with M = H^-1 (at most d tau / 2 at eta = STEP), so near the bulk, where the drift no
+    longer lowers the energy by more, rounds are not rejected for their noise."""
     energy = _mean(energies)
-    if not math.isfinite(energy) or (math.isfinite(state.energy) and energy > state.energy):
+    if not math.isfinite(energy) or (math.isfinite(state.energy) and energy > state.energy + tolerance):
         return replace(state, step=state.step / 2, rounds=state.rounds + 1, rejected=True)
     return Approach(min(STEP, GROW * state.step), energy, float(statistic), state.rounds + 1, False)
 
