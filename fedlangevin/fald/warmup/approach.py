@@ -31,7 +31,9 @@ with a different rule until the chains have arrived:
   for M = E[H]^-1 (for ULA's stationary law at step eta on a Gaussian, 1 / (1 - eta / 2), 1.33 at
   eta = 0.5), while a chain r sds from the mode contributes about r^2 / d. The approach ends at
   the first round with s <= :data:`ARRIVED`, or after :data:`SHARE` of the warm-up (then the
-  sampler warns). Stan's windows are then laid out over the rest of the warm-up.
+  sampler warns). Stan's windows are then laid out over the rest of the warm-up. Chains that
+  start in the bulk (``init="map"``, draws: s <= ARRIVED at the start) have no approach and run
+  exactly as without one.
 
 The statistic needs no energy; the guard does, and both need the clients' exact gradients and
 Hessians: a private run has no approach (its warm-up reads the broadcast iterates only).
