@@ -209,10 +209,13 @@ class Adapter:
                 self.estimates += 1
             return self.step_size
         fresh = self.matrix_updates == 0 and self.done == 0
+        hessian = None  # the start's, when the approach test already asked the clients for it
         if self.rule == "acceptance" and self.adapt_matrix and self.dense and fresh and self.arrived is None:
-            return self._begin_approach(theta)
+            hessian = self._hessian(theta)
+            if self._begin_approach(theta, hessian):
+                return self.step_size
         if self.adapt_matrix and self.dense and fresh:
-            laplace = self._laplace(theta)
+            laplace = self._laplace(theta, hessian=hessian)
             self.preconditioner = self.preconditioner if laplace is None else laplace
         if self.fixed_step is None:
             self._estimate(theta)
@@ -271,42 +274,37 @@ class Adapter:
         return True
 
     # -- the approach (fedlangevin.fald.warmup.approach) -----------------------------------------
-    def _begin_approach(self, theta: torch.Tensor) -> float:
-        """Chains already in the bulk (init="map", a start from draws: Newton statistic <= ARRIVED) start
-        as without an approach (a Laplace M, eta = SAFETY / lambda_max(M H), Stan's windows from round 0).
-        Otherwise M = |H|^-1 at the start, eta = 5 SAFETY / lambda_max(M H) capped at the approach's
-        STEP, and Stan's windows wait until the chains have arrived."""
+    def _begin_approach(self, theta: torch.Tensor, hessian: torch.Tensor) -> bool:
+        """Whether the chains start an approach (True) or are already in the bulk (init="map", a start
+        from draws: Newton statistic <= ARRIVED at the start; False, and :meth:`start` goes on as
+        without an approach: a Laplace M from ``hessian``, eta = SAFETY / lambda_max(M H), Stan's
+        windows from round 0). Approaching: M = |H|^-1 at the start, eta = 5 SAFETY / lambda_max(M H)
+        capped at the approach's STEP, and Stan's windows wait until the chains have arrived."""
         self.last = theta.detach().to(device="cpu", dtype=torch.float64).clone()
         self._at_last = self._evaluate(self.last)
-        hessian = self._hessian(theta)
         laplace = self._laplace(theta, absolute=True, hessian=hessian)
         matrix = preconditioner_matrix(self.preconditioner if laplace is None else laplace, self.dim)
         statistic = newton_statistic(self._at_last[1], matrix, self.temperature)
         if statistic <= ARRIVED:
             self.arrived = 0
-            plain = self._laplace(theta, hessian=hessian)
-            self.preconditioner = self.preconditioner if plain is None else plain
-            self._estimate(theta)
-            self.dual = da_init(self.step_size)
-            return self.step_size
+            return False
         self.preconditioner = self.preconditioner if laplace is None else laplace
         self._estimate(theta)
         self.approach = approach_init(5 * self.step_size, self._at_last[0], statistic)
         self.step_size = self.approach.step
         self.windows = [Window(0, self.warmup, False)]
-        return self.step_size
+        return True
 
     def _approach(self, x: torch.Tensor) -> None:
         """A round of the approach: the energy guard (a rejected round sets :attr:`reset`) and the
         Newton statistic from the energies and gradients the clients returned at ``x``; every PIECE
         rounds a Laplace M where the chains are."""
-        if self.last is None or self.last.shape != x.shape:  # chains dropped: the guard starts again
-            self.last, self._at_last = x.clone(), self._evaluate(x)
-            self.approach = approach_init(self.approach.step, self._at_last[0], self.approach.statistic)
         here = self._evaluate(x)
-        matrix = preconditioner_matrix(self.preconditioner, self.dim)
-        state = approach_update(self.approach, here[0], newton_statistic(here[1], matrix, self.temperature),
-                                tolerance=self.dim * self.temperature)
+        statistic = newton_statistic(here[1], preconditioner_matrix(self.preconditioner, self.dim), self.temperature)
+        if self.last is None or self.last.shape != x.shape:  # chains dropped: the guard starts again, from here
+            self.last, self._at_last = x.clone(), here
+            self.approach = approach_init(self.approach.step, here[0], statistic)
+        state = approach_update(self.approach, here[0], statistic, tolerance=self.dim * self.temperature)
         if state.rejected:  # the chains go back to where the round started
             self.reset, x, here = self.last.clone(), self.last, self._at_last
         else:
@@ -357,9 +355,10 @@ class Adapter:
         self.reset = self.last.clone()
 
     def _laid_out(self, arrived: int) -> list[Window]:
-        """The approach's rounds [0, arrived) as one fast window, then Stan's windows over the rest."""
-        rest = warmup_windows(self.warmup - arrived)
-        return [Window(0, arrived, False)] + [Window(arrived + w.start, arrived + w.end, w.slow) for w in rest]
+        """The approach's rounds [0, arrived) as one fast window (none when it never began), then Stan's
+        windows over the rest."""
+        rest = [Window(arrived + w.start, arrived + w.end, w.slow) for w in warmup_windows(self.warmup - arrived)]
+        return ([Window(0, arrived, False)] if arrived > 0 else []) + rest
 
     def _replace_matrix(self, new) -> None:
         """M <- ``new``; under the acceptance rule dual averaging restarts (Stan), from its averaged
