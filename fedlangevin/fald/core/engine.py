@@ -59,7 +59,12 @@ class RoundInfo:
 
 
 class Kernel(NamedTuple):
-    """``init(theta0) -> state``; ``step(state, step_sizes, generator, on_step=None) -> (state, info)``.
+    """``init(theta0) -> state``; ``step(state, step_sizes, generator, on_step=None, *, preconditioner=...)
+    -> (state, info)``.
+
+    ``preconditioner``: this round's M, an argument like the step sizes (default: the one given
+    to :func:`build`; ``None``: I), so a runner that adapts M in warm-up keeps one kernel. A new M
+    object is placed on the state's device and dtype and checked once, when first given.
 
     ``on_step(i, beta)``, if given, sees the held clients' states (R, n, d) after local step
     i (a view valid during the call). ``autograd_free``: the rounds never differentiate (the
@@ -82,7 +87,8 @@ class Kernel(NamedTuple):
         the kernel's buffer, valid until the next call) and ``state`` is the last round's (its
         own tensor). Only where the rounds need no per-round information: the small affine
         kernel with full participation and no extension (``None`` otherwise, and for a step
-        replaced with ``Kernel._replace(step=...)``: the attribute belongs to the step)."""
+        replaced with ``Kernel._replace(step=...)``: the attribute belongs to the step). It takes
+        ``preconditioner=None`` (rounds without M) and refuses any other."""
         return getattr(self.step, "rounds", None)
 
 
@@ -138,15 +144,19 @@ def build(
             check_conforms(transport, TRANSPORT, "transport")
         if upload is not None:
             check_conforms(upload, UPLOAD_CODEC, "upload")
-        if preconditioner is not None and not (hasattr(preconditioner, "drift") or hasattr(preconditioner, "noise")):
-            raise ValueError(f"preconditioner must be {PRECONDITIONERS}; got {type(preconditioner).__name__} "
-                             f"{preconditioner!r:.80}")
-        if preconditioner is not None:
-            preconditioner = as_preconditioner(preconditioner, problem.dim, "preconditioner")
     transport = LocalTransport() if transport is None else transport
-    preconditioner = None if is_identity(preconditioner) else placed(preconditioner, device, dtype)
-    if preconditioner is not None:
-        check_preconditioner(preconditioner, problem.dim, dtype, device)
+
+    def resolve(given):
+        """M given to build or step: None for I, else placed on the state's device and dtype, checked."""
+        if given is not None and not (hasattr(given, "drift") or hasattr(given, "noise")):
+            raise ValueError(f"preconditioner must be {PRECONDITIONERS}; got {type(given).__name__} {given!r:.80}")
+        pre = None if is_identity(given) else placed(as_preconditioner(given, problem.dim, "preconditioner"),
+                                                      device, dtype)
+        if pre is not None:
+            check_preconditioner(pre, problem.dim, dtype, device)
+        return pre
+
+    preconditioner = resolve(preconditioner)
     if callable(getattr(transport, "bind", None)):  # a transport that splits the clients itself (distributed)
         transport.bind(problem.num_clients)
     held = None if transport.clients is None else check_client_indices(transport.clients, problem.num_clients)
@@ -166,24 +176,39 @@ def build(
         check_conforms(correction, DRIFT_CORRECTION, "correction")
     if correction is not None and held is not None:
         raise ValueError("correction: drift corrections run in one process (not with a transport that splits the clients)")
-    plain = held is None and preconditioner is None and correction is None
-    stepper = make_stepper(work, dtype, device, batch_size, kernel) if plain else None
+    # the fast round kernels serve every round run without a preconditioner (one given to build or
+    # to step: M is a step argument like the step sizes, so a runner that adapts M keeps its kernel)
+    fast = held is None and correction is None
+    stepper = make_stepper(work, dtype, device, batch_size, kernel) if fast else None
     if held is not None:
         work = work.clients(held.tolist())
         held = held.to(device)
     check_gradient(work, dtype, device, batch_size, problem)
+    built = preconditioner  # the default M of step (None: I), placed and checked above
+    last = [None, None]  # one-entry cache: the M last given to step, and its placed form (None: I)
+
+    def current(given):
+        """The placed M of a round: the built one, or ``given`` (None or an identity: I), placed on
+        the state's device and dtype and checked once per new object."""
+        if given is _BUILT:
+            return built
+        if given is not last[0]:
+            last[0], last[1] = given, resolve(given)
+        return last[1]
 
     def init(theta0: torch.Tensor) -> FALDState:
         theta = initial_theta(theta0, problem.dim, dtype, device)
         cstate = None if correction is None else correction.init(theta)
         return FALDState(theta=theta, step=0, round=0, correction=cstate)
 
-    def step(state: FALDState, step_sizes: Sequence[float], generator: torch.Generator | None, on_step=None):
+    def step(state: FALDState, step_sizes: Sequence[float], generator: torch.Generator | None, on_step=None, *,
+             preconditioner=_BUILT):
         if not validated:
             step_sizes = check_step_sizes("step_sizes", step_sizes)
+        pre = current(preconditioner)
         theta = state.theta
         r, d = theta.shape
-        if stepper is not None:
+        if stepper is not None and pre is None:
             beta = stepper.local_steps(theta, step_sizes, scales, generator, on_step)
         else:
             beta = theta.unsqueeze(1).expand(r, work.num_clients, d).clone()  # broadcast
@@ -192,9 +217,9 @@ def build(
                 term = None if correction is None else correction.term(state.correction, beta)
                 if own is None:
                     local_step(beta, work, float(eta), scales, generator, batch_size, clients=held,
-                               preconditioner=preconditioner, correction=term)
+                               preconditioner=pre, correction=term)
                 else:
-                    local_step(beta, work, float(eta), scales, own, batch_size, preconditioner=preconditioner,
+                    local_step(beta, work, float(eta), scales, own, batch_size, preconditioner=pre,
                                correction=term, shared_generator=generator)
                 if on_step is not None:
                     on_step(i, beta)
@@ -209,8 +234,11 @@ def build(
         return new, RoundInfo(weights=w)
 
     if (isinstance(stepper, SmallAffineStepper) and type(rule) is Full and upload is None
-            and type(transport) is LocalTransport):
-        def rounds(state: FALDState, step_sizes_list: Sequence[Sequence[float]], generator: torch.Generator | None):
+            and type(transport) is LocalTransport and built is None):
+        def rounds(state: FALDState, step_sizes_list: Sequence[Sequence[float]], generator: torch.Generator | None, *,
+                   preconditioner=_BUILT):
+            if current(preconditioner) is not None:
+                raise ValueError("rounds: runs rounds without a preconditioner only; call step round by round")
             thetas = stepper.rounds(state.theta, step_sizes_list, scales, generator, p)
             steps = state.step + sum(map(len, step_sizes_list))
             new = FALDState(theta=thetas[-1].clone(), step=steps, round=state.round + len(step_sizes_list),
@@ -219,6 +247,10 @@ def build(
 
         step.rounds = rounds
     return Kernel(init, step, isinstance(stepper, AffineStepper))
+
+
+#: ``step``'s default ``preconditioner``: the one given to :func:`build`
+_BUILT = object()
 
 
 def initial_theta(theta0, dim: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

@@ -141,6 +141,11 @@ class Runner:
         """The step sizes of the next ``rounds`` rounds, a list of K per round."""
         return round_step_sizes(self.schedule, self.state.step, self.local_steps, rounds)
 
+    def _step_arguments(self) -> dict:
+        """The kernel's further ``step`` arguments for the next round (FA-LD: its current M, an
+        argument like the step sizes); rounds run in chunks only while every value is None."""
+        return {}
+
     def _observe(self, run: Run, theta: torch.Tensor) -> None:
         """After a round of an adaptive warm-up (only while :attr:`adapter` is set)."""
 

@@ -36,11 +36,13 @@ CHUNK_NUMBERS = 1 << 18
 
 def advance(sampler, run: Run, rounds: int, bar) -> None:
     """``rounds`` rounds of ``run`` with minimal per-round Python: precomputed step sizes (an adaptive
-    warm-up's round by round), constant uploads where the rule fixes them, a one-reduction finiteness
+    warm-up's round by round; the family's further step arguments, e.g. FA-LD's M, read each round),
+    constant uploads where the rule fixes them, a one-reduction finiteness
     check, the thread setting and (affine kernels) inference mode set once for the whole loop.
 
     Where the kernel runs several rounds in one call (:attr:`Kernel.rounds`: the small affine kernel
-    with full participation) and no round needs observing (no adaptive warm-up), rounds run in
+    with full participation) and no round needs observing (no adaptive warm-up) or takes a further
+    step argument (no preconditioner), rounds run in
     chunks of up to :data:`CHUNK_ROUNDS` that end at every ``checkpoint_every`` boundary: one saved
     generator state, one finiteness check and one copy of the kept draws per chunk. A chunk with a
     non-finite value is run again round by round from its start (same generator state, so the same
@@ -55,7 +57,9 @@ def advance(sampler, run: Run, rounds: int, bar) -> None:
     left = rounds
     with round_threads(numel, sampler.device), torch.inference_mode(fast):
         while left > 0:
-            fused = getattr(sampler._kernel, "rounds", None) if sampler.adapter is None and fixed is not None else None
+            plain = sampler.adapter is None and fixed is not None and not any(
+                v is not None for v in sampler._step_arguments().values())  # e.g. no preconditioner
+            fused = getattr(sampler._kernel, "rounds", None) if plain else None
             if fused is not None:
                 chunk = list(itertools.islice(step_sizes, _chunk_size(sampler, run, left, clock[0])))
                 if _chunk(sampler, run, fused, chunk, fixed):
@@ -91,7 +95,7 @@ def _round(sampler, run: Run, etas: list[float], fixed: float | None, uploads_of
     gen_state = generator.get_state()
     committed = False
     try:
-        state, info = sampler._kernel.step(sampler.state, etas, generator)
+        state, info = sampler._kernel.step(sampler.state, etas, generator, **sampler._step_arguments())
         if not math.isfinite(state.theta.sum()) and not bool(torch.isfinite(state.theta).all()):
             state = sampler._diverged(run, state, gen_state, etas)
         uploads = fixed if fixed is not None else uploads_of(info)

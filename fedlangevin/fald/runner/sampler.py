@@ -10,6 +10,7 @@ their on-disk store): :meth:`FALD.run` with ``checkpoint=path`` writes exactly t
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, Callable, Sequence
 
@@ -218,11 +219,7 @@ class FALD(Runner):
                                     noise_dtype=self.noise_dtype)
         return build(self._kernel_problem, self.temperature, self.correlation, self.participation, self.batch_size,
                      dtype=self.dtype, device=self.device, noise_dtype=self.noise_dtype, upload=upload,
-                     transport=self.transport, validated=True, preconditioner=self.preconditioner,
-                     correction=self.built_correction)
-
-    def rebuild_kernel(self) -> None:  # after the preconditioner changed (warm-up adaptation)
-        self._kernel = self._build(self.upload)
+                     transport=self.transport, validated=True, correction=self.built_correction)
 
     @property
     def settings(self) -> Settings:
@@ -249,6 +246,10 @@ class FALD(Runner):
 
     def _uploads(self, info) -> float:
         return self.participation.uploads(info.weights)
+
+    def _step_arguments(self) -> dict:
+        """M is a step argument like eta (the kernel is built once; warm-up changes M between rounds)."""
+        return {} if self.streams == "per_client" else {"preconditioner": self.preconditioner}
 
     def _round_etas(self, rounds: int):
         return session.round_etas(self, rounds)
@@ -281,7 +282,7 @@ class FALD(Runner):
     def _diagnose(self, state: FALDState, gen_state: torch.Tensor, etas: list[float], bad_rows: np.ndarray):
         """Replay the round step by step (:mod:`fedlangevin.fald.runner.replay`)."""
         replay = self._kernel if self.upload is None else self._build(None)
-        return diagnose(replay.step, self.state, gen_state, etas, bad_rows, self.active, self._work_problem,
+        return diagnose(functools.partial(replay.step, **self._step_arguments()), self.state, gen_state, etas, bad_rows, self.active, self._work_problem,
                         num_clients=self.problem.num_clients, uses_upload=self.upload is not None)
 
     def _where(self, round: int, step: int, causes: dict) -> str:

@@ -63,7 +63,6 @@ def install(sampler, adapter: Adapter, run) -> float:
         sampler.ledger["setup_floats"] = sampler.ledger.get("setup_floats", 0.0) + floats
         if run is not None:
             run.setup_floats = getattr(run, "setup_floats", 0.0) + floats
-        sampler.rebuild_kernel()
     if sampler.adapt_step:
         sampler.schedule.set(sampler.state.step, adapter.step_size)
     if run is not None and adapter.floats_up:  # the acceptance rule's energies and gradients (per chain)
@@ -112,7 +111,6 @@ def restore(sampler, record: dict, settings, given=None) -> None:
     preconditioner of the user's own class, given again to ``FALD.resume`` (checked against the record)."""
     if record.get("preconditioner") is not None:
         sampler.preconditioner = preconditioner_from_record(record["preconditioner"], given)
-        sampler.rebuild_kernel()
     sampler.adapted = bool(record.get("adapted") or False)
     sampler.preconditioner_norm = max(spectral_norm(sampler.preconditioner, sampler.problem.dim),
                                       float(settings.get("preconditioner_norm", 1.0)))

@@ -111,6 +111,42 @@ def test_scalar_preconditioner_equals_a_scaled_step_size():
     torch.testing.assert_close(x.theta, y.theta, rtol=1e-12, atol=1e-12)
 
 
+def test_preconditioner_is_a_step_argument_like_the_step_size():
+    """M given to step equals M given to build, bit for bit, on the affine fast path's problem and
+    on the generic one; M = None in a step is the plain kernel (its fast path); changing M between
+    rounds needs no new kernel; a bad M given to step is refused by name."""
+    from fedlangevin.fald.core.preconditioning import DiagonalPreconditioner
+
+    problem = _quadratic()
+    theta0 = torch.zeros(4, 3, dtype=F64)
+    m1 = FactorPreconditioner(torch.tensor([[1.0, 0.0, 0.0], [0.3, 0.8, 0.0], [0.0, 0.2, 1.2]], dtype=F64))
+    m2 = DiagonalPreconditioner(torch.tensor([0.5, 2.0, 1.0], dtype=F64))
+    one = build(problem, 1.0, 0.5)
+    gen_a, gen_b = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    a = b = one.init(theta0)
+    with_m1, with_m2 = build(problem, 1.0, 0.5, preconditioner=m1), build(problem, 1.0, 0.5, preconditioner=m2)
+    plain = build(problem, 1.0, 0.5)
+    for t, (m, ref) in enumerate([(m1, with_m1), (m1, with_m1), (m2, with_m2), (None, plain), (m1, with_m1)]):
+        a, _ = one.step(a, [1e-2] * 2, gen_a, preconditioner=m)
+        b, _ = ref.step(b, [1e-2] * 2, gen_b)
+        assert torch.equal(a.theta, b.theta), f"round {t}"
+    with pytest.raises(ValueError, match="preconditioner"):
+        one.step(a, [1e-2], gen_a, preconditioner=FactorPreconditioner(torch.eye(2, dtype=F64)))
+    with pytest.raises(ValueError, match="preconditioner"):
+        one.step(a, [1e-2], gen_a, preconditioner="x")
+    assert one.rounds is not None and with_m1.rounds is None  # rounds in one call: without M only
+    with pytest.raises(ValueError, match="preconditioner"):
+        one.rounds(a, [[1e-2]], gen_a, preconditioner=m1)
+
+
+def test_adaptation_installs_m_without_rebuilding_the_kernel():
+    """FA-LD's warm-up changes M between rounds through step's argument: one kernel all run long."""
+    sampler = fl.FALD(_quadratic(), chains=4, seed=0)
+    kernel = sampler.kernel
+    sampler.run(rounds=60)
+    assert sampler.adapted and sampler.preconditioner is not None and sampler.kernel is kernel
+
+
 class ConstantShift:
     """A drift correction adding a fixed term t_c to client c's gradient; counts its updates."""
 
