@@ -193,14 +193,12 @@ def _corrected_budget(setting: Setting, s: ComparisonSettings, sampler) -> tuple
     upload bits per round, download bits per round). The correction's one-off set-up (reference
     search, surrogates) runs here; its floats and its extra floats per round cost ``bits_per_entry``
     each; broadcasts count once per round (``downlink="broadcast"``) or N times."""
-    from fedlangevin.fald.corrections import drift
-
-    drift.ensure_state(sampler)
+    sampler._before_rounds()  # the correction's set-up (counted in the ledger), as a run does first
     n, d, b = setting.num_clients, setting.dim, s.bits_per_entry
     per_client = s.downlink == "per_client"
     led = sampler.ledger
     setup = b * led.get("setup_floats_up", 0.0) + b * led.get("setup_floats", 0.0) / (1 if per_client else n)
-    extra_up, extra_down = drift.per_round_floats(sampler)
+    extra_up, extra_down = sampler._per_round_floats()
     up, down = fald_bits_per_round(d, n, b, None, s.downlink)
     up += n * b * extra_up
     down += b * extra_down / (1 if per_client else n)

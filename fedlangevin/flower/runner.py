@@ -230,10 +230,9 @@ class FlowerRunner(Runner):
         flower = e.dict("flower", record.get("flower"), ("bytes_up", "bytes_down", "dropouts", "seconds"))
         accounts = (e.int("flower['bytes_up']", flower["bytes_up"]), e.int("flower['bytes_down']", flower["bytes_down"]),
                     dropouts_from(e, flower["dropouts"]), e.real("flower['seconds']", flower["seconds"], low=0.0))
-        runner = cls.resume(path, kernel, problem=kernel.problem, step_size=run.step_size)
-        if runner.state.round != record["round"] or not torch.equal(runner.state.theta, record["theta"]):
-            runner.discard_unfinished()
-            raise ckpt.CheckpointError(f"checkpoint {str(path)!r} changed while it was read (another server writes it?)")
+        # the record read above, not the file a second time (it could have changed in between)
+        runner = rs.resume_runner(cls, path, kernel, problem=kernel.problem, step_size=run.step_size,
+                                  read=(record, e.path))
         if runner._pending is None:  # a finished run: continued (its draws kept) when rounds is larger
             runner._pending = rs.pending_run(runner, dict(record["run"], finished=False), rs.main_path(e.path),
                                              e.path, None)

@@ -2,9 +2,10 @@
 
 Maps the argument to a settings record (:class:`~fedlangevin.fald.corrections.control_variates.ControlVariates`,
 :class:`~fedlangevin.fald.corrections.conducive.Conducive`, :class:`~fedlangevin.fald.corrections.qlsd.QLSDPlusPlus`),
-builds the kernel's side once, sets up the correction's state before the first round (the
-one-off set-up, e.g. a reference-point search, runs there and is counted in the ledger), and
-stores and restores the settings and state in checkpoints. See
+builds the kernel's side once (:func:`build`), gives the correction's state before the first
+round (:func:`init`: the one-off set-up, e.g. a reference-point search, runs there; its rounds
+and floats come back as values the runner applies and counts), and stores and restores the
+settings and state in checkpoints. Nothing here assigns to the sampler. See
 :mod:`fedlangevin.fald.corrections.base` and ``docs/drift.md``.
 """
 
@@ -19,9 +20,10 @@ from fedlangevin.fald.contracts import CORRECTION_SETTINGS, DRIFT_CORRECTION, ch
 from fedlangevin.fald.corrections.control_variates import ControlVariates
 from fedlangevin.fald.corrections.base import SetupCost
 from fedlangevin.fald.corrections.qlsd import QLSDPlusPlus
+from fedlangevin.fald.warmup.session import Changes
 
-__all__ = ["CORRECTIONS", "as_correction", "configure", "correction_from_record", "ensure_state", "keep_chains",
-           "per_round_floats", "record", "restore_state", "settings_fields"]
+__all__ = ["CORRECTIONS", "as_correction", "build", "correction_from_record", "init", "keep_chains",
+           "per_round_floats", "record", "restored"]
 
 #: the names ``FALD(..., correction=...)`` accepts, and their settings records
 CORRECTIONS = {"control_variates": ControlVariates, "conducive": Conducive, "qlsd++": QLSDPlusPlus}
@@ -75,78 +77,49 @@ def correction_from_record(stored: dict | None, given: Any = None):
     return given
 
 
-def configure(sampler, correction: Any) -> None:
-    """Set ``sampler.correction`` (the settings record) and ``sampler.built_correction`` (the
-    kernel's side), refusing the combinations that are not supported, before any work."""
-    setting = as_correction(correction)
-    sampler.correction, sampler.built_correction = setting, None
-    if setting is None:
-        return
-    if sampler.transport is not None or sampler.streams != "single":
-        raise ValueError("correction: drift corrections run in one process with streams='single' (not with a "
-                         "transport or streams='per_client')")
-    if isinstance(setting, QLSDPlusPlus) and sampler.upload is not None and not hasattr(sampler.upload, "bits"):
-        raise ValueError("correction='qlsd++' with an upload codec needs a quantising codec of the form "
-                         "theta + Q(beta - theta) with bits(d) (e.g. QuantizedUpdateUpload)")
-    if setting.active:  # switched off (strength 0, memory rate 0, flat surrogates): FA-LD's kernel, fast paths included
-        sampler.built_correction = check_conforms(
-            setting.build(sampler.problem, dtype=sampler.dtype, device=sampler.device, upload=sampler.upload),
-            DRIFT_CORRECTION, "correction")
-
-
-def ensure_state(sampler) -> None:
-    """Before the first round: the correction's state from the current global parameters, and
-    its set-up's rounds and floats in the ledger (a resumed sampler has its state already). The
-    mode found by ``init="map"`` serves as the reference point when none was given: the
-    correction does not search again."""
-    built = sampler.built_correction
-    if built is None or sampler.state.correction is not None:
-        return
-    state = sampler.state
-    found = getattr(sampler, "map_result", None)
-    cstate = built.init(state.theta) if found is None else built.init(state.theta, mode=found.theta)
-    sampler.state = type(state)(theta=state.theta, step=state.step, round=state.round, correction=cstate)
-    led, cost = sampler.ledger, getattr(built, "cost", None) or SetupCost()
-    led["correction_rounds"] = led.get("correction_rounds", 0) + cost.rounds
-    led["setup_floats"] = led.get("setup_floats", 0.0) + cost.floats_down
-    led["setup_floats_up"] = led.get("setup_floats_up", 0.0) + cost.floats_up
-
-
-def settings_fields(sampler) -> dict:
-    """The :class:`~fedlangevin.fald.results.settings.Settings` fields of the correction: its repr and
-    what it releases besides FA-LD's uploads ("" without one or switched off)."""
-    if sampler.correction is None:
-        return {"correction": "none", "correction_releases": ""}
-    releases = "" if sampler.built_correction is None else sampler.correction.releases
-    return {"correction": repr(sampler.correction), "correction_releases": releases}
-
-
-def per_round_floats(sampler) -> tuple[float, float]:
-    """Extra floats of the correction: (per upload, per round down), zero without one."""
-    if sampler.built_correction is None:
-        return 0.0, 0.0
-    return sampler.correction.per_round_floats(sampler.problem.num_clients, sampler.problem.dim)
-
-
-def keep_chains(sampler, cstate: dict | None, rows: torch.Tensor) -> dict | None:
-    """The correction state of the chains ``rows`` (a boolean mask) after others diverged."""
-    return None if cstate is None else sampler.built_correction.keep(cstate, rows)
-
-
-def record(sampler) -> dict | None:
-    """The checkpoint entry: the settings record and the state's tensors (on the CPU)."""
-    if sampler.correction is None:
+def build(setting: Any, problem, dtype, device, upload) -> Any:
+    """The kernel's side of the correction ``setting`` (a checked settings record, or None), built
+    once; None without one or when it is switched off (strength 0, memory rate 0, flat
+    surrogates: FA-LD's kernel, fast paths included)."""
+    if setting is None or not setting.active:
         return None
-    cstate = sampler.state.correction
+    return check_conforms(setting.build(problem, dtype=dtype, device=device, upload=upload), DRIFT_CORRECTION,
+                          "correction")
+
+
+def init(built: Any, theta: torch.Tensor, map_result: Any = None) -> Changes:
+    """Before the first round: the correction's state at the global parameters ``theta`` and its
+    set-up's rounds and floats, as :class:`~fedlangevin.fald.warmup.session.Changes` the runner
+    applies. The mode found by ``init="map"`` (``map_result``) serves as the reference point when
+    none was given: the correction does not search again."""
+    cstate = built.init(theta) if map_result is None else built.init(theta, mode=map_result.theta)
+    cost = getattr(built, "cost", None) or SetupCost()
+    return Changes(correction=cstate, floats_down=cost.floats_down, floats_up=cost.floats_up,
+                   rounds={"correction_rounds": cost.rounds})
+
+
+def per_round_floats(setting: Any, built: Any, num_clients: int, dim: int) -> tuple[float, float]:
+    """Extra floats of the correction: (per upload, per round down), zero without one."""
+    if built is None:
+        return 0.0, 0.0
+    return setting.per_round_floats(num_clients, dim)
+
+
+def keep_chains(built: Any, cstate: dict | None, rows: torch.Tensor) -> dict | None:
+    """The correction state of the chains ``rows`` (a boolean mask) after others diverged."""
+    return None if cstate is None else built.keep(cstate, rows)
+
+
+def record(setting: Any, cstate: dict | None) -> dict | None:
+    """The checkpoint entry: the settings record and the state's tensors (on the CPU)."""
+    if setting is None:
+        return None
     tensors = None if cstate is None else {k: v.detach().cpu().clone() for k, v in cstate.items()}
-    stored = sampler.correction.record()
-    return {"settings": stored, "state": tensors}
+    return {"settings": setting.record(), "state": tensors}
 
 
-def restore_state(sampler, entry: dict | None) -> None:
-    """Put a checkpoint's correction state (:func:`record`) into a resumed sampler."""
+def restored(entry: dict | None, device, dtype) -> dict | None:
+    """A checkpoint's correction state (:func:`record`) on ``device`` in ``dtype`` (None: none stored)."""
     if entry is None or entry.get("state") is None:
-        return
-    cstate = {k: v.to(device=sampler.device, dtype=sampler.dtype) for k, v in entry["state"].items()}
-    state = sampler.state
-    sampler.state = type(state)(theta=state.theta, step=state.step, round=state.round, correction=cstate)
+        return None
+    return {k: v.to(device=device, dtype=dtype) for k, v in entry["state"].items()}

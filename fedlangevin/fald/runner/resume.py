@@ -117,7 +117,7 @@ def fald_record(sampler: Any) -> dict:
         else ckpt.encode(preconditioner_record(sampler.preconditioner)),
         "adapted": bool(sampler.adapted),
         "adaptation": None if sampler.adapter is None else ckpt.encode(sampler.adapter.record()),
-        "correction": ckpt.encode(drift.record(sampler)),
+        "correction": ckpt.encode(drift.record(sampler.correction, sampler.state.correction)),
     }
 
 
@@ -138,12 +138,13 @@ def kernel_record(kernel: Any, state: Any) -> dict:
             "kernel": None if own is None else ckpt.encode(own())}
 
 
-def resume_runner(cls, path, kernel, *, problem=None, step_size=None, device=None, fallback=False):
+def resume_runner(cls, path, kernel, *, problem=None, step_size=None, device=None, fallback=False, read=None):
     """``Runner.resume(path, kernel, ...)``: the runner rebuilt around ``kernel`` (given again and
     checked against the stored ``record()``), then its state (``kernel.init``'s, with the stored
-    tensors), stream, ledger and unfinished run put back."""
+    tensors), stream, ledger and unfinished run put back. ``read``: the (record, file used) of
+    ``path`` where the caller has read it already (the file is then not read a second time)."""
     path, fallback = check_path("path", path), check_bool("fallback", fallback)
-    record, used = ckpt.read_file(path, fallback=fallback)
+    record, used = ckpt.read_file(path, fallback=fallback) if read is None else read
     settings = check_runner_record(record, used)
     with reading(used):
         problem = resume_problem(record, used, problem)
@@ -390,14 +391,16 @@ def resume_sampler(cls, path, *, problem=None, step_size=None, participation=Non
         sampler.state, sampler.active = resume_state(record, used, problem.dim, sampler.device, sampler.dtype)
         resume_generator(sampler.generator, record, saved_device, new_device, sampler.seed)
         sampler.ledger = Ledger.from_record(ckpt.decode(record["ledger"]))
-        drift.restore_state(sampler, ckpt.decode(record.get("correction")))
+        cstate = drift.restored(ckpt.decode(record.get("correction")), sampler.device, sampler.dtype)
+        sampler._apply(session.Changes(correction=cstate))
     with reading(used):
         stored = {k: ckpt.decode(record.get(k)) for k in ("preconditioner", "adapted", "adaptation")}
     for entry in (stored["preconditioner"], (stored["adaptation"] or {}).get("preconditioner")):
         if isinstance(entry, dict) and entry.get("kind") == "user":  # the user's own class: given again, and checked
             preconditioner_from_record(entry, preconditioner)
     with reading(used, values=True):
-        session.restore(sampler, stored, settings, preconditioner)
+        (sampler.preconditioner, sampler.adapted, sampler.preconditioner_norm,
+         sampler.adapter) = session.restore(problem, stored, settings, preconditioner, privacy=sampler.privacy)
     main = main_path(used)
     sampler._writer.resumed(record, main)
     sampler._pending = pending_run(sampler, record["run"], main, used, transport)

@@ -10,6 +10,7 @@ their on-disk store): :meth:`FALD.run` with ``checkpoint=path`` writes exactly t
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from typing import Any, Callable, Sequence
@@ -17,32 +18,23 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from fedlangevin._validation import (
-    check_device,
-    check_dtype,
-    check_fits,
-    check_init,
-    check_local_steps,
-    check_int,
-    check_optional_bool,
-    check_real,
-)
-from fedlangevin.fald.runner import resume as rs
-from fedlangevin.fald.corrections import drift
-from fedlangevin.fald.runner import loop
-from fedlangevin.fald.warmup import session
-from fedlangevin.fald.contracts import TRANSPORT, UPLOAD_CODEC, check_conforms
+from fedlangevin._validation import check_init
 from fedlangevin.fald.core.engine import build
-from fedlangevin.fald.core.streams import build_per_client
-from fedlangevin.fald.warmup.acceptance import AutoStep
-from fedlangevin.fald.warmup.mode import resolve_init
 from fedlangevin.fald.core.kernel import FALDState, init_state
-from fedlangevin.fald.core.participation import Participation, as_participation
-from fedlangevin.fald.runner.replay import diagnose, where
-from fedlangevin.fald.runner.base import Runner
-from fedlangevin.fald.runner.runs import Run
+from fedlangevin.fald.core.participation import Participation
+from fedlangevin.fald.core.preconditioning import broadcast_floats, spectral_norm
+from fedlangevin.fald.core.streams import build_per_client
+from fedlangevin.fald.corrections import drift
 from fedlangevin.fald.results.settings import Settings
-from fedlangevin.problems.base import FederatedProblem, check_problem, check_weights
+from fedlangevin.fald.runner import loop
+from fedlangevin.fald.runner import resume as rs
+from fedlangevin.fald.runner.base import Runner
+from fedlangevin.fald.runner.config import Config
+from fedlangevin.fald.runner.replay import diagnose, where
+from fedlangevin.fald.runner.runs import Run
+from fedlangevin.fald.warmup import session
+from fedlangevin.fald.warmup.mode import resolve_init
+from fedlangevin.problems.base import FederatedProblem, check_problem
 from fedlangevin.problems.clipped import Clipped
 
 __all__ = ["FALD"]
@@ -117,24 +109,14 @@ class FALD(Runner):
     """
 
     # The state FA-LD adds to the runner's (declared in fedlangevin.fald.runner.base.Runner), all here:
-    # set in __init__, the warm-up's by session.configure / install / observe, the correction's by
-    # drift.configure.
-    correlation: float                 #: rho (eq. 14)
-    participation: Participation       #: Full, SchemeI or SchemeII
-    batch_size: int | None             #: per client and step (None: full gradients)
-    noise_dtype: torch.dtype           #: of the injected normals
-    upload: Any                        #: the upload codec (None: exact states)
-    streams: str                       #: "single" or "per_client"
+    # the configuration (validated once, frozen) and what changes during runs, set by __init__ and
+    # applied in one place (_apply: the warm-up's M, eta and chain resets; the correction's state).
+    config: Config                     #: the arguments, validated once (fedlangevin.fald.runner.config)
     map_result: Any                    #: init="map"'s mode search (None otherwise)
-    adapt_step: bool                   #: step_size="auto": eta adapted in warm-up
-    step_rule: Any                     #: its AutoStep (the target acceptance), None for a given eta
-    adapt_matrix: bool                 #: M adapted in the first run's warm-up
-    preconditioner: Any                #: the current M (None: the identity)
+    preconditioner: Any                #: the current M (None: the identity), a step argument of the kernel
     preconditioner_norm: float         #: the largest lambda_max(M) run with (privacy accounting)
     adapted: bool                      #: an adaptive warm-up has finished (M and eta frozen)
-    correction: Any                    #: the drift correction's settings record (None without one)
-    privacy: Any                       #: RecordLevel / ClientLevel (clipped gradients), None: not private
-    built_correction: Any              #: what its build() returned (None without one)
+    built_correction: Any              #: the correction's kernel side, what its build() returned (None without one)
     _work_problem: FederatedProblem    #: the problem on the run's device and dtype
 
     def __init__(
@@ -162,55 +144,42 @@ class FALD(Runner):
         privacy: Any = None,
     ) -> None:
         check_problem(problem)
-        self.privacy = None if privacy is None else problem.check_privacy(privacy)
-        if self.privacy is not None:
-            _check_private(step_size, init, correction)
-        self.local_steps = check_local_steps(local_steps)
-        self.temperature = check_real("temperature", temperature, low=0.0, low_open=True)
-        self.correlation = check_real("correlation", correlation, low=0.0, high=1.0)
-        self.chains = check_int("chains", chains, 1)
-        self.participation = as_participation(participation)
-        weights = check_weights(problem.weights, problem.num_clients)
-        self.participation.validate(weights)
-        self.batch_size = problem.check_batch_size(batch_size)
-        session.configure(self, problem, step_size, check_optional_bool("adapt", adapt), preconditioner, upload, streams)
-        self.dtype = check_dtype("dtype", dtype)
-        self.noise_dtype = check_dtype("noise_dtype", noise_dtype) if noise_dtype is not None else self.dtype
-        self.device = check_device("device", device)
-        self.seed = self._seeded(seed)
-        itemsize = torch.empty(0, dtype=self.dtype).element_size()
-        check_fits("chains", self.chains * problem.num_clients * problem.dim * itemsize, self.device,
-                   f"the client states of {self.chains} chains x {problem.num_clients} clients x d = {problem.dim}",
-                   "use fewer chains")
+        self.config = config = Config.of(
+            problem, step_size=step_size, local_steps=local_steps, temperature=temperature, correlation=correlation,
+            participation=participation, chains=chains, batch_size=batch_size, dtype=dtype, seed=self._seeded(seed),
+            noise_dtype=noise_dtype, upload=upload, streams=streams, transport=transport,
+            preconditioner=preconditioner, adapt=adapt, correction=correction, privacy=privacy, device=device,
+            init=init)
+        self.problem = problem
+        self.local_steps, self.temperature, self.chains = config.local_steps, config.temperature, config.chains
+        self.dtype, self.device, self.seed, self.transport = config.dtype, config.device, config.seed, config.transport
+        self.schedule = config.schedule
+        self.preconditioner = config.preconditioner
+        self.preconditioner_norm = spectral_norm(config.preconditioner, problem.dim)
+        self.adapter, self.adapted = None, False
         init, self.map_result = resolve_init(init, problem)  # map_result: init="map"'s mode search
         initial = check_init(init, self.chains, problem.dim, self.dtype, self.device)
-        if upload is not None:
-            check_conforms(upload, UPLOAD_CODEC, "upload")
-        codec_gen = getattr(upload, "generator", None)
-        if isinstance(codec_gen, torch.Generator) and codec_gen.device.type != self.device.type:
-            raise ValueError(f"upload: the codec's generator is on {codec_gen.device}, the sampler runs on "
-                             f"{self.device}; give the codec a generator on {self.device.type}")
-        self.upload = upload
-        if streams not in ("single", "per_client"):
-            raise ValueError(f"streams must be 'single' or 'per_client'; got {streams!r}")
-        if streams == "per_client" and upload is not None:
-            raise ValueError("upload: an upload codec is not supported with streams='per_client'; use streams='single'")
-        self.streams = streams
-        if transport is not None:
-            check_conforms(transport, TRANSPORT, "transport")
-        if transport is not None and (upload is not None or streams == "per_client"):
-            raise ValueError("transport: not supported with an upload codec or streams='per_client' (both assume "
-                             "one process holding every client); use upload=None, streams='single'")
-        self.transport = transport
-        self.problem = problem
         #: what the kernel queries: the problem itself, or in a private run only its clipped gradients
         self._kernel_problem = problem if self.privacy is None else Clipped(problem, self.privacy)
         self._work_problem = self._kernel_problem.to(device=self.device, dtype=self.dtype)
-        drift.configure(self, correction)
-        self._kernel = self._build(upload)
+        self.built_correction = drift.build(config.correction, problem, config.dtype, config.device, config.upload)
+        self._kernel = self._build(config.upload)
         self.state: FALDState = init_state(initial)
         self._start()
-        session.account_setup(self)  # the broadcast of a given M and the mode search's rounds and floats
+        self._apply(session.setup_changes(config, problem, self.map_result))  # a given M, the mode search
+
+    # the configuration's fields FA-LD's modules read (fedlangevin.fald.runner.config.Config)
+    correlation = property(lambda self: self.config.correlation, doc="rho (eq. 14)")
+    participation = property(lambda self: self.config.participation, doc="Full, SchemeI or SchemeII")
+    batch_size = property(lambda self: self.config.batch_size, doc="per client and step (None: full gradients)")
+    noise_dtype = property(lambda self: self.config.noise_dtype, doc="of the injected normals")
+    upload = property(lambda self: self.config.upload, doc="the upload codec (None: exact states)")
+    streams = property(lambda self: self.config.streams, doc='"single" or "per_client"')
+    adapt_step = property(lambda self: self.config.adapt_step, doc='step_size="auto": eta adapted in warm-up')
+    step_rule = property(lambda self: self.config.step_rule, doc="the AutoStep of an adapted eta (None: a given eta)")
+    adapt_matrix = property(lambda self: self.config.adapt_matrix, doc="M adapted in the first run's warm-up")
+    correction = property(lambda self: self.config.correction, doc="the drift correction's settings (None: none)")
+    privacy = property(lambda self: self.config.privacy, doc="RecordLevel / ClientLevel, None: not private")
 
     def _build(self, upload):
         if self.streams == "per_client":
@@ -223,22 +192,11 @@ class FALD(Runner):
 
     @property
     def settings(self) -> Settings:
-        """The typed settings record (also a read-only mapping of the original keys)."""
-        return Settings(
-            local_steps=self.local_steps, temperature=self.temperature, correlation=self.correlation,
-            participation=repr(self.participation), scheme=self.participation.scheme,
-            num_sampled=self.participation.num_sampled, chains=self.chains, num_clients=self.problem.num_clients,
-            dim=self.problem.dim, batch_size=self.batch_size, step_size=repr(self.schedule), seed=self.seed,
-            device=str(self.device), dtype=str(self.dtype).replace("torch.", ""),
-            noise_dtype=str(self.noise_dtype).replace("torch.", ""),
-            upload="exact" if self.upload is None else repr(self.upload), streams=self.streams,
-            preconditioner="none" if self.preconditioner is None else repr(self.preconditioner), adapt=self.adapt_matrix,
-            auto_step_size=self.adapt_step, preconditioner_norm=float(self.preconditioner_norm),
-            **drift.settings_fields(self),
-            privacy="none" if self.privacy is None else repr(self.privacy),
-            adjacency="" if self.privacy is None else self.privacy.adjacency,
-            clip=None if self.privacy is None else float(self.privacy.clip),
-        )
+        """The typed settings record (also a read-only mapping of the original keys), derived from
+        :attr:`config` and the schedule and M of now."""
+        return self.config.settings(self.problem, schedule=self.schedule, preconditioner=self.preconditioner,
+                                    preconditioner_norm=self.preconditioner_norm,
+                                    correction_active=self.built_correction is not None)
 
     # -- FA-LD's hooks into the runner (fedlangevin.fald.runner.base) ------------------------------
     def _fixed_uploads(self) -> float | None:
@@ -255,16 +213,19 @@ class FALD(Runner):
         return session.round_etas(self, rounds)
 
     def _observe(self, run: Run, theta: torch.Tensor) -> None:
-        session.observe(self, run, theta)
+        self._apply(session.update(self.adapter, theta, self.preconditioner), run)
 
     def _plan_warmup(self, rounds, warmup):
         return session.default_warmup(self, rounds, warmup)
 
     def _begin_warmup(self, warmup: int) -> float:
-        return session.begin_adaptation(self, warmup)
+        self.adapter, changes = session.init(self, warmup)
+        return self._apply(changes)
 
     def _before_rounds(self) -> None:
-        drift.ensure_state(self)  # a correction's one-off set-up, before the first round
+        """A correction's one-off set-up, before the first round (a resumed sampler has its state)."""
+        if self.built_correction is not None and self.state.correction is None:
+            self._apply(drift.init(self.built_correction, self.state.theta, self.map_result))
 
     def _check_run(self, checkpoint) -> None:
         if checkpoint is not None and self.upload is not None:
@@ -272,24 +233,56 @@ class FALD(Runner):
                              "random stream are not part of the checkpoint); run without checkpoint=")
 
     def _per_round_floats(self) -> tuple[float, float]:
-        return drift.per_round_floats(self)
+        return drift.per_round_floats(self.correction, self.built_correction, self.problem.num_clients,
+                                      self.problem.dim)
 
     def _keep_field(self, name: str, value, keep: torch.Tensor):
         if name == "correction":
-            return drift.keep_chains(self, value, keep)
+            return drift.keep_chains(self.built_correction, value, keep)
         return super()._keep_field(name, value, keep)
 
     def _diagnose(self, state: FALDState, gen_state: torch.Tensor, etas: list[float], bad_rows: np.ndarray):
         """Replay the round step by step (:mod:`fedlangevin.fald.runner.replay`)."""
         replay = self._kernel if self.upload is None else self._build(None)
-        return diagnose(functools.partial(replay.step, **self._step_arguments()), self.state, gen_state, etas, bad_rows, self.active, self._work_problem,
-                        num_clients=self.problem.num_clients, uses_upload=self.upload is not None)
+        return diagnose(functools.partial(replay.step, **self._step_arguments()), self.state, gen_state, etas,
+                        bad_rows, self.active, self._work_problem, num_clients=self.problem.num_clients,
+                        uses_upload=self.upload is not None)
 
     def _where(self, round: int, step: int, causes: dict) -> str:
         return where(round, step, self.state.step, self.local_steps, causes)
 
     def _record(self) -> dict:
         return rs.fald_record(self)
+
+    # -- the one place the warm-up's and the correction's values are applied ---------------------------
+    def _apply(self, changes: session.Changes, run: Run | None = None) -> float:
+        """Apply what :mod:`~fedlangevin.fald.warmup.session` (init, update) or a correction's set-up
+        (:func:`~fedlangevin.fald.corrections.drift.init`) returned: a new M (broadcast to every
+        client: counted), eta from the current step on, chains put back, a correction's state, the
+        set-up's rounds and floats (in the ledger, and in ``run``'s totals when given), the end of
+        the warm-up. Returns the floats of a new M's broadcast."""
+        led, problem, sent = self.ledger, self.problem, 0.0
+        if changes.preconditioner is not session.KEEP:
+            self.preconditioner = changes.preconditioner
+            self.preconditioner_norm = max(self.preconditioner_norm, spectral_norm(self.preconditioner, problem.dim))
+            sent = float(problem.num_clients * broadcast_floats(self.preconditioner, problem.dim))
+        if changes.step_size is not None and self.adapt_step:
+            self.schedule.set(self.state.step, changes.step_size)
+        for name, floats in (("setup_floats", sent), ("setup_floats", changes.floats_down),
+                             ("setup_floats_up", changes.floats_up)):
+            if floats:
+                led[name] += floats
+                if run is not None:
+                    setattr(run, name, getattr(run, name, 0.0) + floats)
+        for name, rounds in changes.rounds.items():
+            led[name] += rounds
+        if changes.theta is not None:
+            self.state = dataclasses.replace(self.state, theta=changes.theta)
+        if changes.correction is not None:
+            self.state = dataclasses.replace(self.state, correction=changes.correction)
+        if changes.finished:
+            self.adapter, self.adapted = None, True
+        return sent
 
     # -- resuming ----------------------------------------------------------------------------------
     @classmethod
@@ -338,23 +331,3 @@ class FALD(Runner):
                                  device=device, fallback=fallback, transport=transport, correction=correction,
                                  preconditioner=preconditioner)
 
-
-def _check_private(step_size: Any, init: Any, correction: Any) -> None:
-    """Refuse, before any work, what would query client data without noise in a private run
-    (``step_size="auto"`` and ``adapt`` are private there: they read the broadcast iterates only,
-    :mod:`fedlangevin.fald.warmup.iterates`)."""
-    if isinstance(step_size, AutoStep) and step_size.target_accept != "auto":
-        raise ValueError(f"privacy: step_size={step_size!r} aims at an acceptance computed from the clients' exact "
-                         "energies and gradients, outside the private mechanism; use step_size='auto' (a private "
-                         "run adapts eta from the broadcast iterates), a number, a sequence or a schedule")
-    if isinstance(step_size, str) and step_size != "auto":
-        raise ValueError(
-            f"privacy: step_size={step_size!r} is computed from the smoothness and convexity constants of the data "
-            "without noise, outside the private mechanism; use 'auto' (adapted from the broadcast iterates), a "
-            "number, a sequence or a schedule")
-    if isinstance(init, str):
-        raise ValueError(f"privacy: init={init!r} searches the mode with noiseless gradients and Hessians; start "
-                         "from zeros, prior draws or a value of your own")
-    if correction is not None:
-        raise ValueError("privacy: a drift correction releases noiseless data-dependent quantities (reference "
-                         "gradients, surrogates, memories); run without correction=")

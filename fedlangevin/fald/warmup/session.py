@@ -1,26 +1,55 @@
-"""What a sampler does with its warm-up :class:`~fedlangevin.fald.warmup.adaptation.Adapter`: set up its
-step rule and M (``configure``), count a given M and the mode search (``account_setup``), start
-an adaptive warm-up (``begin_adaptation``), read eta round by round (``round_etas``), let the
-adapter see each round's iterates and install a new M or eta, or put chains back where the
-adapter says (``observe``, ``install``), and restore it from a checkpoint (``restore``)."""
+"""FA-LD's warm-up in BlackJAX's ``(init, update, final)`` shape, returning values.
+
+:func:`init` starts an adaptive warm-up at the chains' iterates (an
+:class:`~fedlangevin.fald.warmup.adaptation.Adapter` and the first M and eta), :func:`update`
+takes each warm-up round's broadcast iterates and :func:`final` gives the frozen M and eta. Each
+returns a :class:`Changes` value (a new M, a new eta, chains to put back, floats to count, the
+end of the warm-up) that the runner applies in one place (``FALD._apply``): nothing here
+assigns to the sampler. Also here: the step rule behind ``step_size`` (:func:`auto_schedule`),
+the ledger entries of a new sampler (:func:`setup_changes`), a run's default warm-up
+(:func:`default_warmup`), the step sizes of the rounds ahead (:func:`round_etas`) and an
+adapter's state from a checkpoint (:func:`restore`)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from typing import Any, NamedTuple
+
+import torch
 
 from fedlangevin.fald.core.preconditioning import (
-    as_preconditioner, broadcast_floats, preconditioner_from_record, preconditioner_record, spectral_norm,
+    broadcast_floats, preconditioner_from_record, preconditioner_record, spectral_norm,
 )
 from fedlangevin.fald.core.schedules import AdaptedSteps, as_schedule, round_step_sizes, step_sizes
 from fedlangevin.fald.warmup.acceptance import AutoStep
 from fedlangevin.fald.warmup.adaptation import Adapter
 
-__all__ = ["account_setup", "auto_schedule", "begin_adaptation", "configure", "default_warmup", "install", "observe",
-           "restore", "round_etas"]
+__all__ = ["KEEP", "Changes", "auto_schedule", "default_warmup", "final", "init", "restore", "round_etas",
+           "setup_changes", "update"]
+
+#: :class:`Changes`' ``preconditioner`` when M stays as it is (None is a change to I)
+KEEP = object()
 
 
-# -- the runner's side (fedlangevin.FALD): what a sampler does at the start of an adaptive warm-up
-# and when the adapter changes M or eta --------------------------------------------------------------
+class Changes(NamedTuple):
+    """What the warm-up (or a correction's set-up) asks the runner to change, applied in one place.
+
+    preconditioner : a new M, broadcast to every client (:data:`KEEP`: unchanged); step_size : eta
+    from the current step on (None: unchanged; applied where eta is adapted); theta : (R, d)
+    where the chains are put back (a rejected approach round; None: where they are); correction :
+    a drift correction's initial state (None: none given); floats_down, floats_up : set-up floats
+    sent down / up besides a new M's broadcast (per chain); rounds : set-up rounds by ledger
+    counter (``{"map_rounds": 12}``); finished : the adaptation has ended (M and eta frozen)."""
+
+    preconditioner: Any = KEEP
+    step_size: float | None = None
+    theta: torch.Tensor | None = None
+    correction: dict | None = None
+    floats_down: float = 0.0
+    floats_up: float = 0.0
+    rounds: dict = {}
+    finished: bool = False
+
+
 def auto_schedule(step_size, problem):
     """(adapt_step, schedule) for a sampler's ``step_size``: "auto", an :class:`AutoStep` (or a
     resumed :class:`AdaptedSteps`) is estimated in warm-up; anything else is a schedule, checked now."""
@@ -33,90 +62,68 @@ def auto_schedule(step_size, problem):
     return False, schedule
 
 
-def begin_adaptation(sampler, warmup: int) -> float:
-    """Start the adaptive warm-up of ``sampler``'s run (``warmup`` rounds): the first M and eta at
-    its current iterates; returns the floats broadcast (a new M to every client)."""
-    per_client = sampler.local_steps > 1 or sampler.participation.scheme != "full"
-    fixed = None if sampler.adapt_step else float(sampler.schedule(sampler.state.step))
-    rule = sampler.step_rule
-    target = None if rule is None or fixed is not None or sampler.privacy is not None else rule.target(sampler.problem.dim)
-    adapter = Adapter(sampler.problem, warmup, adapt_matrix=sampler.adapt_matrix, fixed_step=fixed,
-                      per_client=per_client, seed=sampler.seed, preconditioner=sampler.preconditioner,
-                      privacy=sampler.privacy, temperature=sampler.temperature, target=target)
+def init(sampler, warmup: int) -> tuple[Adapter, Changes]:
+    """Start the adaptive warm-up of ``sampler``'s run (``warmup`` rounds) at its current iterates:
+    the adapter, and the first M and eta (read from the sampler: its configuration, state, M)."""
+    config = sampler.config
+    per_client = config.local_steps > 1 or config.participation.scheme != "full"
+    fixed = None if config.adapt_step else float(sampler.schedule(sampler.state.step))
+    rule = config.step_rule
+    target = None if rule is None or fixed is not None or config.privacy is not None else rule.target(sampler.problem.dim)
+    adapter = Adapter(sampler.problem, warmup, adapt_matrix=config.adapt_matrix, fixed_step=fixed,
+                      per_client=per_client, seed=config.seed, preconditioner=sampler.preconditioner,
+                      privacy=config.privacy, temperature=config.temperature, target=target)
     adapter.start(sampler.state.theta)
-    sampler.adapter = adapter
-    sent = install(sampler, adapter, None)
-    if adapter.finished:  # no warm-up rounds: the first estimate is the frozen one
-        sampler.adapter, sampler.adapted = None, True
-    return sent
+    # the acceptance rule's uploads at the start are counted with the first round's (update)
+    return adapter, _proposed(adapter, sampler.preconditioner, floats_up=False)._replace(finished=adapter.finished)
 
 
-def install(sampler, adapter: Adapter, run) -> float:
-    """Put the adapter's M and eta into ``sampler``'s kernel and schedule; a new M is broadcast to
-    every client (counted in the ledger and the run); returns the floats sent."""
-    pre, floats = adapter.preconditioner, 0.0
-    dim = sampler.problem.dim
-    if pre is not sampler.preconditioner and preconditioner_record(pre) != preconditioner_record(sampler.preconditioner):
-        sampler.preconditioner = pre
-        sampler.preconditioner_norm = max(sampler.preconditioner_norm, spectral_norm(pre, dim))
-        floats = float(sampler.problem.num_clients * broadcast_floats(pre, dim))
-        sampler.ledger["setup_floats"] = sampler.ledger.get("setup_floats", 0.0) + floats
-        if run is not None:
-            run.setup_floats = getattr(run, "setup_floats", 0.0) + floats
-    if sampler.adapt_step:
-        sampler.schedule.set(sampler.state.step, adapter.step_size)
-    if run is not None and adapter.floats_up:  # the acceptance rule's energies and gradients (per chain)
-        sampler.ledger["setup_floats_up"] = sampler.ledger.get("setup_floats_up", 0.0) + adapter.floats_up
-        run.setup_floats_up = getattr(run, "setup_floats_up", 0.0) + adapter.floats_up
-        adapter.floats_up = 0.0
-    return floats
+def update(adapter: Adapter, theta: torch.Tensor, preconditioner: Any) -> Changes:
+    """After an adaptive warm-up round: the adapter sees the broadcast iterates ``theta``; a changed
+    M or eta (against the current ``preconditioner``), chains to put back and the end of warm-up."""
+    changes = _proposed(adapter, preconditioner) if adapter.observe(theta) else Changes()
+    if adapter.reset is not None:  # a rejected approach round: the chains go back
+        changes = changes._replace(theta=adapter.reset.to(device=theta.device, dtype=theta.dtype).clone())
+        adapter.reset = None
+    return changes._replace(finished=adapter.finished)
 
 
-def configure(sampler, problem, step_size, adapt: bool | None, preconditioner, upload, streams="single") -> None:
-    """Set a new sampler's ``adapt_step`` (step_size="auto"), ``schedule``, ``adapt_matrix`` (warm-up
-    adapts M; default: with "auto" only, so a numeric step size runs exactly as before, and not
-    with ``streams="per_client"``, whose kernel takes no preconditioner: there only eta adapts),
-    ``step_rule`` (the :class:`AutoStep` of an estimated eta), ``preconditioner`` (None: I), ``preconditioner_norm`` (the largest lambda_max(M) it runs with:
-    privacy), ``adapter`` (the adaptation in progress) and ``adapted`` (one has finished)."""
-    sampler.adapt_step, sampler.schedule = auto_schedule(step_size, problem)
-    sampler.step_rule = (step_size if isinstance(step_size, AutoStep) else AutoStep()) if sampler.adapt_step else None
-    sampler.adapt_matrix = (sampler.adapt_step and streams != "per_client") if adapt is None else adapt
-    if streams == "per_client" and (sampler.adapt_matrix or preconditioner is not None):
-        raise ValueError("preconditioner / adapt: a preconditioner is not available with streams='per_client'; "
-                         "use streams='single', or adapt=False without a preconditioner")
-    if sampler.adapt_matrix and upload is not None:
-        raise ValueError("adapt: warm-up adaptation is not available with an upload codec; pass adapt=False "
-                         "and a numeric step_size")
-    sampler.preconditioner = (None if preconditioner is None
-                              else as_preconditioner(preconditioner, problem.dim, "preconditioner"))
-    sampler.preconditioner_norm = spectral_norm(sampler.preconditioner, problem.dim)
-    sampler.adapter, sampler.adapted = None, False
+def final(adapter: Adapter) -> tuple[Any, float | None]:
+    """The M and eta a finished warm-up froze (the adapter's current ones)."""
+    return adapter.preconditioner, adapter.step_size
 
 
-def account_setup(sampler) -> None:
-    """Ledger entries of a new sampler: a given M broadcast to every client, and the rounds and
-    floats of the mode search of ``init="map"`` (``sampler.map_result``)."""
-    led, problem = sampler.ledger, sampler.problem
-    led["setup_floats"] = float(problem.num_clients * broadcast_floats(sampler.preconditioner, problem.dim))
-    found = getattr(sampler, "map_result", None)
-    if found is not None:
-        led["map_rounds"] = found.rounds
-        led["setup_floats"] += found.floats_down
-        led["setup_floats_up"] = found.floats_up
+def _proposed(adapter: Adapter, current: Any, floats_up: bool = True) -> Changes:
+    """The adapter's M (where it differs from ``current``) and eta, and (``floats_up``) the
+    acceptance rule's uploads not yet counted."""
+    pre, eta = final(adapter)
+    changed = pre is not current and preconditioner_record(pre) != preconditioner_record(current)
+    up = 0.0
+    if floats_up and adapter.floats_up:
+        up, adapter.floats_up = adapter.floats_up, 0.0
+    return Changes(preconditioner=pre if changed else KEEP, step_size=eta, floats_up=up)
 
 
-def restore(sampler, record: dict, settings, given=None) -> None:
-    """A resumed sampler's preconditioner, adaptation state and privacy norm from its checkpoint
-    (``record``: the decoded "preconditioner", "adapted" and "adaptation" entries); ``given``: a
-    preconditioner of the user's own class, given again to ``FALD.resume`` (checked against the record)."""
-    if record.get("preconditioner") is not None:
-        sampler.preconditioner = preconditioner_from_record(record["preconditioner"], given)
-    sampler.adapted = bool(record.get("adapted") or False)
-    sampler.preconditioner_norm = max(spectral_norm(sampler.preconditioner, sampler.problem.dim),
-                                      float(settings.get("preconditioner_norm", 1.0)))
-    if record.get("adaptation") is not None:
-        sampler.adapter = Adapter.from_record(sampler.problem, record["adaptation"], given,
-                                              privacy=getattr(sampler, "privacy", None))
+def setup_changes(config, problem, map_result) -> Changes:
+    """The set-up of a new sampler: a given M broadcast to every client (counted as floats down,
+    not as a new M), and the rounds and floats of the mode search of ``init="map"``."""
+    down = float(problem.num_clients * broadcast_floats(config.preconditioner, problem.dim))
+    if map_result is None:
+        return Changes(floats_down=down)
+    return Changes(floats_down=down + map_result.floats_down, floats_up=map_result.floats_up,
+                   rounds={"map_rounds": map_result.rounds})
+
+
+def restore(problem, record: dict, settings, given=None, privacy=None):
+    """A resumed sampler's (preconditioner, adapted, preconditioner_norm, adapter) from its
+    checkpoint (``record``: the decoded "preconditioner", "adapted" and "adaptation" entries);
+    ``given``: a preconditioner of the user's own class, given again to ``FALD.resume`` (checked
+    against the record)."""
+    pre = None if record.get("preconditioner") is None else preconditioner_from_record(record["preconditioner"], given)
+    norm = max(spectral_norm(pre, problem.dim), float(settings.get("preconditioner_norm", 1.0)))
+    adapter = (None if record.get("adaptation") is None
+               else Adapter.from_record(problem, record["adaptation"], given, privacy=privacy))
+    return pre, bool(record.get("adapted") or False), norm, adapter
 
 
 def default_warmup(sampler, rounds, warmup):
@@ -141,16 +148,3 @@ def round_etas(sampler, rounds: int):
             yield [adapter.step_size] * k if fixed is None else next(fixed)
     if rounds > adaptive:
         yield from round_step_sizes(sampler.schedule, sampler.state.step, k, rounds - adaptive)
-
-
-def observe(sampler, run, theta) -> None:
-    """After an adaptive warm-up round: the adapter sees the broadcast iterates; a changed M or
-    eta is installed, and at the end of warm-up the adaptation is frozen."""
-    adapter = sampler.adapter
-    if adapter.observe(theta):
-        install(sampler, adapter, run)
-    if adapter.reset is not None:  # a rejected approach round: the chains go back
-        sampler.state = replace(sampler.state, theta=adapter.reset.to(device=theta.device, dtype=theta.dtype).clone())
-        adapter.reset = None
-    if adapter.finished:
-        sampler.adapter, sampler.adapted = None, True

@@ -12,7 +12,7 @@ import torch
 from scipy import stats
 
 import fedlangevin as fl
-from fedlangevin.fald.warmup import adaptation, session
+from fedlangevin.fald.warmup import adaptation
 from fedlangevin.fald.warmup.approach import (
     ARRIVED, GROW, SHARE, STEP, STRAGGLER_QUANTILE, Approach, approach_init, approach_update, arrived, newton_statistic,
     straggler_excess,
@@ -152,7 +152,7 @@ def test_the_approach_windows_start_where_it_ended():
 def test_a_rejected_round_puts_the_chains_back(monkeypatch):
     problem, _, _ = _far_gaussian()
     calls, seen = [], []
-    real_update, real_observe = adaptation.approach_update, session.observe
+    real_update, real_observe = adaptation.approach_update, fl.FALD._observe
 
     def update(state, energies, statistic, tolerance=0.0):  # the third round is rejected whatever its energies
         calls.append(1)
@@ -165,7 +165,7 @@ def test_a_rejected_round_puts_the_chains_back(monkeypatch):
         seen.append((before, theta.clone(), sampler.state.theta.clone()))
 
     monkeypatch.setattr(adaptation, "approach_update", update)
-    monkeypatch.setattr(session, "observe", observe)
+    monkeypatch.setattr(fl.FALD, "_observe", observe)
     sampler = fl.FALD(problem, chains=4, seed=0)
     sampler.run(60, progress=False)
     before, moved, now = seen[2]
