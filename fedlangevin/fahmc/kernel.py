@@ -50,11 +50,14 @@ is sqrt(tau (1 - a^2)) A xi with xi standard normal (the variance of (2) average
   With gamma -> infinity (a = 0) the velocity is fresh noise at every step and the step is
   theta <- theta - (h^2 / 2) M grad f~^c + h sqrt(tau) A (...): exactly FA-LD's eq. 10 with
   eta = h^2 / 2 (the noise variance h^2 tau = 2 eta tau), so OBABO FA-HMC *is* FA-LD in that
-  limit (round for round: :mod:`fedlangevin.fahmc.exact` checks it). BAOAB's limit is the
+  limit: its exact law round for round (:mod:`fedlangevin.fahmc.exact`), and with one seed its
+  draws, since the kernel draws the same numbers in the same order as FA-LD's. BAOAB's limit is the
   federated Leimkuhler-Matthews scheme theta <- theta - eta M grad + sqrt(eta tau / 2) A
   (n_{k-1} + n_k), whose law differs from FA-LD's at O(eta).
 
-Each client evaluates **one gradient per local step** (K per round), as FA-LD.
+Each client evaluates **one gradient per local step** (K per round), as FA-LD. With a step-size
+schedule each step uses its own h in the sequences above (for a constant h they are exactly
+BAOAB and OBABO).
 
 A round (what the server averages, and why)
 -------------------------------------------

@@ -14,6 +14,7 @@ import fedlangevin as fl
 from fedlangevin.fahmc import FAHMCState, build
 from fedlangevin.fahmc.exact import exact_moments
 from fedlangevin.fald.contracts import KERNEL, conformance
+from fedlangevin.fald.core.preconditioning import as_preconditioner
 from fedlangevin.problems import QuadraticProblem
 from tests.targets import small_problem_arrays
 
@@ -189,3 +190,25 @@ def test_build_refuses_bad_arguments_by_name(name, kwargs):
     kernel = build(heterogeneous())
     with pytest.raises(ValueError, match="step_sizes"):
         kernel.step(kernel.init(torch.zeros(1, 2, dtype=torch.float64)), [0.1, -0.1], None)
+
+
+@pytest.mark.parametrize("rule", ["full", "I"])
+def test_obabo_at_infinite_friction_draws_fald_samples(rule):
+    """gamma h > 745 makes a = exp(-gamma h) = 0: OBABO's local step is FA-LD's eq. 10 with
+    eta = h^2 / 2, drawing the same random numbers in the same order (gradient, shared normals,
+    private normals; the participation draw after the K steps), so with one seed the kernel's
+    chains are FA-LD's kernel's, draw for draw (to rounding: the operations differ), over
+    several rounds of K = 3 with rho = 0.5 and a mass."""
+    participation = {"full": None, "I": fl.SchemeI(2)}[rule]
+    problem, h, mass = heterogeneous(), 0.2, [[0.6, 0.15], [0.15, 0.3]]
+    hmc = build(problem, correlation=0.5, participation=participation, friction=1e4, splitting="OBABO", mass=mass)
+    fald = fl.fald.build(problem, correlation=0.5, participation=participation, kernel="gradient",
+                         preconditioner=as_preconditioner(mass, 2))
+    theta0 = torch.tensor(THETA0, dtype=torch.float64).expand(5, 2)
+    s1, s2 = hmc.init(theta0), fald.init(theta0)
+    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    for _ in range(4):
+        s1, _ = hmc.step(s1, [h] * 3, g1)
+        s2, _ = fald.step(s2, [h * h / 2] * 3, g2)
+        torch.testing.assert_close(s1.theta, s2.theta, rtol=1e-10, atol=1e-12)
+    assert torch.equal(g1.get_state(), g2.get_state())
