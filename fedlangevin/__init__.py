@@ -22,6 +22,7 @@ _LAZY = {
     **{name: "fedlangevin.fald" for name in (
         "FALD", "AutoStep", "CheckpointError", "Communication", "Constant", "DivergenceError", "Full", "PaperDecay",
         "Polynomial", "SchemeI", "SchemeII", "Trace", "open_store", "ControlVariates", "Conducive", "QLSDPlusPlus")},
+    "FAHMC": "fedlangevin.fahmc",
     "distributed": None,
     "privacy": None,
     "problems": None,
@@ -30,11 +31,12 @@ _LAZY = {
 __all__ = [
     "FALD", "AutoStep", "Communication", "Constant", "DivergenceError", "Full", "PaperDecay", "Polynomial",
     "SchemeI", "SchemeII", "Trace", "distributed", "privacy", "problems", "__version__", "CheckpointError", "open_store",
-    "ControlVariates", "Conducive", "QLSDPlusPlus",
+    "ControlVariates", "Conducive", "QLSDPlusPlus", "FAHMC",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from fedlangevin import distributed, privacy, problems
+    from fedlangevin.fahmc import FAHMC
     from fedlangevin.fald import (FALD, AutoStep, CheckpointError, Communication, Conducive, Constant, ControlVariates,
                                   DivergenceError, Full, PaperDecay, Polynomial, QLSDPlusPlus, SchemeI, SchemeII,
                                   Trace, open_store)

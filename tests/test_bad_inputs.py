@@ -88,6 +88,11 @@ ARGS = [
     Arg("rounds", lambda v: _run(rounds=v), "int", 2, 1),
     Arg("thin", lambda v: _run(thin=v), "int", 2, 1, optional=True),
     Arg("warmup", lambda v: _run(warmup=v), "int", 1, 0, 2, optional=True),
+    # FA-HMC (fedlangevin/fahmc): its own argument and the numbers it shares with FA-LD
+    Arg("friction", lambda v: fl.FAHMC(PROBLEM, 1e-2, friction=v).friction, "real", 2.0, 0.0, None, True),
+    Arg("step_size", lambda v: fl.FAHMC(PROBLEM, v).schedule, "real", 1e-2, 0.0, None, True, sequence_ok=True),
+    Arg("temperature", lambda v: fl.FAHMC(PROBLEM, 1e-2, temperature=v).temperature, "real", 1.0, 0.0, None, True),
+    Arg("correlation", lambda v: fl.FAHMC(PROBLEM, 1e-2, correlation=v).correlation, "real", 0.5, 0.0, 1.0),
     Arg("keep_samples", lambda v: _run(keep_samples=v), "bool", True, optional=True),
     Arg("num_sampled", lambda v: fl.SchemeI(v).num_sampled, "int", 2, 1, 2**24),
     Arg("a", lambda v: fl.Polynomial(v).a, "real", 1e-3, 0.0, None, True),

@@ -26,6 +26,7 @@ MKDOCS_YML = ROOT / "mkdocs.yml"
 PACKAGES = {
     "fedlangevin": "fedlangevin",
     "fedlangevin.fald": "fald",
+    "fedlangevin.fahmc": "fahmc",
     "fedlangevin.problems": "problems",
     "fedlangevin.data": "data",
     "fedlangevin.privacy": "privacy",

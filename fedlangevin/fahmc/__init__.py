@@ -1,0 +1,15 @@
+"""FA-HMC: federated averaging of underdamped Langevin dynamics (Liang et al., arXiv 2407.06935),
+a second sampler family on the shared runner (``docs/fahmc.md``).
+
+- :mod:`fedlangevin.fahmc.kernel`: the pure kernel ``build(problem, ...) -> (init, step)`` over
+  :class:`FAHMCState` (theta, momentum), with the splitting's equations;
+- :mod:`fedlangevin.fahmc.exact`: exact moments and stationary law of (theta, v) on quadratic
+  problems (numpy);
+- :mod:`fedlangevin.fahmc.sampler`: :class:`FAHMC`, the user-facing runner (checkpoints, resume,
+  draws, divergence handling through :class:`fedlangevin.fald.runner.base.Runner`).
+"""
+
+from fedlangevin.fahmc.kernel import FAHMCKernel, FAHMCState, build
+from fedlangevin.fahmc.sampler import FAHMC
+
+__all__ = ["FAHMC", "FAHMCKernel", "FAHMCState", "build"]

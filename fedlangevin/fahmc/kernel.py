@@ -1,0 +1,287 @@
+"""FA-HMC as a pure kernel: ``build(problem, ...) -> FAHMCKernel`` with ``init`` and ``step``.
+
+Federated averaging of underdamped (kinetic) Langevin dynamics, after Liang, Zhang, Deng, Song and
+Lin, "Bayesian Federated Learning with Hamiltonian Monte Carlo: Algorithm and Theory" (arXiv
+2407.06935, 2024). The splittings and what the server averages are stated here; they are this
+package's scheme (written without the paper at hand), built so that K = 1 is exactly the
+centralised integrator and infinite friction is exactly FA-LD (below).
+
+The dynamics
+------------
+With friction gamma > 0, temperature tau and a constant preconditioner M = A A^T (the matrix
+that multiplies the force; in HMC's terms the *inverse* mass matrix, Stan's ``inv_metric``:
+the posterior covariance is the natural choice),
+
+    d theta = v dt,    d v = -M grad f(theta) dt - gamma v dt + sqrt(2 gamma tau) A dW,        (1)
+
+leaves pi(theta, v) ∝ exp(-f(theta) / tau) N(v; 0, tau M) invariant. ``v`` is the velocity in
+theta's units (the momentum p = M^{-1} v); the state calls it ``momentum``.
+
+A local step of client c (step size h, a = exp(-gamma h))
+----------------------------------------------------------
+Every step is one operator sequence of (1) on the client's energy f^c (``problem.grad``), with
+
+    B(s): v <- v - s M grad f~^c(theta)        (kick; f~^c: a minibatch estimate with batch_size)
+    A(s): theta <- theta + s v                 (drift)
+    O:    v <- a v + sqrt(tau (1 - a^2)) A (rho xi_k + sqrt((1 - rho^2) / p_c) xi^c_k)      (2)
+
+where xi_k (shared by every client, per chain and step) and xi^c_k (private) are standard
+normals: the momentum refresh's noise is FA-LD's eq. 14 noise (shared with correlation rho, the
+private part scaled by 1/sqrt(p_c)), so the p-weighted average of the clients' refresh noises
+is sqrt(tau (1 - a^2)) A xi with xi standard normal (the variance of (2) averaged is tau
+(1 - a^2) M: rho^2 + (1 - rho^2) sum_c p_c^2 / p_c = 1), as eq. 15 for FA-LD.
+
+- ``splitting="BAOAB"`` (default; Leimkuhler & Matthews 2013): the step B(h/2) A(h/2) O A(h/2)
+  B(h/2) ends with a half kick at the new position, and the next step opens with a half kick at
+  the same position with the same gradient (first same as last). The kernel runs the two
+  together at the start of the next step, so a local step is
+
+      B(h) A(h/2) O A(h/2)           (one gradient, at the step's starting position)
+
+  The positions are BAOAB's; the stored velocity is BAOAB's before its closing half kick (the
+  velocity after O and the last drift). On a Gaussian target centralised BAOAB's theta
+  marginal is exact at any stable h (M-whitened: h < 2).
+- ``splitting="OBABO"`` (Bussi & Parrinello 2007): O(h/2) B(h/2) A(h) B(h/2) O(h/2); the
+  closing and opening half refreshes of consecutive steps compose to one O with a = exp(-gamma h),
+  and the step is run from the kick:
+
+      B(h/2) O B(h/2) A(h)           (one gradient: both kicks are at the same position)
+
+  With gamma -> infinity (a = 0) the velocity is fresh noise at every step and the step is
+  theta <- theta - (h^2 / 2) M grad f~^c + h sqrt(tau) A (...): exactly FA-LD's eq. 10 with
+  eta = h^2 / 2 (the noise variance h^2 tau = 2 eta tau), so OBABO FA-HMC *is* FA-LD in that
+  limit: its exact law round for round (:mod:`fedlangevin.fahmc.exact`), and with one seed its
+  draws, since the kernel draws the same numbers in the same order as FA-LD's. BAOAB's limit is the
+  federated Leimkuhler-Matthews scheme theta <- theta - eta M grad + sqrt(eta tau / 2) A
+  (n_{k-1} + n_k), whose law differs from FA-LD's at O(eta).
+
+Each client evaluates **one gradient per local step** (K per round), as FA-LD. With a step-size
+schedule each step uses its own h in the sequences above (for a constant h they are exactly
+BAOAB and OBABO).
+
+A round (what the server averages, and why)
+-------------------------------------------
+Broadcast (theta, v) of every chain; each client runs K = len(step_sizes) local steps from it;
+the server forms theta' = sum_c w_c theta_c and v' = sum_c w_c v_c with the participation
+rule's weights (:mod:`fedlangevin.fald.core.participation`: w = p for full participation,
+schemes I and II as FA-LD). Both are averaged: (i) the first step of a round kicks at the common
+broadcast theta, where sum_c p_c grad f^c = grad f, and every later operator of that step is
+linear in (theta_c, v_c) given it, so with K = 1 and full gradients a round is *exactly* one
+step of the centralised integrator on f (in law: the averaged noise is the centralised one), for
+any heterogeneity; (ii) the velocity carried across rounds is what makes the dynamics underdamped
+(a momentum redrawn every round would turn K = 1 into a random-walk sampler). Communication per
+client and round: 2 d floats up (theta_c, v_c) and 2 d down, twice FA-LD's.
+
+The momentum starts at **zero** (``init(theta0)`` has no random stream); the refresh O brings it
+to N(0, tau M) within a few 1 / gamma time units.
+
+All chains and clients are updated at once on (R, N, d) buffers: no Python loop over chains or
+clients; randomness comes from the generator passed in, in a fixed order per step (minibatch
+draws, the shared normals, the private normals of all N clients), then the round's participation
+draw; ``step`` never modifies its input state.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from fedlangevin._validation import check_choice, check_device, check_dtype, check_real, check_step_sizes
+from fedlangevin.fald.core.engine import RoundInfo, check_gradient, initial_theta
+from fedlangevin.fald.core.extensions import check_preconditioner
+from fedlangevin.fald.core.noise import add_noise_, noise_scales
+from fedlangevin.fald.core.participation import Full, Participation, SchemeI, SchemeII, as_participation, synchronize
+from fedlangevin.fald.core.preconditioning import (
+    as_preconditioner, is_identity, placed, preconditioner_matrix, preconditioner_record,
+)
+from fedlangevin.problems.base import FederatedProblem, check_problem, check_weights
+
+__all__ = ["FAHMCKernel", "FAHMCState", "SPLITTINGS", "as_mass", "build"]
+
+#: the splittings of a local step (module docstring)
+SPLITTINGS = ("BAOAB", "OBABO")
+
+
+@dataclass(frozen=True)
+class FAHMCState:
+    """Global parameters and velocities after the last synchronisation, and the counters.
+
+    theta : (R, d); momentum : (R, d), the velocity v = M p of (1) in theta's units (for BAOAB,
+    before the closing half kick: see the module docstring); step : local steps so far; round :
+    rounds so far.
+    """
+
+    theta: torch.Tensor
+    momentum: torch.Tensor
+    step: int = 0
+    round: int = 0
+
+
+class FAHMCKernel:
+    """The FA-HMC round kernel (:data:`fedlangevin.fald.contracts.KERNEL`): ``init(theta0) -> state``,
+    ``step(state, step_sizes, generator) -> (state, RoundInfo)``, and what the runner reads
+    (``name``, ``settings()``, ``record()``, ``uploads(info)``). Made by :func:`build`."""
+
+    name = "FA-HMC"
+    autograd_free = False
+
+    def __init__(self, problem: FederatedProblem, work: FederatedProblem, *, temperature: float, correlation: float,
+                 rule: Participation, batch_size: int | None, friction: float, splitting: str, pre: Any,
+                 dtype: torch.dtype, device: torch.device, noise_dtype: torch.dtype | None, validated: bool) -> None:
+        self.problem, self._work = problem, work
+        self.temperature, self.correlation, self.participation = temperature, correlation, rule
+        self.batch_size, self.friction, self.splitting = batch_size, friction, splitting
+        self.preconditioner = pre  # None: M = I
+        self.dtype, self.device, self.noise_dtype = dtype, device, noise_dtype
+        self._validated = validated
+        weights = check_weights(problem.weights, problem.num_clients)
+        self._p = weights.to(device=device, dtype=dtype)
+        self._scales = noise_scales(weights, temperature, correlation, device=device, dtype=dtype,
+                                    noise_dtype=noise_dtype)
+
+    # -- the kernel ---------------------------------------------------------------------------------
+    def init(self, theta0: torch.Tensor) -> FAHMCState:
+        """The state at ``theta0`` (R, d) with zero momentum."""
+        theta = initial_theta(theta0, self.problem.dim, self.dtype, self.device)
+        return FAHMCState(theta=theta, momentum=torch.zeros_like(theta), step=0, round=0)
+
+    def step(self, state: FAHMCState, step_sizes: Sequence[float], generator: torch.Generator | None):
+        """One communication round: broadcast (theta, v), K = len(step_sizes) local steps of the
+        splitting on every client, the weighted average of (theta_c, v_c) (module docstring)."""
+        if not self._validated:
+            step_sizes = check_step_sizes("step_sizes", step_sizes)
+        theta, v = state.theta, state.momentum
+        r, d = theta.shape
+        n = self.problem.num_clients
+        x = theta.unsqueeze(1).expand(r, n, d).clone()   # the clients' positions (R, N, d)
+        u = v.unsqueeze(1).expand(r, n, d).clone()       # and velocities
+        for h in step_sizes:
+            h = float(h)
+            force = self._force(x, generator)             # -M grad f~^c (R, N, d): the step's one gradient
+            if self.splitting == "BAOAB":                 # B(h) A(h/2) O A(h/2)
+                u.add_(force, alpha=h)
+                x.add_(u, alpha=0.5 * h)
+                self._refresh(u, h, generator)
+                x.add_(u, alpha=0.5 * h)
+            else:                                         # OBABO: B(h/2) O B(h/2) A(h)
+                u.add_(force, alpha=0.5 * h)
+                self._refresh(u, h, generator)
+                u.add_(force, alpha=0.5 * h)
+                x.add_(u, alpha=h)
+        w = self.participation.weights(self._p, r, generator)
+        new = FAHMCState(theta=synchronize(x, w), momentum=synchronize(u, w), step=state.step + len(step_sizes),
+                         round=state.round + 1)
+        return new, RoundInfo(weights=w)
+
+    def _force(self, x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        grad = self._work.grad(x, batch_size=self.batch_size, generator=generator)
+        return -(grad if self.preconditioner is None else self.preconditioner.drift(grad))
+
+    def _refresh(self, u: torch.Tensor, h: float, generator: torch.Generator | None) -> None:
+        """O of (2), in place: v <- a v + sqrt(tau (1 - a^2)) A (shared + private noise). FA-LD's
+        noise for a step of size eta adds sqrt(2 eta tau) (...) (:mod:`fedlangevin.fald.core.noise`):
+        eta = (1 - a^2) / 2 gives this one."""
+        u.mul_(math.exp(-self.friction * h))
+        one_minus_a2 = -math.expm1(-2.0 * self.friction * h)
+        transform = None if self.preconditioner is None else self.preconditioner.noise
+        add_noise_(u, self._scales, 0.5 * one_minus_a2, generator, transform=transform)
+
+    # -- what the runner reads ----------------------------------------------------------------------
+    def uploads(self, info: RoundInfo) -> float:
+        """Clients that uploaded in the round (mean over chains)."""
+        return self.participation.uploads(info.weights)
+
+    def settings(self) -> dict:
+        """The Settings fields this family sets (:class:`fedlangevin.fald.results.settings.Settings`)."""
+        rule = self.participation
+        return dict(temperature=self.temperature, correlation=self.correlation, participation=repr(rule),
+                    scheme=rule.scheme, num_sampled=getattr(rule, "num_sampled", None), batch_size=self.batch_size,
+                    noise_dtype=str(self.noise_dtype or self.dtype).replace("torch.", ""),
+                    preconditioner="none" if self.preconditioner is None else repr(self.preconditioner),
+                    sampler=self.name)
+
+    def record(self) -> dict:
+        """Plain values that a checkpoint stores and a resume compares: the family's settings that
+        :class:`~fedlangevin.fald.results.settings.Settings` does not hold."""
+        rule = self.participation
+        stored = rule if type(rule) in (Full, SchemeI, SchemeII) else repr(rule)
+        mass = None if self.preconditioner is None else preconditioner_record(self.preconditioner)
+        return {"splitting": self.splitting, "friction": self.friction, "temperature": self.temperature,
+                "correlation": self.correlation, "participation": stored, "batch_size": self.batch_size,
+                "mass": mass, "noise_dtype": None if self.noise_dtype is None else str(self.noise_dtype)}
+
+    @property
+    def mass_matrix(self) -> torch.Tensor:
+        """M (d, d), float64 on the CPU (I without a mass)."""
+        return preconditioner_matrix(self.preconditioner, self.problem.dim)
+
+
+def as_mass(mass: Any, dim: int) -> Any:
+    """The preconditioner object of ``mass`` (:func:`fedlangevin.fald.core.preconditioning.as_preconditioner`:
+    a (d, d) matrix, a (d,) vector or an object of the contract), ``None`` for None or M = I;
+    ``ValueError`` naming ``mass`` otherwise."""
+    if mass is None:
+        return None
+    try:
+        pre = as_preconditioner(mass, dim, "mass")
+    except ValueError as exc:
+        raise ValueError(str(exc) if str(exc).startswith("mass") else f"mass: {exc}") from None
+    return None if is_identity(pre) else pre
+
+
+def build(
+    problem: FederatedProblem,
+    temperature: float = 1.0,
+    correlation: float = 0.0,
+    participation: Participation | str | None = None,
+    batch_size: int | None = None,
+    friction: float = 1.0,
+    *,
+    mass: Any = None,
+    splitting: str = "BAOAB",
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str = "cpu",
+    noise_dtype: torch.dtype | None = torch.float32,
+    validated: bool = False,
+) -> FAHMCKernel:
+    """Build the FA-HMC round kernel for ``problem`` (see the module docstring).
+
+    temperature : tau > 0; correlation : rho in [0, 1] of the momentum refresh's noise across
+    clients; participation : Full (default), SchemeI(S) or SchemeII(S); batch_size : minibatch
+    size per client and step (None: full gradients); friction : gamma > 0; mass : M, a (d, d)
+    symmetric positive-definite matrix or a (d,) positive vector (diagonal), or a preconditioner
+    object (:data:`fedlangevin.fald.contracts.PRECONDITIONER`); None: I. It multiplies the force
+    (the inverse mass matrix in HMC's terms: pass the posterior covariance). splitting :
+    ``"BAOAB"`` or ``"OBABO"``; dtype, device : of the state; noise_dtype : of the standard
+    normals (:mod:`fedlangevin.fald.core.noise`).
+
+    Every argument is checked here (``ValueError`` naming it), then the problem's gradient once
+    (:func:`fedlangevin.fald.core.engine.check_gradient`). ``validated=True`` skips the check of each
+    round's step sizes (the runner :class:`fedlangevin.FAHMC` has checked its schedule).
+    """
+    check_problem(problem)
+    temperature = check_real("temperature", temperature, low=0.0, low_open=True)
+    correlation = check_real("correlation", correlation, low=0.0, high=1.0)
+    friction = check_real("friction", friction, low=0.0, low_open=True)
+    splitting = check_choice("splitting", splitting, SPLITTINGS)
+    rule = as_participation(participation)
+    rule.validate(check_weights(problem.weights, problem.num_clients))
+    batch_size = problem.check_batch_size(batch_size)
+    dtype = check_dtype("dtype", dtype)
+    noise_dtype = None if noise_dtype is None else check_dtype("noise_dtype", noise_dtype)
+    device = check_device("device", device)
+    pre = as_mass(mass, problem.dim)
+    pre = None if pre is None else placed(pre, device, dtype)
+    if pre is not None:
+        try:
+            check_preconditioner(pre, problem.dim, dtype, device)
+        except ValueError as exc:
+            raise ValueError(f"mass: {exc}") from None
+    work = problem.to(device=device, dtype=dtype)
+    check_gradient(work, dtype, device, batch_size, problem)
+    return FAHMCKernel(problem, work, temperature=temperature, correlation=correlation, rule=rule,
+                       batch_size=batch_size, friction=friction, splitting=splitting, pre=pre, dtype=dtype,
+                       device=device, noise_dtype=noise_dtype, validated=validated)
