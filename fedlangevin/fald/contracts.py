@@ -319,8 +319,9 @@ KERNEL = Contract(
     (
         Member("init", "init(theta0) -> state", "once, with theta0 (R, d) (fedlangevin.fald.runner.base.Runner)",
                positional=1),
-        Member("step", "step(state, step_sizes, generator) -> (state, info)", "every round: len(step_sizes) = K "
-               "steps, the counters advanced (step by K, round by 1)", positional=3),
+        Member("step", "step(state, step_sizes, generator, **arguments) -> (state, info)", "every round: "
+               "len(step_sizes) = K steps, the counters advanced (step by K, round by 1); arguments: what the "
+               "runner's _step_arguments() gives (none for a plain Runner; FA-LD: preconditioner=M)", positional=3),
         Member("rounds", "rounds(state, step_sizes_list, generator) -> (state, thetas (M, R, d))",
                "rounds that need no observation, in one call (the same bits as step round by round)",
                positional=3, required=False, default="one step call per round"),

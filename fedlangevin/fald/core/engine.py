@@ -47,7 +47,7 @@ from fedlangevin.fald.core.preconditioning import as_preconditioner, is_identity
 from fedlangevin.fald.core.steppers import AffineStepper, SmallAffineStepper, make_stepper
 from fedlangevin.problems.base import FederatedProblem, check_client_indices, check_problem, check_weights
 
-__all__ = ["Kernel", "RoundInfo", "build", "check_gradient", "client_round", "initial_theta"]
+__all__ = ["Kernel", "RoundInfo", "assemble", "build", "check_gradient", "client_round", "initial_theta"]
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,6 @@ def build(
     correction=None,
     transport=None,
     upload: UploadCodec | None = None,
-    validated: bool = False,
 ) -> Kernel:
     """Build the FA-LD round kernel for ``problem`` (see the module docstring).
 
@@ -123,27 +122,64 @@ def build(
     problem's gradient (:func:`check_gradient`: one evaluation) and the preconditioner (its d
     and the shapes of ``drift`` and ``noise``), once; ``init(theta0)`` checks ``theta0`` (shape
     (R, d) with R >= 1, finite, not requiring grad) and ``step`` its ``step_sizes`` (a non-empty
-    sequence of finite numbers > 0). ``validated=True`` skips the checks of the participation
-    rule and the batch size against the problem, of the extensions against their contracts
-    (:mod:`fedlangevin.fald.contracts`) and of each round's step sizes (the runner
-    :class:`fedlangevin.FALD` has made them, with their warnings, already).
+    sequence of finite numbers > 0). The kernel itself is :func:`assemble`'s, from the checked
+    arguments (what a runner whose configuration is checked already, :class:`fedlangevin.FALD`,
+    calls directly).
     """
     check_problem(problem)
     temperature = check_real("temperature", temperature, low=0.0, low_open=True)
     correlation = check_real("correlation", correlation, low=0.0, high=1.0)
     rule = as_participation(participation)
-    weights = check_weights(problem.weights, problem.num_clients)
-    if not validated:
-        rule.validate(weights)
-        batch_size = problem.check_batch_size(batch_size)
+    rule.validate(check_weights(problem.weights, problem.num_clients))
+    batch_size = problem.check_batch_size(batch_size)
     dtype = check_dtype("dtype", dtype)
     noise_dtype = None if noise_dtype is None else check_dtype("noise_dtype", noise_dtype)
     device = check_device("device", device)
-    if not validated:  # the extensions against their contracts (the runner has checked its own already)
-        if transport is not None:
-            check_conforms(transport, TRANSPORT, "transport")
-        if upload is not None:
-            check_conforms(upload, UPLOAD_CODEC, "upload")
+    if transport is not None:
+        check_conforms(transport, TRANSPORT, "transport")
+    if upload is not None:
+        check_conforms(upload, UPLOAD_CODEC, "upload")
+    if correction is not None and callable(getattr(correction, "build", None)):  # a settings record
+        check_conforms(correction, CORRECTION_SETTINGS, "correction")
+        correction = correction.build(problem, dtype=dtype, device=device, upload=upload)
+    if correction is not None:
+        check_conforms(correction, DRIFT_CORRECTION, "correction")
+    built = assemble(problem, temperature, correlation, rule, batch_size, dtype=dtype, device=device,
+                     noise_dtype=noise_dtype, kernel=kernel, preconditioner=preconditioner, correction=correction,
+                     transport=transport, upload=upload)
+    raw = built.step
+
+    def step(state: FALDState, step_sizes: Sequence[float], generator: torch.Generator | None, on_step=None,
+             **arguments):
+        return raw(state, check_step_sizes("step_sizes", step_sizes), generator, on_step, **arguments)
+
+    if getattr(raw, "rounds", None) is not None:
+        step.rounds = raw.rounds
+    return built._replace(step=step)
+
+
+def assemble(
+    problem: FederatedProblem,
+    temperature: float,
+    correlation: float,
+    rule: Participation,
+    batch_size: int | None,
+    *,
+    dtype: torch.dtype,
+    device: torch.device,
+    noise_dtype: torch.dtype | None,
+    kernel: str = "auto",
+    preconditioner=None,
+    correction=None,
+    transport=None,
+    upload: UploadCodec | None = None,
+) -> Kernel:
+    """:func:`build`'s kernel from arguments checked already (a runner's checked configuration:
+    :class:`fedlangevin.fald.runner.config.Config`): no argument is validated again and ``step``
+    takes its step sizes as they come (the runner's schedule has checked them). ``correction`` is a
+    built one (the kernel side). The problem's gradient is still probed once
+    (:func:`check_gradient`) and a preconditioner is checked where it is placed."""
+    weights = check_weights(problem.weights, problem.num_clients)
     transport = LocalTransport() if transport is None else transport
 
     def resolve(given):
@@ -168,12 +204,6 @@ def build(
     scale_weights = weights if own_stream is None else weights.index_select(0, held)
     scales = noise_scales(scale_weights, temperature, correlation, device=device, dtype=dtype, noise_dtype=noise_dtype)
     work = problem.to(device=device, dtype=dtype)
-    if correction is not None and callable(getattr(correction, "build", None)):  # a settings record
-        if not validated:
-            check_conforms(correction, CORRECTION_SETTINGS, "correction")
-        correction = correction.build(problem, dtype=dtype, device=device, upload=upload)
-    if correction is not None and not validated:
-        check_conforms(correction, DRIFT_CORRECTION, "correction")
     if correction is not None and held is not None:
         raise ValueError("correction: drift corrections run in one process (not with a transport that splits the clients)")
     # the fast round kernels serve every round run without a preconditioner (one given to build or
@@ -203,8 +233,6 @@ def build(
 
     def step(state: FALDState, step_sizes: Sequence[float], generator: torch.Generator | None, on_step=None, *,
              preconditioner=_BUILT):
-        if not validated:
-            step_sizes = check_step_sizes("step_sizes", step_sizes)
         pre = current(preconditioner)
         theta = state.theta
         r, d = theta.shape

@@ -2,7 +2,7 @@
 
 ``FALD(problem, ...)``'s arguments are checked here, once, before any work (a ``ValueError``
 naming the argument and its allowed range), and become one frozen record. The runner reads its
-settings from it, builds its kernel from it (no second validation: ``build(validated=True)``)
+settings from it, builds its kernel from it (no second validation: :func:`~fedlangevin.fald.core.engine.assemble`)
 and derives the :class:`~fedlangevin.fald.results.settings.Settings` of every trace, checkpoint
 and store from it (:meth:`Config.settings`), together with what changes during a run: the
 step-size schedule (adapted in warm-up), the current M and the largest lambda_max(M) run with.

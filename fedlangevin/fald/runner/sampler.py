@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from fedlangevin._validation import check_init
-from fedlangevin.fald.core.engine import build
+from fedlangevin.fald.core.engine import assemble
 from fedlangevin.fald.core.kernel import FALDState, init_state
 from fedlangevin.fald.core.participation import Participation
 from fedlangevin.fald.core.preconditioning import broadcast_floats, spectral_norm
@@ -186,9 +186,9 @@ class FALD(Runner):
             return build_per_client(self._kernel_problem, self.temperature, self.correlation, self.participation,
                                     self.batch_size, seed=self.seed, dtype=self.dtype, device=self.device,
                                     noise_dtype=self.noise_dtype)
-        return build(self._kernel_problem, self.temperature, self.correlation, self.participation, self.batch_size,
-                     dtype=self.dtype, device=self.device, noise_dtype=self.noise_dtype, upload=upload,
-                     transport=self.transport, validated=True, correction=self.built_correction)
+        return assemble(self._kernel_problem, self.temperature, self.correlation, self.participation,
+                        self.batch_size, dtype=self.dtype, device=self.device, noise_dtype=self.noise_dtype,
+                        upload=upload, transport=self.transport, correction=self.built_correction)
 
     @property
     def settings(self) -> Settings:
