@@ -220,6 +220,7 @@ def consensus_monte_carlo(
     temperature: float = 1.0,
     dense_mass: bool = True,
     weights: Any = None,
+    max_evaluations: int | None = None,
 ) -> ConsensusResult:
     """Run one-shot consensus Monte Carlo on ``problem`` (a :class:`~fedlangevin.problems.FederatedProblem`;
     the module docstring): every client samples its sub-posterior with ``local`` (``"nuts"``: Pyro's
@@ -230,6 +231,9 @@ def consensus_monte_carlo(
 
     chains, draws, warmup : >= 1; chains x draws >= d + 1 when the weights are estimated.
     seed : integer in [0, 2**32 - 1 - N chains]; temperature : tau > 0.
+    max_evaluations : None, or the most gradient evaluations one client's NUTS chains may make
+        together (>= 1; a benchmark's cost cap): beyond it :class:`~fedlangevin.baselines.RoundLimitError`
+        (its ``rounds``: the evaluations made) stops the run. local='nuts' only.
     Every bad argument is a ValueError naming it, raised before any sampling.
     """
     check_problem(problem)
@@ -241,6 +245,10 @@ def consensus_monte_carlo(
     local = check_choice("local", local, LOCAL_SAMPLERS)
     temperature = check_real("temperature", temperature, low=0.0, low_open=True)
     dense_mass = check_bool("dense_mass", dense_mass)
+    if max_evaluations is not None:
+        max_evaluations = check_int("max_evaluations", max_evaluations, 1)
+        if local != "nuts":
+            raise ValueError("max_evaluations: a cap on the local NUTS runs (local='nuts'); FA-LD's cost is its rounds")
     if weights is None and chains * draws < d + 1:
         raise ValueError(f"draws: the weights (inverse sample covariances) need chains x draws >= d + 1 = {d + 1}; "
                          f"got {chains} x {draws}")
@@ -253,7 +261,11 @@ def consensus_monte_carlo(
     start = time.perf_counter()
     out = []
     for c, sub in enumerate(subs):
-        out.append(_sample(sub, local, chains, draws, warmup, seed + c * chains, dense_mass))
+        try:
+            out.append(_sample(sub, local, chains, draws, warmup, seed + c * chains, dense_mass, max_evaluations))
+        except Exception as exc:
+            exc.client = c  # which client's local run stopped (a RoundLimitError at the cap, a divergence)
+            raise
     client_draws = np.stack(out)
     combined, w = combine(client_draws, weights)
     evaluations = tuple(sub.evaluations for sub in subs)
@@ -264,12 +276,13 @@ def consensus_monte_carlo(
 
 
 def _sample(sub: SubPosterior, local: str, chains: int, draws: int, warmup: int, seed: int,
-            dense_mass: bool) -> np.ndarray:
+            dense_mass: bool, cap: int | None) -> np.ndarray:
     """One client's draws (chains, draws, d) of its sub-posterior."""
     if local == "nuts":
         from fedlangevin.baselines.nuts import federated_nuts
 
-        return federated_nuts(sub, chains=chains, draws=draws, warmup=warmup, seed=seed, dense_mass=dense_mass).samples
+        return federated_nuts(sub, chains=chains, draws=draws, warmup=warmup, seed=seed, dense_mass=dense_mass,
+                              max_rounds=cap).samples
     import fedlangevin as fl
 
     sampler = fl.FALD(sub, local_steps=1, chains=chains, seed=seed)
