@@ -218,3 +218,18 @@ def test_bad_inputs_to_combine_and_sub_posterior():
     subset = fl.problems.GaussianSimulation(num_clients=3, alpha=1.0, seed=0).clients([0, 1])  # no energies
     with pytest.raises(ValueError, match="local='nuts' needs each client's energy"):
         consensus_monte_carlo(subset)
+
+
+def test_docs_consensus_python_blocks_run():
+    """docs/consensus.md: the example (one round, the floats counted, the errors printed) and the
+    weights' estimation-error experiment (its table's rows; the page's table is its output)."""
+    from pathlib import Path
+
+    from tests.pages import python_blocks, run_block
+
+    page = Path(__file__).resolve().parents[2] / "docs" / "consensus.md"
+    example, experiment = python_blocks(page)
+    lines = run_block(example, page).splitlines()
+    assert lines[0] == "rounds: 1 floats up: 2400 down: 3" and lines[-1].startswith("sd ratio:")
+    table = run_block(experiment, page).strip()
+    assert table in page.read_text()  # the page shows what the block prints
