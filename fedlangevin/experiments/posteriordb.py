@@ -195,17 +195,11 @@ class LinearRegressionProblem(FederatedProblem):
         return (0.5 * rss * torch.exp(-2 * log_sigma) + self.sizes * log_sigma).sum() + self.prior(theta)
 
     def client_energy(self, theta: torch.Tensor) -> torch.Tensor:
-        """f^c(theta[..., c, :]) = (1/p_c) ell^c + U_0 for theta (..., N, d), shape (..., N): ell^c the
-        client's negative log-likelihood RSS_c / (2 sigma^2) + n_c log sigma from its statistics
-        (one client's energy: a consensus Monte Carlo client samples exp(-p_c f^c))."""
-        if theta.shape[-2:] != (self.num_clients, self.dim):
-            raise ValueError(f"theta must have shape (..., {self.num_clients}, {self.dim}); got {tuple(theta.shape)}")
-        k = self.k
-        beta, log_sigma = theta[..., :k], theta[..., k]
+        """f^c(theta[..., c, :]) = ell^c / p_c + U_0 for theta (..., N, d), shape (..., N) (a consensus MC client's)."""
+        beta, log_sigma = theta[..., :self.k], theta[..., self.k]
         xtxb = torch.einsum("nij,...nj->...ni", self.xtx, beta)
-        rss = self.yty - 2 * (beta * self.xty).sum(-1) + (beta * xtxb).sum(-1)
-        ell = 0.5 * rss * torch.exp(-2 * log_sigma) + self.sizes * log_sigma
-        return ell / self.weights.to(theta) + self.prior(theta)
+        ell = 0.5 * (self.yty - 2 * (beta * self.xty).sum(-1) + (beta * xtxb).sum(-1)) * torch.exp(-2 * log_sigma)
+        return (ell + self.sizes * log_sigma) / self.weights.to(theta) + self.prior(theta)
 
     def global_energy(self, theta: torch.Tensor) -> torch.Tensor:
         """sum_c p_c f^c for theta (..., d)."""
