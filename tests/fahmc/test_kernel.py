@@ -78,16 +78,16 @@ def test_the_kernel_has_the_exact_law_of_theta_and_momentum(k, rho, rule):
     assert_within_mc_error(x, means, covs)
 
 
-@pytest.mark.parametrize("splitting,mass", [("OBABO", [[0.5, 0.1], [0.1, 0.2]]), ("BAOAB", [0.3, 0.6]),
+@pytest.mark.parametrize("splitting,pre", [("OBABO", [[0.5, 0.1], [0.1, 0.2]]), ("BAOAB", [0.3, 0.6]),
                                             ("OBABO", None)])
-def test_the_law_with_a_mass_and_either_splitting(splitting, mass):
-    """A dense and a diagonal mass M, both splittings, K = 3, rho = 0.5, scheme I: as above."""
+def test_the_law_with_a_preconditioner_and_either_splitting(splitting, pre):
+    """A dense and a diagonal preconditioner M, both splittings, K = 3, rho = 0.5, scheme I: as above."""
     problem = heterogeneous()
-    kernel = build(problem, correlation=0.5, participation=fl.SchemeI(2), friction=2.0, mass=mass, splitting=splitting,
-                   noise_dtype=torch.float64)
+    kernel = build(problem, correlation=0.5, participation=fl.SchemeI(2), friction=2.0, preconditioner=pre,
+                   splitting=splitting, noise_dtype=torch.float64)
     x = run_chains(kernel, 5, 3, 0.25, 4000, seed=7)
     means, covs = exact_moments(problem, [[0.25] * 3] * 5, 2.0, correlation=0.5, participation=fl.SchemeI(2),
-                                mass=mass, splitting=splitting, init_mean=THETA0)
+                                preconditioner=pre, splitting=splitting, init_mean=THETA0)
     assert_within_mc_error(x, means, covs)
 
 
@@ -98,7 +98,7 @@ def test_one_round_of_one_step_is_one_centralised_step(splitting):
     rounding: the sums over clients are formed in another order)."""
     problem = heterogeneous()
     mass = torch.tensor([[0.5, 0.1], [0.1, 0.2]], dtype=torch.float64)
-    kernel = build(problem, correlation=1.0, friction=1.5, mass=mass, splitting=splitting)
+    kernel = build(problem, correlation=1.0, friction=1.5, preconditioner=mass, splitting=splitting)
     theta = torch.tensor([[0.3, -0.7], [1.0, 2.0]], dtype=torch.float64)
     v = torch.tensor([[0.1, 0.2], [-0.3, 0.0]], dtype=torch.float64)
     state = FAHMCState(theta, v)
@@ -154,14 +154,14 @@ def test_one_gradient_per_local_step_for_every_chain_and_client_at_once(splittin
 def test_the_kernel_conforms_and_reports_its_settings():
     problem = heterogeneous()
     kernel = build(problem, temperature=2.0, correlation=0.3, participation=fl.SchemeI(2), friction=0.5,
-                   mass=[1.0, 2.0])
+                   preconditioner=[1.0, 2.0])
     assert conformance(kernel, KERNEL) == []
     settings = kernel.settings()
     assert settings["sampler"] == "FA-HMC" and settings["scheme"] == "I" and settings["num_sampled"] == 2
     assert settings["temperature"] == 2.0 and settings["preconditioner"].startswith("DiagonalPreconditioner")
     record = kernel.record()
-    assert record["friction"] == 0.5 and record["splitting"] == "BAOAB" and record["mass"]["values"] == [1.0, 2.0]
-    torch.testing.assert_close(kernel.mass_matrix, torch.diag(torch.tensor([1.0, 2.0], dtype=torch.float64)))
+    assert record["friction"] == 0.5 and record["splitting"] == "BAOAB" and record["preconditioner"]["values"] == [1.0, 2.0]
+    torch.testing.assert_close(kernel.preconditioner_matrix, torch.diag(torch.tensor([1.0, 2.0], dtype=torch.float64)))
     state = kernel.init(torch.ones(3, 2, dtype=torch.float64))
     assert torch.equal(state.momentum, torch.zeros(3, 2, dtype=torch.float64))   # the momentum starts at zero
 
@@ -181,7 +181,8 @@ def test_minibatch_gradients_run_with_their_own_draws():
 @pytest.mark.parametrize("name,kwargs", [
     ("friction", dict(friction=0.0)), ("friction", dict(friction=float("nan"))), ("friction", dict(friction="1")),
     ("friction", dict(friction=True)), ("friction", dict(friction=-1.0)), ("friction", dict(friction=math.inf)),
-    ("splitting", dict(splitting="leapfrog")), ("mass", dict(mass=[1.0, -1.0])), ("mass", dict(mass=torch.eye(3))),
+    ("splitting", dict(splitting="leapfrog")), ("preconditioner", dict(preconditioner=[1.0, -1.0])),
+    ("preconditioner", dict(preconditioner=torch.eye(3))),
     ("correlation", dict(correlation=1.5)), ("temperature", dict(temperature=0.0)),
 ])
 def test_build_refuses_bad_arguments_by_name(name, kwargs):
@@ -198,10 +199,11 @@ def test_obabo_at_infinite_friction_draws_fald_samples(rule):
     eta = h^2 / 2, drawing the same random numbers in the same order (gradient, shared normals,
     private normals; the participation draw after the K steps), so with one seed the kernel's
     chains are FA-LD's kernel's, draw for draw (to rounding: the operations differ), over
-    several rounds of K = 3 with rho = 0.5 and a mass."""
+    several rounds of K = 3 with rho = 0.5 and a preconditioner."""
     participation = {"full": None, "I": fl.SchemeI(2)}[rule]
     problem, h, mass = heterogeneous(), 0.2, [[0.6, 0.15], [0.15, 0.3]]
-    hmc = build(problem, correlation=0.5, participation=participation, friction=1e4, splitting="OBABO", mass=mass)
+    hmc = build(problem, correlation=0.5, participation=participation, friction=1e4, splitting="OBABO",
+                preconditioner=mass)
     fald = fl.fald.build(problem, correlation=0.5, participation=participation, kernel="gradient",
                          preconditioner=as_preconditioner(mass, 2))
     theta0 = torch.tensor(THETA0, dtype=torch.float64).expand(5, 2)
