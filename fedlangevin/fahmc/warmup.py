@@ -37,14 +37,19 @@ gradient: d + 1 floats per client, chain and round, counted as FA-LD's rule coun
 velocities it holds. Why again: with momentum, chains reach regions the overdamped chains did not
 (gp_pois_regr: the neck of its GP scale), where h0 is too large; the energy error there lowers h.
 
-**The target** is FA-LD's (``AutoStep``, ``"auto"``): the acceptance of the step whose stationary
-sds on a d-dimensional Gaussian are 3 % too wide. For OBABO this is literal (on a Gaussian at
-stationarity, (theta, theta') has the law of MALA's (theta, theta') at eta = h^2 / 2: OBABO's theta
-marginal is N(0, Sigma / (1 - h^2 / 4)), FA-LD's at that eta, and its velocity after the refresh is
-exact and independent of theta), so h lands near sqrt(2 eta*) = 0.48 whatever d (a perfect M). For
-BAOAB, whose theta marginal is exact on a Gaussian, the same target is a conservative rule: its
-energy error at a given h is a little larger than OBABO's (0.93 against 0.95 at h = 0.48, d = 22),
-so it lands at a slightly smaller h.
+**The target** (``AutoStep``'s ``"auto"``) is the statistic's value on a d-dimensional Gaussian
+with a perfect M at h* = sqrt(2 eta*), eta* the step whose stationary sds are SD_EXCESS = 3 % too
+wide for FA-LD (:func:`~fedlangevin.fald.warmup.acceptance.excess_step`): h* = 0.479 is where
+OBABO's theta sds are 3 % too wide (its theta marginal is N(0, Sigma / (1 - h^2 / 4)), FA-LD's at
+eta = h^2 / 2) and BAOAB's velocity sds 3 % too narrow (its theta marginal is exact on a
+Gaussian). :func:`gaussian_energy_acceptance` computes it for the splitting and friction in use
+(the (theta, v) law the step leaves invariant, from :mod:`fedlangevin.fahmc.exact`, and one step of
+the kernel itself). For OBABO it equals phase 1's target (on a Gaussian at stationarity, (theta,
+theta') has the law of MALA's at eta = h^2 / 2, its velocity after the refresh being exact and
+independent of theta); BAOAB's energy error at a given h is a little larger (0.93 against 0.95 at
+h*, d = 22, gamma = 0.7), and so is its target. So on a Gaussian either splitting lands near h*
+whatever d, and on another posterior h shrinks where the energy error is larger. A number given as
+``target_accept`` is the target of both phases.
 
 **The friction** (set once, at the start of phase 2): gamma = omega_min / sqrt(2), clipped to
 [GAMMA_MIN, GAMMA_MAX], with omega_min^2 = lambda_min(M H) of the chains' mean Hessian H there
@@ -65,6 +70,7 @@ SAFETY / lambda_max(M H)) and there is no phase 2: h = sqrt(2 eta) and the frict
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 from typing import Any, NamedTuple
@@ -77,13 +83,14 @@ from fedlangevin.fald.core.preconditioning import (
 )
 from fedlangevin.fald.warmup import session as fald_session
 from fedlangevin.fald.warmup.acceptance import (
-    DualAveraging, da_final, da_init, da_update, energy_function, log_acceptance, mean_acceptance,
+    SD_EXCESS, DualAveraging, da_final, da_init, da_update, energy_function, excess_step, log_acceptance,
+    mean_acceptance,
 )
 from fedlangevin.fald.warmup.adaptation import Adapter
 from fedlangevin.fald.warmup.curvature import mean_hessian
 
 __all__ = ["GAMMA_MAX", "GAMMA_MIN", "KEEP", "SHARE", "Changes", "HMCAdapter", "energy_error", "final",
-           "friction_rule", "init", "update"]
+           "friction_rule", "gaussian_energy_acceptance", "init", "update"]
 
 #: the share of the warm-up run underdamped (phase 2; module docstring)
 SHARE = 0.2
@@ -91,6 +98,9 @@ SHARE = 0.2
 GAMMA_MIN, GAMMA_MAX = 0.25, 2.0
 #: :class:`Changes`' ``preconditioner`` when M stays as it is
 KEEP = fald_session.KEEP
+#: normals behind :func:`gaussian_energy_acceptance` (draws x d): 10^4 to 10^5 draws, a standard
+#: error below 0.005 (min(1, exp(-delta)) has sd below 0.5)
+GAUSSIAN_NUMBERS = 4_000_000
 
 
 class Changes(NamedTuple):
@@ -118,11 +128,13 @@ class HMCAdapter:
     :attr:`friction` (gamma of the next round) and :attr:`preconditioner` (M)."""
 
     def __init__(self, problem, warmup: int, *, adapt_matrix: bool, seed: int, preconditioner: Any,
-                 splitting: str, temperature: float, target: float, friction: float | None) -> None:
+                 splitting: str, temperature: float, target: float, given_target: bool,
+                 friction: float | None) -> None:
         self.warmup = int(warmup)
         self.splitting = splitting
         self.temperature = float(temperature)
-        self.target = float(target)
+        self.target = float(target)  # phase 1's (FA-LD's), then phase 2's
+        self.given_target = bool(given_target)  # a number given as target_accept: both phases'
         self.given_friction = friction  # a user's gamma (None: the friction rule)
         self.problem = problem.to(dtype=torch.float64)
         self.energy = energy_function(self.problem)
@@ -156,6 +168,9 @@ class HMCAdapter:
             n, r, d = self.problem.num_clients, x.shape[0], self.problem.dim
             self.floats_up += n * d * (d + 1) / 2 / r  # each client's Hessian, summed over the chains
             self.friction = friction_rule(preconditioner_matrix(pre, d), mean_hessian(self.problem, x))
+        if not self.given_target:
+            self.target = gaussian_energy_acceptance(math.sqrt(2.0 * excess_step(SD_EXCESS)), self.problem.dim,
+                                                     self.friction, self.splitting)
         if self.second > 0 and self.done < self.warmup:
             self.dual = replace(da_init(0.5 * self.step_size ** 2), searching=False)
             self.last = (x, momentum.detach().to(device="cpu", dtype=torch.float64), *self._evaluate(x))
@@ -194,7 +209,8 @@ class HMCAdapter:
         from fedlangevin.fald.core.preconditioning import preconditioner_record
 
         return {"warmup": self.warmup, "splitting": self.splitting, "temperature": self.temperature,
-                "target": self.target, "given_friction": self.given_friction, "second": self.second,
+                "target": self.target, "given_target": self.given_target, "given_friction": self.given_friction,
+                "second": self.second,
                 "overdamped": None if self.overdamped is None else self.overdamped.record(),
                 "preconditioner": preconditioner_record(self.preconditioner), "step_size": self.step_size,
                 "friction": self.friction, "done": self.done, "dual": None if self.dual is None else self.dual.record(),
@@ -205,7 +221,8 @@ class HMCAdapter:
         """The adapter a checkpoint stored; ``given``: the run's own preconditioner class, if any."""
         new = cls.__new__(cls)
         new.warmup, new.splitting, new.temperature = int(rec["warmup"]), rec["splitting"], float(rec["temperature"])
-        new.target, new.given_friction, new.second = float(rec["target"]), rec["given_friction"], int(rec["second"])
+        new.target, new.given_target = float(rec["target"]), bool(rec["given_target"])
+        new.given_friction, new.second = rec["given_friction"], int(rec["second"])
         new.problem = problem.to(dtype=torch.float64)
         new.energy = energy_function(new.problem)
         new.overdamped = None if rec["overdamped"] is None else Adapter.from_record(problem, rec["overdamped"], given)
@@ -245,6 +262,37 @@ def energy_error(theta, theta_new, momentum, momentum_new, energy, energy_new, g
     return value / temperature
 
 
+@functools.lru_cache(maxsize=64)
+def gaussian_energy_acceptance(h: float, dim: int, friction: float, splitting: str = "BAOAB", draws: int | None = None,
+                               seed: int = 0) -> float:
+    """E[min(1, exp(-delta))] of one K = 1 round of step ``h`` on a standard Gaussian in ``dim``
+    dimensions (one client, M = I, tau = 1), (theta, v) drawn from the law the round leaves invariant
+    (:func:`fedlangevin.fahmc.exact.stationary_moments` of one coordinate: the coordinates are
+    independent), the round run by the kernel itself, delta by :func:`energy_error` (Monte Carlo,
+    float64, a fixed seed: a pure function of its arguments; ``draws`` chains, default 10^4 to 10^5)."""
+    from fedlangevin.fahmc.exact import stationary_moments
+    from fedlangevin.fahmc.kernel import FAHMCState, build
+    from fedlangevin.problems import QuadraticProblem
+
+    if draws is None:
+        draws = max(10_000, min(100_000, GAUSSIAN_NUMBERS // dim))
+    one = QuadraticProblem(torch.ones(1, 1, 1, dtype=torch.float64), torch.zeros(1, 1, dtype=torch.float64),
+                           torch.ones(1, dtype=torch.float64))
+    _, cov = stationary_moments(one, [h], friction, splitting=splitting)
+    chol = torch.linalg.cholesky(torch.as_tensor(cov, dtype=torch.float64))
+    gen = torch.Generator().manual_seed(seed)
+    z = torch.randn(draws, dim, 2, generator=gen, dtype=torch.float64) @ chol.T  # (theta, v) per coordinate
+    theta, v = z[..., 0].contiguous(), z[..., 1].contiguous()
+    problem = QuadraticProblem(torch.eye(dim, dtype=torch.float64)[None], torch.zeros(1, dim, dtype=torch.float64),
+                               torch.ones(1, dtype=torch.float64))
+    kernel = build(problem, friction=friction, splitting=splitting, noise_dtype=torch.float64)
+    new, _ = kernel.step(FAHMCState(theta=theta, momentum=v), [h], gen)
+    energy = lambda x: 0.5 * (x * x).sum(-1)  # noqa: E731
+    delta = energy_error(theta, new.theta, v, new.momentum, energy(theta), energy(new.theta), theta, new.theta, h,
+                         None, splitting)
+    return mean_acceptance(-delta)
+
+
 def friction_rule(matrix: torch.Tensor, hessian: torch.Tensor) -> float:
     """gamma = sqrt(lambda_min(M H) / 2) clipped to [GAMMA_MIN, GAMMA_MAX] (module docstring); M
     (d, d), H (d, d) the chains' mean Hessian; a non-finite or non-positive lambda_min gives GAMMA_MIN."""
@@ -261,10 +309,11 @@ def friction_rule(matrix: torch.Tensor, hessian: torch.Tensor) -> float:
 def init(sampler, warmup: int) -> tuple[HMCAdapter, Changes]:
     """Start the warm-up of ``sampler``'s run (``warmup`` rounds) at its iterates: the adapter and the
     first M, h and gamma (read from the sampler: its problem, seed, state, M, settings)."""
+    rule = sampler.step_rule
     adapter = HMCAdapter(sampler.problem, warmup, adapt_matrix=sampler.adapt_matrix, seed=sampler.seed,
                          preconditioner=sampler.preconditioner, splitting=sampler.splitting,
-                         temperature=sampler.temperature, target=sampler.step_rule.target(sampler.problem.dim),
-                         friction=sampler.given_friction)
+                         temperature=sampler.temperature, target=rule.target(sampler.problem.dim),
+                         given_target=not isinstance(rule.target_accept, str), friction=sampler.given_friction)
     adapter.overdamped.start(sampler.state.theta)
     first = fald_session.proposed(adapter.overdamped, sampler.preconditioner, floats_up=False)
     changes = _changes(adapter, first)
@@ -294,12 +343,13 @@ def final(adapter: HMCAdapter) -> tuple[Any, float | None, float]:
 
 
 def _changes(adapter: HMCAdapter, fald: fald_session.Changes) -> Changes:
-    """Phase 1's FA-LD changes as FA-HMC's: h = sqrt(2 eta), the overdamped step."""
+    """Phase 1's FA-LD changes as FA-HMC's: h = sqrt(2 eta) (None: unchanged), the overdamped step."""
     if fald.preconditioner is not KEEP:
         adapter.preconditioner = fald.preconditioner
-    adapter.step_size = math.sqrt(2.0 * fald.step_size)
-    return Changes(preconditioner=fald.preconditioner, step_size=adapter.step_size, friction=OVERDAMPED,
-                   theta=fald.theta, floats_up=fald.floats_up)
+    if fald.step_size is not None:
+        adapter.step_size = math.sqrt(2.0 * fald.step_size)
+    return Changes(preconditioner=fald.preconditioner, step_size=None if fald.step_size is None else adapter.step_size,
+                   friction=OVERDAMPED, theta=fald.theta, floats_up=fald.floats_up)
 
 
 def _begin_second(adapter: HMCAdapter, theta: torch.Tensor, momentum: torch.Tensor, changes: Changes) -> Changes:

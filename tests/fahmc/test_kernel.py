@@ -12,6 +12,7 @@ import torch
 
 import fedlangevin as fl
 from fedlangevin.fahmc import FAHMCState, build
+from fedlangevin.fahmc.kernel import OVERDAMPED
 from fedlangevin.fahmc.exact import exact_moments
 from fedlangevin.fald.contracts import KERNEL, conformance
 from fedlangevin.fald.core.preconditioning import as_preconditioner
@@ -214,3 +215,47 @@ def test_obabo_at_infinite_friction_draws_fald_samples(rule):
         s2, _ = fald.step(s2, [h * h / 2] * 3, g2)
         torch.testing.assert_close(s1.theta, s2.theta, rtol=1e-10, atol=1e-12)
     assert torch.equal(g1.get_state(), g2.get_state())
+
+
+@pytest.mark.parametrize("splitting", ["BAOAB", "OBABO"])
+def test_the_overdamped_step_argument_draws_fald_samples_for_either_splitting(splitting):
+    """friction=OVERDAMPED as a step argument is FA-LD's eq. 10 with eta = h^2 / 2 for either splitting
+    (the warm-up's first phase): draw for draw with one seed, as the test above, K = 3, rho = 0.5, scheme
+    I, a preconditioner given as a step argument too."""
+    problem, h, mass = heterogeneous(), 0.2, [[0.6, 0.15], [0.15, 0.3]]
+    hmc = build(problem, correlation=0.5, participation=fl.SchemeI(2), friction=0.7, splitting=splitting)
+    fald = fl.fald.build(problem, correlation=0.5, participation=fl.SchemeI(2), kernel="gradient")
+    pre = as_preconditioner(mass, 2)
+    theta0 = torch.tensor(THETA0, dtype=torch.float64).expand(5, 2)
+    s1, s2 = hmc.init(theta0), fald.init(theta0)
+    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    for _ in range(4):
+        s1, _ = hmc.step(s1, [h] * 3, g1, preconditioner=pre, friction=OVERDAMPED)
+        s2, _ = fald.step(s2, [h * h / 2] * 3, g2, preconditioner=pre)
+        torch.testing.assert_close(s1.theta, s2.theta, rtol=1e-10, atol=1e-12)
+    assert torch.equal(g1.get_state(), g2.get_state())
+
+
+@pytest.mark.parametrize("splitting", ["BAOAB", "OBABO"])
+def test_step_arguments_equal_a_kernel_built_with_them_bit_for_bit(splitting):
+    """M and gamma given to step are M and gamma given to build, bit for bit, across changes of both
+    (so the warm-up that adapts them never rebuilds the kernel); None is M = I."""
+    problem, mass = heterogeneous(), [[0.6, 0.15], [0.15, 0.3]]
+    plain = build(problem, splitting=splitting)
+    theta0 = torch.tensor(THETA0, dtype=torch.float64).expand(4, 2)
+    s = plain.init(theta0)
+    for pre, gamma in [(mass, 0.5), (None, 2.0), ([0.3, 0.6], 0.5), (mass, 1.0)]:
+        built = build(problem, friction=gamma, preconditioner=pre, splitting=splitting)
+        one, _ = plain.step(s, [0.3], torch.Generator().manual_seed(5), preconditioner=pre, friction=gamma)
+        two, _ = built.step(s, [0.3], torch.Generator().manual_seed(5))
+        assert torch.equal(one.theta, two.theta) and torch.equal(one.momentum, two.momentum)
+        s = one
+
+
+@pytest.mark.parametrize("value", [0.0, -1.0, float("nan"), -math.inf, "1", True])
+def test_a_bad_step_friction_is_refused_by_name(value):
+    kernel = build(heterogeneous())
+    with pytest.raises(ValueError, match="friction"):
+        kernel.step(kernel.init(torch.zeros(1, 2, dtype=torch.float64)), [0.1], None, friction=value)
+    with pytest.raises(ValueError, match="preconditioner"):
+        kernel.step(kernel.init(torch.zeros(1, 2, dtype=torch.float64)), [0.1], None, preconditioner=[1.0, -1.0])
