@@ -233,6 +233,8 @@ class FAHMC(Runner):
                     setattr(run, name, getattr(run, name, 0.0) + floats)
         if changes.theta is not None:
             self.state = dataclasses.replace(self.state, theta=changes.theta)
+        if changes.momentum is not None:
+            self.state = dataclasses.replace(self.state, momentum=changes.momentum)
         if changes.finished:
             self.adapter, self.adapted = None, True
         return sent

@@ -11,7 +11,7 @@ otherwise.
 
 Two phases
 ----------
-**1. M (overdamped), the first (1 - SHARE) of the warm-up.** The chains move with the kernel's
+**1. Overdamped, the first (1 - SHARE) = half of the warm-up.** The chains move with the kernel's
 overdamped step (``friction=OVERDAMPED``: FA-LD's eq. 10 with eta = h^2 / 2, :mod:`~fedlangevin.fahmc.kernel`)
 and FA-LD's :class:`~fedlangevin.fald.warmup.adaptation.Adapter` runs unchanged over these rounds:
 from a far start the damped Newton approach (:mod:`fedlangevin.fald.warmup.approach`), Stan's
@@ -23,19 +23,33 @@ the approach and the windows are built for the overdamped step. Its statistic al
 the MALA acceptance the adapter computes for a move theta -> theta' of step eta is exactly the
 Metropolis acceptance of OBABO's leapfrog (B(h/2) A(h) B(h/2), h = sqrt(2 eta)) from theta with the
 velocity the refresh gave (derivation at :func:`energy_error`), so the phase ends with h0 = sqrt(2
-eta) at the target acceptance of FA-HMC's own integrator, and the chains in FA-LD's stationary law
-for the final M (within SD_EXCESS = 3 % of the target on a Gaussian), the velocity fresh N(0, tau M).
+eta), a first M, and the chains in FA-LD's stationary law for it, the velocity fresh N(0, tau M).
 
-**2. h (underdamped), the last SHARE of the warm-up.** The friction is set (below), the chains run
-FA-HMC itself, and h adapts by dual averaging (the same :func:`~fedlangevin.fald.warmup.acceptance.da_update`
-on log eta, eta = h^2 / 2, started at h0 without the doubling search) towards the same target,
-with the statistic min(1, exp(-delta)) averaged over chains, delta the energy error of the round's
-deterministic operators (:func:`energy_error`): the leapfrog's for OBABO (its GHMC acceptance),
-for BAOAB the work of B(h/2) A(h/2) and A(h/2) B(h/2) beside the refresh's heat. The server reads
-it off what the clients return with their gradient at the broadcast iterate (their energy f^c and
-gradient: d + 1 floats per client, chain and round, counted as FA-LD's rule counts them) and the
-velocities it holds. Why again: with momentum, chains reach regions the overdamped chains did not
-(gp_pois_regr: the neck of its GP scale), where h0 is too large; the energy error there lowers h.
+**2. Underdamped, the last SHARE of the warm-up.** The friction is set (below) and the chains run
+FA-HMC itself:
+
+- h adapts every round by dual averaging (the same :func:`~fedlangevin.fald.warmup.acceptance.da_update`
+  on log eta, eta = h^2 / 2, started at h0 without the doubling search) towards the target below,
+  with the statistic min(1, exp(-delta)) averaged over chains, delta the energy error of the
+  round's deterministic operators (:func:`energy_error`): the leapfrog's for OBABO (its GHMC
+  acceptance), for BAOAB the work of B(h/2) A(h/2) and A(h/2) B(h/2) beside the refresh's heat.
+  The server reads it off what the clients return with their gradient at the broadcast iterate
+  (their energy f^c and gradient: d + 1 floats per client, chain and round, counted as FA-LD's
+  rule counts them) and the velocities it holds.
+- Its first WINDOW = 60 % is a slow window: M is re-estimated from the underdamped chains'
+  iterates (FA-LD's regularised covariance), then the dual averaging restarts (with its doubling
+  search) from the step run divided by lambda_max(M_old^-1 M_new), and gamma is set again. Why:
+  the overdamped chains explore slow directions badly (gp_pois_regr: FA-LD's M had Sigma^-1 M
+  eigenvalues 0.15-2.9 there, this window's 0.54-2.4, and FA-HMC with phase 1's M failed the
+  acceptance on its GP amplitude).
+- A **divergent** move, energy error beyond DIVERGENT = 10 tau (a Metropolis acceptance below
+  5e-5: never on a Gaussian at these steps, where delta has sd below 0.5), caps h at BACKOFF = 0.8
+  times the round's h for the rest of the warm-up and after it, and the chain restarts at the
+  (theta, v) of another chain (warm-up draws are discarded: nothing is biased). Why: with momentum
+  the chains reach regions the overdamped ones did not (gp_pois_regr's large GP amplitudes, where
+  the Poisson likelihood's curvature grows like exp(f)), and a step the mean acceptance finds fine
+  lets a chain there blow up once in thousands of rounds; without the cap, FA-HMC's sampling rounds
+  on gp_pois_regr did (sds 5-10 times the reference's at h = 0.12; at the cap's 0.077 they pass).
 
 **The target** (``AutoStep``'s ``"auto"``) is the statistic's value on a d-dimensional Gaussian
 with a perfect M at h* = sqrt(2 eta*), eta* the step whose stationary sds are SD_EXCESS = 3 % too
@@ -47,12 +61,13 @@ Gaussian). :func:`gaussian_energy_acceptance` computes it for the splitting and 
 the kernel itself). For OBABO it equals phase 1's target (on a Gaussian at stationarity, (theta,
 theta') has the law of MALA's at eta = h^2 / 2, its velocity after the refresh being exact and
 independent of theta); BAOAB's energy error at a given h is a little larger (0.93 against 0.95 at
-h*, d = 22, gamma = 0.7), and so is its target. So on a Gaussian either splitting lands near h*
+h*, d = 22, gamma = 0.7), and its target is lower accordingly. So on a Gaussian either splitting lands near h*
 whatever d, and on another posterior h shrinks where the energy error is larger. A number given as
 ``target_accept`` is the target of both phases.
 
-**The friction** (set once, at the start of phase 2): gamma = omega_min / sqrt(2), clipped to
-[GAMMA_MIN, GAMMA_MAX], with omega_min^2 = lambda_min(M H) of the chains' mean Hessian H there
+**The friction** (at the start of phase 2, and again with the window's M): gamma = omega_min /
+sqrt(2), clipped to [GAMMA_MIN, GAMMA_MAX], with omega_min^2 = lambda_min(M H) of the chains' mean
+Hessian H there
 (each client returns its Hessian, summed over the chains: d (d + 1) / 2 floats, counted). On a
 Gaussian mode of frequency omega the integrated autocorrelation time of theta is 2 gamma / omega^2
 time units and that of theta^2 (what the sds need) about 1 / gamma (underdamped); the slowest
@@ -65,7 +80,8 @@ The clip guards the extremes of a Hessian at 32 points: an indefinite or nearly 
 over no time), and a stiff one.
 
 Without an energy (a problem that gives gradients only) phase 1 uses FA-LD's curvature rule (eta =
-SAFETY / lambda_max(M H)) and there is no phase 2: h = sqrt(2 eta) and the friction rule as above.
+SAFETY / lambda_max(M H)) and takes the whole warm-up (no statistic for phase 2): h = sqrt(2 eta)
+and the friction rule as above.
 """
 
 from __future__ import annotations
@@ -79,21 +95,28 @@ import torch
 
 from fedlangevin.fahmc.kernel import OVERDAMPED
 from fedlangevin.fald.core.preconditioning import (
-    is_identity, placed, preconditioner_from_record, preconditioner_matrix,
+    as_preconditioner, is_identity, placed, preconditioner_from_record, preconditioner_matrix,
 )
 from fedlangevin.fald.warmup import session as fald_session
 from fedlangevin.fald.warmup.acceptance import (
     SD_EXCESS, DualAveraging, da_final, da_init, da_update, energy_function, excess_step, log_acceptance,
-    mean_acceptance,
+    matrix_growth, mean_acceptance,
 )
-from fedlangevin.fald.warmup.adaptation import Adapter
+from fedlangevin.fald.warmup.adaptation import Adapter, regularised_covariance
 from fedlangevin.fald.warmup.curvature import mean_hessian
+from fedlangevin.fald.warmup.iterates import Scatter
 
 __all__ = ["GAMMA_MAX", "GAMMA_MIN", "KEEP", "SHARE", "Changes", "HMCAdapter", "energy_error", "final",
            "friction_rule", "gaussian_energy_acceptance", "init", "update"]
 
-#: the share of the warm-up run underdamped (phase 2; module docstring)
-SHARE = 0.2
+#: the share of the warm-up run underdamped (phase 2), and the share of phase 2 that is its slow window
+#: (module docstring)
+SHARE, WINDOW = 0.5, 0.6
+#: a shorter underdamped window adapts no M
+MIN_WINDOW = 10
+#: a move whose energy error exceeds this (in units of tau; a Metropolis acceptance below 5e-5) is
+#: divergent: h is capped at BACKOFF times its step and the chain put back (module docstring)
+DIVERGENT, BACKOFF = 10.0, 0.8
 #: the friction rule's clip (module docstring)
 GAMMA_MIN, GAMMA_MAX = 0.25, 2.0
 #: :class:`Changes`' ``preconditioner`` when M stays as it is
@@ -117,15 +140,18 @@ class Changes(NamedTuple):
     step_size: float | None = None
     friction: float | None = None
     theta: torch.Tensor | None = None
+    momentum: torch.Tensor | None = None
     floats_up: float = 0.0
     finished: bool = False
 
 
 class HMCAdapter:
     """The warm-up's state: phase 1's FA-LD :class:`Adapter` (:attr:`overdamped`, None once it has
-    finished), phase 2's dual averaging (:attr:`dual`), and what the runner reads: :attr:`warmup`
-    (rounds), :attr:`done` (rounds observed), :attr:`step_size` (h of the next round),
-    :attr:`friction` (gamma of the next round) and :attr:`preconditioner` (M)."""
+    finished), phase 2's dual averaging (:attr:`dual`), window (:attr:`pooled`), cap on h (:attr:`cap`)
+    and chains to put back (:attr:`reset`), and what the runner reads: :attr:`warmup` (rounds),
+    :attr:`done` (rounds observed), :attr:`step_size` (h of the next round), :attr:`friction` (gamma
+    of the next round) and :attr:`preconditioner` (M). :meth:`record` / :meth:`from_record`
+    checkpoint it."""
 
     def __init__(self, problem, warmup: int, *, adapt_matrix: bool, seed: int, preconditioner: Any,
                  splitting: str, temperature: float, target: float, given_target: bool,
@@ -139,10 +165,17 @@ class HMCAdapter:
         self.problem = problem.to(dtype=torch.float64)
         self.energy = energy_function(self.problem)
         self.second = 0 if self.energy is None else int(round(SHARE * self.warmup))  # phase 2's rounds
+        # phase 2's slow window (its first rounds; none when M is not adapted or it would be short)
+        window = int(round(WINDOW * self.second))
+        self.window = window if adapt_matrix and window >= MIN_WINDOW else 0
         self.overdamped: Adapter | None = Adapter(
             problem, self.warmup - self.second, adapt_matrix=adapt_matrix, fixed_step=None, per_client=False,
             seed=seed, preconditioner=preconditioner, temperature=temperature, target=target)
         self.preconditioner = self.overdamped.preconditioner
+        self.pooled = Scatter.empty(problem.dim, self.overdamped.dense)  # the window's iterates
+        self.seed = int(seed)
+        self.cap = math.inf  # h's cap after a divergent move (DIVERGENT)
+        self.reset: tuple | None = None  # (theta, v) (R, d) where divergent chains are put back
         self.step_size: float | None = None
         self.friction: float = OVERDAMPED
         self.done = 0
@@ -162,37 +195,79 @@ class HMCAdapter:
         self.overdamped, self.preconditioner = None, pre
         self.step_size = math.sqrt(2.0 * eta)
         x = theta.detach().to(device="cpu", dtype=torch.float64)
+        self._set_friction(x)
+        if self.second > 0 and self.done < self.warmup:
+            self.dual = replace(da_init(0.5 * self.step_size ** 2), searching=False)
+            self.last = (x, momentum.detach().to(device="cpu", dtype=torch.float64), *self._evaluate(x))
+
+    def _set_friction(self, x: torch.Tensor) -> None:
+        """gamma from :func:`friction_rule` at the chains ``x`` with the current M (or the user's), and the
+        target that goes with it (:func:`gaussian_energy_acceptance`; a given target stays)."""
         if self.given_friction is not None:
             self.friction = float(self.given_friction)
         else:
             n, r, d = self.problem.num_clients, x.shape[0], self.problem.dim
             self.floats_up += n * d * (d + 1) / 2 / r  # each client's Hessian, summed over the chains
-            self.friction = friction_rule(preconditioner_matrix(pre, d), mean_hessian(self.problem, x))
+            self.friction = friction_rule(preconditioner_matrix(self.preconditioner, d), mean_hessian(self.problem, x))
         if not self.given_target:
             self.target = gaussian_energy_acceptance(math.sqrt(2.0 * excess_step(SD_EXCESS)), self.problem.dim,
                                                      self.friction, self.splitting)
-        if self.second > 0 and self.done < self.warmup:
-            self.dual = replace(da_init(0.5 * self.step_size ** 2), searching=False)
-            self.last = (x, momentum.detach().to(device="cpu", dtype=torch.float64), *self._evaluate(x))
 
-    def observe(self, theta: torch.Tensor, momentum: torch.Tensor) -> None:
+    def observe(self, theta: torch.Tensor, momentum: torch.Tensor) -> bool:
         """Phase 2 after a round: the energy error of the moves from :attr:`last`, one dual-averaging
-        update, h of the next round (the averaged one after the last round)."""
+        update, h of the next round (the averaged one after the last round); in the slow window the
+        iterates pooled, and at its end M (and gamma) re-estimated. Returns True when M changed."""
         self.done += 1
         x = theta.detach().to(device="cpu", dtype=torch.float64)
         v = momentum.detach().to(device="cpu", dtype=torch.float64)
         here = self._evaluate(x)
         if self.last is None or self.last[0].shape != x.shape:  # chains dropped: start again from here
             self.last = (x, v, *here)
-            return
+            return False
         x0, v0, u0, g0 = self.last
         pre = None if is_identity(self.preconditioner) else placed(self.preconditioner, "cpu", torch.float64)
         delta = energy_error(x0, x, v0, v, u0, here[0], g0, here[1], self.step_size, pre, self.splitting,
                              self.temperature)
         self.dual = da_update(self.dual, mean_acceptance(-delta), self.target)
-        eta = da_final(self.dual) if self.done >= self.warmup else math.exp(self.dual.x)
-        self.step_size = math.sqrt(2.0 * eta)
         self.last = (x, v, *here)
+        divergent = ~(torch.nan_to_num(delta, nan=math.inf) <= DIVERGENT)
+        if bool(divergent.any()):  # the step is too large somewhere the chains go: back off, put them back
+            self.cap = min(self.cap, BACKOFF * self.step_size)
+            self._restart(divergent)
+        eta = da_final(self.dual) if self.done >= self.warmup else math.exp(self.dual.x)
+        self.step_size = min(math.sqrt(2.0 * eta), self.cap)
+        first = self.warmup - self.second  # phase 2's first round is first + 1
+        if self.window and self.done <= first + self.window:
+            self.pooled = self.pooled.add(x)
+            if self.done == first + self.window and self.pooled.count > 1:
+                self._replace_matrix(x)
+                return True
+        return False
+
+    def _restart(self, divergent: torch.Tensor) -> None:
+        """Chains whose last move was divergent restart at the (theta, v) of another chain, drawn from
+        those that were not (seeded by the run's seed and the round; none when every chain diverged);
+        sets :attr:`reset`. Warm-up draws are discarded, so a restart biases nothing (FA-LD's stragglers)."""
+        if bool(divergent.all()):
+            return
+        gen = torch.Generator().manual_seed((self.seed * 1_000_003 + 7919 * self.done + 29) % 2**63)
+        good = torch.nonzero(~divergent).reshape(-1)
+        source = torch.arange(divergent.shape[0])
+        source[divergent] = good[torch.randint(len(good), (int(divergent.sum()),), generator=gen)]
+        self.last = tuple(t[source].clone() for t in self.last)
+        self.reset = (self.last[0].clone(), self.last[1].clone())
+
+    def _replace_matrix(self, x: torch.Tensor) -> None:
+        """The window's end: M <- its regularised covariance (FA-LD's), dual averaging restarted (with
+        its doubling search) from the averaged step over lambda_max(M_old^-1 M_new) (as stable as the
+        step before: :func:`~fedlangevin.fald.warmup.acceptance.matrix_growth`), gamma again."""
+        d = self.problem.dim
+        new = as_preconditioner(regularised_covariance(self.pooled.covariance(), self.pooled.count, self.pooled.dense), d)
+        eta = 0.5 * self.step_size ** 2 / matrix_growth(self.preconditioner, new, d)  # the step run (capped)
+        self.preconditioner, self.pooled = new, Scatter.empty(d, self.pooled.dense)
+        self.dual = da_init(eta)
+        self.step_size = min(math.sqrt(2.0 * eta), self.cap)
+        self._set_friction(x)
 
     def _evaluate(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(U, grad U) at the iterates x (R, d): what the clients return with their gradient (their f^c
@@ -210,7 +285,8 @@ class HMCAdapter:
 
         return {"warmup": self.warmup, "splitting": self.splitting, "temperature": self.temperature,
                 "target": self.target, "given_target": self.given_target, "given_friction": self.given_friction,
-                "second": self.second,
+                "second": self.second, "window": self.window, "pooled": self.pooled.record(), "seed": self.seed,
+                "cap": self.cap,
                 "overdamped": None if self.overdamped is None else self.overdamped.record(),
                 "preconditioner": preconditioner_record(self.preconditioner), "step_size": self.step_size,
                 "friction": self.friction, "done": self.done, "dual": None if self.dual is None else self.dual.record(),
@@ -222,7 +298,9 @@ class HMCAdapter:
         new = cls.__new__(cls)
         new.warmup, new.splitting, new.temperature = int(rec["warmup"]), rec["splitting"], float(rec["temperature"])
         new.target, new.given_target = float(rec["target"]), bool(rec["given_target"])
-        new.given_friction, new.second = rec["given_friction"], int(rec["second"])
+        new.given_friction, new.second, new.window = rec["given_friction"], int(rec["second"]), int(rec["window"])
+        new.pooled = Scatter.from_record(rec["pooled"])
+        new.seed, new.cap, new.reset = int(rec["seed"]), float(rec["cap"]), None
         new.problem = problem.to(dtype=torch.float64)
         new.energy = energy_function(new.problem)
         new.overdamped = None if rec["overdamped"] is None else Adapter.from_record(problem, rec["overdamped"], given)
@@ -333,8 +411,12 @@ def update(adapter: HMCAdapter, theta: torch.Tensor, momentum: torch.Tensor, pre
             start = theta if changes.theta is None else changes.theta
             changes = _begin_second(adapter, start, momentum, changes)
         return changes
-    adapter.observe(theta, momentum)
-    return Changes(step_size=adapter.step_size, floats_up=_take_floats(adapter), finished=adapter.finished)
+    changed = adapter.observe(theta, momentum)
+    reset, adapter.reset = adapter.reset, None
+    back = (None, None) if reset is None else tuple(t.to(device=theta.device, dtype=theta.dtype) for t in reset)
+    return Changes(preconditioner=adapter.preconditioner if changed else KEEP, step_size=adapter.step_size,
+                   friction=adapter.friction if changed else None, theta=back[0], momentum=back[1],
+                   floats_up=_take_floats(adapter), finished=adapter.finished)
 
 
 def final(adapter: HMCAdapter) -> tuple[Any, float | None, float]:
