@@ -132,7 +132,8 @@ class Changes(NamedTuple):
     preconditioner : a new M, broadcast to every client (:data:`KEEP`: unchanged); step_size : h
     from the current step on (None: unchanged); friction : gamma from the next round on (None:
     unchanged; :data:`~fedlangevin.fahmc.kernel.OVERDAMPED` in phase 1); theta : (R, d) where the
-    chains are put back (a rejected approach round, stragglers; None: where they are); floats_up :
+    chains are put back (a rejected approach round, stragglers, divergent moves; None: where they
+    are); momentum : (R, d) their velocities then (phase 2; None: as they are); floats_up :
     uploads of the warm-up's statistics not yet counted (per chain); finished : the warm-up has
     ended (M, h and gamma frozen)."""
 
@@ -345,9 +346,11 @@ def gaussian_energy_acceptance(h: float, dim: int, friction: float, splitting: s
                                seed: int = 0) -> float:
     """E[min(1, exp(-delta))] of one K = 1 round of step ``h`` on a standard Gaussian in ``dim``
     dimensions (one client, M = I, tau = 1), (theta, v) drawn from the law the round leaves invariant
-    (:func:`fedlangevin.fahmc.exact.stationary_moments` of one coordinate: the coordinates are
-    independent), the round run by the kernel itself, delta by :func:`energy_error` (Monte Carlo,
-    float64, a fixed seed: a pure function of its arguments; ``draws`` chains, default 10^4 to 10^5)."""
+    (:func:`fedlangevin.fahmc.exact.stationary_moments`), the round run by the kernel itself, delta by
+    :func:`energy_error` (Monte Carlo, float64, a fixed seed: a pure function of its arguments;
+    ``draws`` pairs, default 10^4 to 10^5). The coordinates are independent, so the kernel runs the
+    one-dimensional Gaussian with ``dim`` chains per draw (at most GAUSSIAN_NUMBERS numbers at a time)
+    and delta is the sum of theirs."""
     from fedlangevin.fahmc.exact import stationary_moments
     from fedlangevin.fahmc.kernel import FAHMCState, build
     from fedlangevin.problems import QuadraticProblem
@@ -358,17 +361,20 @@ def gaussian_energy_acceptance(h: float, dim: int, friction: float, splitting: s
                            torch.ones(1, dtype=torch.float64))
     _, cov = stationary_moments(one, [h], friction, splitting=splitting)
     chol = torch.linalg.cholesky(torch.as_tensor(cov, dtype=torch.float64))
+    kernel = build(one, friction=friction, splitting=splitting, noise_dtype=torch.float64)
     gen = torch.Generator().manual_seed(seed)
-    z = torch.randn(draws, dim, 2, generator=gen, dtype=torch.float64) @ chol.T  # (theta, v) per coordinate
-    theta, v = z[..., 0].contiguous(), z[..., 1].contiguous()
-    problem = QuadraticProblem(torch.eye(dim, dtype=torch.float64)[None], torch.zeros(1, dim, dtype=torch.float64),
-                               torch.ones(1, dtype=torch.float64))
-    kernel = build(problem, friction=friction, splitting=splitting, noise_dtype=torch.float64)
-    new, _ = kernel.step(FAHMCState(theta=theta, momentum=v), [h], gen)
-    energy = lambda x: 0.5 * (x * x).sum(-1)  # noqa: E731
-    delta = energy_error(theta, new.theta, v, new.momentum, energy(theta), energy(new.theta), theta, new.theta, h,
-                         None, splitting)
-    return mean_acceptance(-delta)
+    batch = max(1, GAUSSIAN_NUMBERS // dim)
+    total, done = 0.0, 0
+    while done < draws:
+        n = min(batch, draws - done)
+        z = torch.randn(n * dim, 2, generator=gen, dtype=torch.float64) @ chol.T  # (theta, v) per coordinate
+        theta, v = z[:, :1].contiguous(), z[:, 1:].contiguous()
+        new, _ = kernel.step(FAHMCState(theta=theta, momentum=v), [h], gen)
+        u0, u1 = 0.5 * theta[:, 0] ** 2, 0.5 * new.theta[:, 0] ** 2
+        delta = energy_error(theta, new.theta, v, new.momentum, u0, u1, theta, new.theta, h, None, splitting)
+        total += mean_acceptance(-delta.reshape(n, dim).sum(1)) * n
+        done += n
+    return total / draws
 
 
 def friction_rule(matrix: torch.Tensor, hessian: torch.Tensor) -> float:
