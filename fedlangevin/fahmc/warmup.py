@@ -39,9 +39,9 @@ FA-HMC itself:
 - Its first WINDOW = 60 % is a slow window: M is re-estimated from the underdamped chains'
   iterates (FA-LD's regularised covariance), then the dual averaging restarts (with its doubling
   search) from the step run divided by lambda_max(M_old^-1 M_new), and gamma is set again. Why:
-  the overdamped chains explore slow directions badly (gp_pois_regr: FA-LD's M had Sigma^-1 M
-  eigenvalues 0.15-2.9 there, this window's 0.54-2.4, and FA-HMC with phase 1's M failed the
-  acceptance on its GP amplitude).
+  the overdamped chains explore slow directions badly (gp_pois_regr, seed 0: phase 1's M has
+  Sigma^-1 M eigenvalues 0.12-2.9, this window's 0.48-1.24; FA-HMC run with an M like phase 1's
+  failed the acceptance on its GP amplitude).
 - A **divergent** move, energy error beyond DIVERGENT = 10 tau (a Metropolis acceptance below
   5e-5: never on a Gaussian at these steps, where delta has sd below 0.5), caps h at BACKOFF = 0.8
   times the round's h for the rest of the warm-up and after it, and the chain restarts at the
@@ -49,7 +49,7 @@ FA-HMC itself:
   the chains reach regions the overdamped ones did not (gp_pois_regr's large GP amplitudes, where
   the Poisson likelihood's curvature grows like exp(f)), and a step the mean acceptance finds fine
   lets a chain there blow up once in thousands of rounds; without the cap, FA-HMC's sampling rounds
-  on gp_pois_regr did (sds 5-10 times the reference's at h = 0.12; at the cap's 0.077 they pass).
+  on gp_pois_regr did (sds 5-10 times the reference's at h = 0.115; at the cap's 0.077 they pass).
 
 **The target** (``AutoStep``'s ``"auto"``) is the statistic's value on a d-dimensional Gaussian
 with a perfect M at h* = sqrt(2 eta*), eta* the step whose stationary sds are SD_EXCESS = 3 % too
