@@ -1,20 +1,21 @@
-"""Effective samples per communication round: FA-LD with its defaults beside federated NUTS on
-every validation posterior (docs/rounds.md; fedlangevin.experiments.rounds).
+"""Effective samples per communication round: FA-LD and FA-HMC with their defaults beside federated
+NUTS on every validation posterior (docs/rounds.md; fedlangevin.experiments.rounds).
 
 Per posterior (the posteriordb ones found under $FEDLANGEVIN_POSTERIORDB or
 shared/validation/posteriordb beside the checkout, the breast cancer logistic regression shipped
 with the package) and sampler (FA-LD as a user gets it: FALD(problem, local_steps=1, chains=32),
-no init, no step size; federated NUTS: Pyro's NUTS, dense mass, 4 chains, one round per
+no init, no step size; FA-HMC likewise, FAHMC(problem, local_steps=1, chains=32); federated NUTS: Pyro's NUTS, dense mass, 4 chains, one round per
 gradient): rounds to the acceptance (the smallest budget of the grid whose run passes: max |mean
 err| <= 0.1 sd, sd ratios in [0.9, 1.1]), and of the largest budget's run (FA-LD 2,000 rounds,
 NUTS 1,000 warm-up + 1,000 draws per chain): the acceptance figures, min bulk ESS, ESS per
 chain-round (warm-up included; NUTS: per gradient), bits sent, wall time. Prints a progress line
-per run, the table and the targets' table; writes the rows as JSON and one figure.
+per run, the table and the targets' tables; writes the rows as JSON and one figure.
 
     python benchmarks/bench_rounds.py                                  # everything (97 min on 2 loaded cores, 95 % NUTS)
     python benchmarks/bench_rounds.py --quick                          # a smoke run: 2 posteriors, tiny budgets (30 s)
     python benchmarks/bench_rounds.py --posteriors kidiq-kidscore_momhsiq breast_cancer-logistic
     python benchmarks/bench_rounds.py --samplers fald                  # FA-LD rows only
+    python benchmarks/bench_rounds.py --samplers fahmc                 # FA-HMC rows only
     python benchmarks/bench_rounds.py --samplers consensus --posteriors kidiq-kidscore_momhsiq   # consensus MC rows
     python benchmarks/bench_rounds.py --from-json docs/img/rounds.json # redraw the table and figure
     python benchmarks/bench_rounds.py --from-json a.json b.json --json merged.json   # b's rows replace a's
@@ -37,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 from fedlangevin.experiments.logistic_posterior import NAME as LOGISTIC  # noqa: E402
 from fedlangevin.experiments.rounds import (  # noqa: E402
     QUICK, SAMPLERS, Budgets, available, figure, load_posterior, measure, merge_rows, read_rows, summary_table, table,
-    write_json,
+    versus_table, write_json,
 )
 
 QUICK_POSTERIORS = ["earnings-logearn_interaction_z", LOGISTIC]
@@ -51,7 +52,7 @@ def redraw(paths, figure_path, json_path) -> int:
     if any(b != budgets for _, b in runs):
         raise SystemExit(f"--from-json: the files were made with different settings: {[b for _, b in runs]}")
     rows = merge_rows(*(r for r, _ in runs))
-    print(table(rows, budgets), "", summary_table(rows, max_rounds=2000), sep="\n")
+    print(table(rows, budgets), "", summary_table(rows, max_rounds=2000), "", versus_table(rows), sep="\n")
     figure(rows, figure_path)
     if json_path:
         meta = [json.loads(Path(p).read_text()) for p in paths]
@@ -102,7 +103,7 @@ def main(argv=None) -> int:
                 write_json(rows, args.json, budgets=budgets, seconds=time.perf_counter() - start, command=command)
     seconds = time.perf_counter() - start
     print(f"\n{command}: {seconds:.0f} s\n")
-    print(table(rows, budgets), "", summary_table(rows, max_rounds=2000), sep="\n")
+    print(table(rows, budgets), "", summary_table(rows, max_rounds=2000), "", versus_table(rows), sep="\n")
     if args.json:
         write_json(rows, args.json, budgets=budgets, seconds=seconds, command=command)
     if args.figure:

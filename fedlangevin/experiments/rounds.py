@@ -23,6 +23,9 @@ Samplers (:data:`SAMPLERS`, a registry: a new row is one :class:`SamplerSpec`):
 - ``"fald"``: FA-LD as a user gets it, ``FALD(problem, local_steps=1, chains=R, seed=s)`` and
   ``run(budget)``: every default (start, step size, warm-up = half the rounds, M), so a rerun
   picks up changed defaults;
+- ``"fahmc"``: FA-HMC as a user gets it, ``FAHMC(problem, local_steps=1, chains=R, seed=s)`` and
+  ``run(budget)`` (M, h and the friction adapted in the warm-up, half the rounds), with FA-LD's
+  grid and chains (same chains, same rounds);
 - ``"nuts"``: :func:`~fedlangevin.baselines.federated_nuts` (Pyro's NUTS with a dense mass matrix,
   from zeros), a budget n being n iterations per chain, n / 2 of them warm-up; its "rounds" are
   the largest count of any chain (the chains run in parallel in a federation);
@@ -46,7 +49,7 @@ from fedlangevin._validation import check_bool, check_int
 
 __all__ = [
     "Attempt", "Budgets", "QUICK", "RoundsRow", "SAMPLERS", "SamplerSpec", "available", "figure", "load_posterior",
-    "measure", "merge_rows", "read_rows", "summary_table", "table", "write_json",
+    "measure", "merge_rows", "read_rows", "summary_table", "table", "versus_table", "write_json",
 ]
 
 BITS_PER_FLOAT = 64  # every float exchanged is a float64
@@ -124,12 +127,26 @@ class SamplerSpec:
 def _run_fald_defaults(post, budget: int, budgets: Budgets) -> Attempt:
     """FA-LD with every default (no init, no step size): what a user passing the problem, K = 1
     and the chains gets."""
+    import fedlangevin as fl
+
+    return _run_defaults(fl.FALD, post, budget, budgets)
+
+
+def _run_fahmc_defaults(post, budget: int, budgets: Budgets) -> Attempt:
+    """FA-HMC with every default (no init, step size, friction or preconditioner), FA-LD's chains."""
+    import fedlangevin as fl
+
+    return _run_defaults(fl.FAHMC, post, budget, budgets)
+
+
+def _run_defaults(cls, post, budget: int, budgets: Budgets) -> Attempt:
+    """``cls(problem, local_steps=1, chains=R, seed=s).run(budget)``: every other argument the default."""
     import torch
 
     import fedlangevin as fl
 
     start = time.perf_counter()
-    sampler = fl.FALD(post.problem, local_steps=1, chains=budgets.fald_chains, seed=budgets.seed)
+    sampler = cls(post.problem, local_steps=1, chains=budgets.fald_chains, seed=budgets.seed)
     try:
         samples, note = sampler.run(budget, progress=False).numpy(), ""
     except fl.DivergenceError as exc:
@@ -182,6 +199,7 @@ def _run_consensus(post, budget: int, budgets: Budgets) -> Attempt:
 #: the samplers benchmarked, by name (``--samplers``); add a :class:`SamplerSpec` for a new row
 SAMPLERS: dict[str, SamplerSpec] = {
     "fald": SamplerSpec("FA-LD defaults", _run_fald_defaults, "fald_rounds", "fald_chains"),
+    "fahmc": SamplerSpec("FA-HMC defaults", _run_fahmc_defaults, "fald_rounds", "fald_chains"),
     "nuts": SamplerSpec("federated NUTS", _run_federated_nuts, "nuts_iterations", "nuts_chains", "iterations"),
     "consensus": SamplerSpec("consensus MC", _run_consensus, "consensus_iterations", "consensus_chains", "iterations"),
 }
@@ -341,6 +359,34 @@ def summary_table(rows: list[RoundsRow], fald: str = "FA-LD defaults", nuts: str
         cells = [f"{v:.2g}" if math.isfinite(v) else "-" for v in (f.ess_per_round, n.ess_per_round, ratio)]
         lines.append(f"| {name} | {' | '.join(cells)} | {met1} | "
                      f"{'-' if reach is None else f'{reach:,}'} | {met2} |")
+    return "\n".join(lines)
+
+
+def versus_table(rows: list[RoundsRow], sampler: str = "FA-HMC defaults", baseline: str = "FA-LD defaults",
+                 factor: float = 3.0, max_rounds: int = 2000) -> str:
+    """Per posterior, the FA-HMC issue's targets for ``sampler`` against ``baseline``: its ESS per
+    chain-round over the baseline's (``factor`` x is the target on the hardest posterior: the one
+    where the baseline's ESS per chain-round is lowest, marked; an ESS of draws that fail the
+    acceptance counts for nothing, so the ratio is met only where ``sampler`` passes and at least
+    equals the baseline's acceptance), and the acceptance within ``max_rounds`` rounds (K = 1)."""
+    by = {(r.posterior, r.sampler): r for r in rows}
+    names = [n for n in dict.fromkeys(r.posterior for r in rows) if (n, sampler) in by and (n, baseline) in by]
+    finite = {n: by[(n, baseline)].ess_per_round for n in names if math.isfinite(by[(n, baseline)].ess_per_round)}
+    hardest = min(finite, key=finite.get) if finite else None
+    lines = [f"| posterior | {sampler} ESS per chain-round | {baseline} | ratio | passes ({sampler} / {baseline}) | "
+             f"ESS target ({factor:g}x on the hardest) | {sampler} rounds to acceptance | acceptance within "
+             f"{max_rounds:,} rounds |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name in names:
+        s, b = by[(name, sampler)], by[(name, baseline)]
+        ratio = s.ess_per_round / b.ess_per_round if b.ess_per_round > 0 else math.nan
+        cells = [f"{v:.2g}" if math.isfinite(v) else "-" for v in (s.ess_per_round, b.ess_per_round, ratio)]
+        ok = s.passes and math.isfinite(ratio) and ratio >= factor
+        target = ("met" if ok else "not met") if name == hardest else ("-" if s.passes else "(fails the acceptance)")
+        reach = s.rounds_to_accept
+        met2 = "met" if reach is not None and reach <= max_rounds else "not met"
+        shown = f"**{name}** (hardest)" if name == hardest else name
+        lines.append(f"| {shown} | {' | '.join(cells)} | {'yes' if s.passes else 'no'} / {'yes' if b.passes else 'no'} | "
+                     f"{target} | {'-' if reach is None else f'{reach:,}'} | {met2} |")
     return "\n".join(lines)
 
 

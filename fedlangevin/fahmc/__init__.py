@@ -5,6 +5,8 @@ a second sampler family on the shared runner (``docs/fahmc.md``).
   :class:`FAHMCState` (theta, momentum), with the splitting's equations;
 - :mod:`fedlangevin.fahmc.exact`: exact moments and stationary law of (theta, v) on quadratic
   problems (numpy);
+- :mod:`fedlangevin.fahmc.warmup`: the warm-up that adapts the preconditioner, the step size and
+  the friction (``step_size="auto"``), as ``(init, update, final)`` returning values;
 - :mod:`fedlangevin.fahmc.sampler`: :class:`FAHMC`, the user-facing runner (checkpoints, resume,
   draws, divergence handling through :class:`fedlangevin.fald.runner.base.Runner`).
 """

@@ -4,7 +4,8 @@ its stationary law.
 For affine client gradients grad f^c = A_c theta - b_c (a
 :class:`~fedlangevin.problems.QuadraticProblem`) every operator of a local step
 (:mod:`fedlangevin.fahmc.kernel`, eq. 2) is affine in client c's stacked state z_c = (theta_c, v_c)
-(2d numbers), with M the mass (the preconditioner, the matrix multiplying the force):
+(2d numbers), with M the preconditioner (the matrix multiplying the force; the inverse mass matrix
+in HMC's terms):
 
     B(s): z <- [[I, 0], [-s M A_c, I]] z + (0, s M b_c)
     A(s): z <- [[I, s I], [0, I]] z
@@ -49,28 +50,28 @@ from fedlangevin._validation import check_choice, check_real
 from fedlangevin.experiments.exact import RoundOperators, apply_round, participation_moments
 from fedlangevin.fald.core.participation import Full, Participation
 
-__all__ = ["exact_moments", "mass_matrix", "round_operators", "stationary_moments"]
+__all__ = ["exact_moments", "preconditioner_matrix", "round_operators", "stationary_moments"]
 
 _SPLITTINGS = ("BAOAB", "OBABO")
 
 
-def mass_matrix(mass: Any, dim: int) -> np.ndarray:
+def preconditioner_matrix(preconditioner: Any, dim: int) -> np.ndarray:
     """M (d, d) float64 from ``None`` (I), a (d,) positive vector (diagonal) or a (d, d) symmetric
-    positive-definite matrix (``ValueError`` naming ``mass`` otherwise)."""
-    if mass is None:
+    positive-definite matrix (``ValueError`` naming ``preconditioner`` otherwise)."""
+    if preconditioner is None:
         return np.eye(dim)
     try:
-        m = np.asarray(mass, dtype=np.float64)
+        m = np.asarray(preconditioner, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ValueError(f"mass must be None, a ({dim},) positive vector or a symmetric ({dim}, {dim}) matrix; got "
-                         f"{type(mass).__name__}") from None
+        raise ValueError(f"preconditioner must be None, a ({dim},) positive vector or a symmetric ({dim}, {dim}) "
+                         f"matrix; got {type(preconditioner).__name__}") from None
     if m.shape == (dim,):
         m = np.diag(m)
     if m.shape != (dim, dim) or not np.isfinite(m).all() or not np.allclose(m, m.T, rtol=1e-10, atol=1e-300):
-        raise ValueError(f"mass must be None, a ({dim},) positive vector or a symmetric ({dim}, {dim}) matrix; got "
-                         f"shape {m.shape}")
+        raise ValueError(f"preconditioner must be None, a ({dim},) positive vector or a symmetric ({dim}, {dim}) "
+                         f"matrix; got shape {m.shape}")
     if np.linalg.eigvalsh(m).min() <= 0:
-        raise ValueError("mass must be positive definite")
+        raise ValueError("preconditioner must be positive definite")
     return 0.5 * (m + m.T)
 
 
@@ -84,7 +85,7 @@ def _client_arrays(problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def round_operators(problem, etas: Sequence[float], friction: float, temperature: float = 1.0,
-                    correlation: float = 0.0, mass: Any = None, splitting: str = "BAOAB") -> RoundOperators:
+                    correlation: float = 0.0, preconditioner: Any = None, splitting: str = "BAOAB") -> RoundOperators:
     """Phi_c (N, 2d, 2d), h_c (N, 2d), Pr_c (N, 2d, 2d) and Sh_{cc'} (N, N, 2d, 2d) (``None`` when
     rho = 0) of one round of local steps ``etas`` (the module docstring)."""
     friction = check_real("friction", friction, low=0.0, low_open=True)
@@ -93,7 +94,7 @@ def round_operators(problem, etas: Sequence[float], friction: float, temperature
     splitting = check_choice("splitting", splitting, _SPLITTINGS)
     a_c, b_c, p = _client_arrays(problem)
     n, d = b_c.shape
-    m = mass_matrix(mass, d)
+    m = preconditioner_matrix(preconditioner, d)
     eye, zero = np.eye(d), np.zeros((d, d))
     rho2 = correlation ** 2
     ops = {"phi": np.broadcast_to(np.eye(2 * d), (n, 2 * d, 2 * d)).copy(), "offset": np.zeros((n, 2 * d)),
@@ -162,7 +163,7 @@ def _rule(participation: Participation | None) -> Participation:
 
 
 def exact_moments(problem, etas_per_round: Iterable[Sequence[float]], friction: float, temperature: float = 1.0,
-                  correlation: float = 0.0, participation: Participation | None = None, mass: Any = None,
+                  correlation: float = 0.0, participation: Participation | None = None, preconditioner: Any = None,
                   splitting: str = "BAOAB", init_mean: Any = None, init_cov: Any = None) -> tuple[np.ndarray, np.ndarray]:
     """Exact mean (T, 2d) and covariance (T, 2d, 2d) of the global (theta, v) after each round.
 
@@ -179,7 +180,7 @@ def exact_moments(problem, etas_per_round: Iterable[Sequence[float]], friction: 
     for etas in etas_per_round:
         key = tuple(float(e) for e in etas)
         if key != last:
-            ops, last = round_operators(problem, key, friction, temperature, correlation, mass, splitting), key
+            ops, last = round_operators(problem, key, friction, temperature, correlation, preconditioner, splitting), key
         mean, cov = apply_round(ops, ew, eww, full, mean, cov)
         means.append(mean)
         covs.append(cov)
@@ -187,7 +188,7 @@ def exact_moments(problem, etas_per_round: Iterable[Sequence[float]], friction: 
 
 
 def stationary_moments(problem, etas: Sequence[float], friction: float, temperature: float = 1.0,
-                       correlation: float = 0.0, participation: Participation | None = None, mass: Any = None,
+                       correlation: float = 0.0, participation: Participation | None = None, preconditioner: Any = None,
                        splitting: str = "BAOAB", tol: float = 1e-13, max_iter: int = 10_000) -> tuple[np.ndarray, np.ndarray]:
     """Mean (2d,) and covariance (2d, 2d) of the law the round map of :func:`exact_moments` leaves
     fixed when every round has the local step sizes ``etas`` (module docstring); ``ValueError`` when
@@ -195,7 +196,7 @@ def stationary_moments(problem, etas: Sequence[float], friction: float, temperat
     rule = _rule(participation)
     _, _, p = _client_arrays(problem)
     ew, eww = participation_moments(p, rule)
-    ops = round_operators(problem, etas, friction, temperature, correlation, mass, splitting)
+    ops = round_operators(problem, etas, friction, temperature, correlation, preconditioner, splitting)
     big_p = np.einsum("n,nij->ij", ew, ops.phi)
     radius = float(np.abs(np.linalg.eigvals(big_p)).max())
     if radius >= 1:

@@ -9,8 +9,9 @@ centralised integrator and infinite friction is exactly FA-LD (below).
 The dynamics
 ------------
 With friction gamma > 0, temperature tau and a constant preconditioner M = A A^T (the matrix
-that multiplies the force; in HMC's terms the *inverse* mass matrix, Stan's ``inv_metric``:
-the posterior covariance is the natural choice),
+that multiplies the force, FA-LD's ``preconditioner``, so the same M serves both samplers; in
+HMC's terms the *inverse* mass matrix, Stan's ``inv_metric``: the posterior covariance is the
+natural choice),
 
     d theta = v dt,    d v = -M grad f(theta) dt - gamma v dt + sqrt(2 gamma tau) A dW,        (1)
 
@@ -59,6 +60,15 @@ Each client evaluates **one gradient per local step** (K per round), as FA-LD. W
 schedule each step uses its own h in the sequences above (for a constant h they are exactly
 BAOAB and OBABO).
 
+M and gamma are **step arguments** like the step sizes (``step(..., preconditioner=M,
+friction=gamma)``; default: the ones given to :func:`build`), so the warm-up that adapts them
+(:mod:`fedlangevin.fahmc.warmup`) never rebuilds the kernel. ``friction=math.inf`` (a step
+argument only, never a sampler's friction) is the **overdamped step**: OBABO's sequence at
+a = 0, for either splitting, i.e. FA-LD's eq. 10 with eta = h^2 / 2 (the velocity carried in is
+discarded by the refresh; the one carried out is the refresh's noise plus half a kick). The
+warm-up runs it while it adapts M: BAOAB's own infinite-friction limit (below) has correlated
+moves that the warm-up's acceptance statistic does not measure.
+
 A round (what the server averages, and why)
 -------------------------------------------
 Broadcast (theta, v) of every chain; each client runs K = len(step_sizes) local steps from it;
@@ -99,10 +109,14 @@ from fedlangevin.fald.core.preconditioning import (
 )
 from fedlangevin.problems.base import FederatedProblem, check_problem, check_weights
 
-__all__ = ["FAHMCKernel", "FAHMCState", "SPLITTINGS", "as_mass", "build"]
+__all__ = ["FAHMCKernel", "FAHMCState", "OVERDAMPED", "SPLITTINGS", "as_fahmc_preconditioner", "build"]
 
 #: the splittings of a local step (module docstring)
 SPLITTINGS = ("BAOAB", "OBABO")
+#: ``step(..., friction=OVERDAMPED)``: the overdamped step, FA-LD's with eta = h^2 / 2 (module docstring)
+OVERDAMPED = math.inf
+#: ``step``'s default ``preconditioner`` and ``friction``: the ones given to :func:`build`
+_BUILT = object()
 
 
 @dataclass(frozen=True)
@@ -134,7 +148,8 @@ class FAHMCKernel:
         self.problem, self._work = problem, work
         self.temperature, self.correlation, self.participation = temperature, correlation, rule
         self.batch_size, self.friction, self.splitting = batch_size, friction, splitting
-        self.preconditioner = pre  # None: M = I
+        self.preconditioner = pre  # the default M of step (None: M = I)
+        self._last = (None, None)  # one-entry cache: the M last given to step, and its placed form
         self.dtype, self.device, self.noise_dtype = dtype, device, noise_dtype
         self._validated = validated
         weights = check_weights(problem.weights, problem.num_clients)
@@ -148,11 +163,19 @@ class FAHMCKernel:
         theta = initial_theta(theta0, self.problem.dim, self.dtype, self.device)
         return FAHMCState(theta=theta, momentum=torch.zeros_like(theta), step=0, round=0)
 
-    def step(self, state: FAHMCState, step_sizes: Sequence[float], generator: torch.Generator | None):
+    def step(self, state: FAHMCState, step_sizes: Sequence[float], generator: torch.Generator | None, *,
+             preconditioner: Any = _BUILT, friction: Any = _BUILT):
         """One communication round: broadcast (theta, v), K = len(step_sizes) local steps of the
-        splitting on every client, the weighted average of (theta_c, v_c) (module docstring)."""
+        splitting on every client, the weighted average of (theta_c, v_c) (module docstring).
+
+        preconditioner : this round's M (a (d, d) or (d,) array or a preconditioner object; None: I),
+            placed and checked once per new object; friction : this round's gamma > 0, or
+            :data:`OVERDAMPED` for the overdamped step. Default: the ones given to :func:`build`."""
         if not self._validated:
             step_sizes = check_step_sizes("step_sizes", step_sizes)
+        pre = self._current(preconditioner)
+        gamma = self.friction if friction is _BUILT else _step_friction(friction)
+        overdamped = gamma == OVERDAMPED
         theta, v = state.theta, state.momentum
         r, d = theta.shape
         n = self.problem.num_clients
@@ -160,15 +183,15 @@ class FAHMCKernel:
         u = v.unsqueeze(1).expand(r, n, d).clone()       # and velocities
         for h in step_sizes:
             h = float(h)
-            force = self._force(x, generator)             # -M grad f~^c (R, N, d): the step's one gradient
-            if self.splitting == "BAOAB":                 # B(h) A(h/2) O A(h/2)
+            force = self._force(x, generator, pre)        # -M grad f~^c (R, N, d): the step's one gradient
+            if self.splitting == "BAOAB" and not overdamped:  # B(h) A(h/2) O A(h/2)
                 u.add_(force, alpha=h)
                 x.add_(u, alpha=0.5 * h)
-                self._refresh(u, h, generator)
+                self._refresh(u, h, gamma, pre, generator)
                 x.add_(u, alpha=0.5 * h)
-            else:                                         # OBABO: B(h/2) O B(h/2) A(h)
+            else:                                         # OBABO: B(h/2) O B(h/2) A(h) (and the overdamped step)
                 u.add_(force, alpha=0.5 * h)
-                self._refresh(u, h, generator)
+                self._refresh(u, h, gamma, pre, generator)
                 u.add_(force, alpha=0.5 * h)
                 x.add_(u, alpha=h)
         w = self.participation.weights(self._p, r, generator)
@@ -176,18 +199,26 @@ class FAHMCKernel:
                          round=state.round + 1)
         return new, RoundInfo(weights=w)
 
-    def _force(self, x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    def _force(self, x: torch.Tensor, generator: torch.Generator | None, pre: Any) -> torch.Tensor:
         grad = self._work.grad(x, batch_size=self.batch_size, generator=generator)
-        return -(grad if self.preconditioner is None else self.preconditioner.drift(grad))
+        return -(grad if pre is None else pre.drift(grad))
 
-    def _refresh(self, u: torch.Tensor, h: float, generator: torch.Generator | None) -> None:
+    def _refresh(self, u: torch.Tensor, h: float, gamma: float, pre: Any, generator: torch.Generator | None) -> None:
         """O of (2), in place: v <- a v + sqrt(tau (1 - a^2)) A (shared + private noise). FA-LD's
         noise for a step of size eta adds sqrt(2 eta tau) (...) (:mod:`fedlangevin.fald.core.noise`):
-        eta = (1 - a^2) / 2 gives this one."""
-        u.mul_(math.exp(-self.friction * h))
-        one_minus_a2 = -math.expm1(-2.0 * self.friction * h)
-        transform = None if self.preconditioner is None else self.preconditioner.noise
-        add_noise_(u, self._scales, 0.5 * one_minus_a2, generator, transform=transform)
+        eta = (1 - a^2) / 2 gives this one (a = 0 for the overdamped step: fresh noise)."""
+        u.mul_(math.exp(-gamma * h))
+        one_minus_a2 = -math.expm1(-2.0 * gamma * h)
+        add_noise_(u, self._scales, 0.5 * one_minus_a2, generator, transform=None if pre is None else pre.noise)
+
+    def _current(self, given: Any) -> Any:
+        """The placed M of a round: the built one, or ``given`` (None or an identity: I), placed on the
+        state's device and dtype and checked once per new object."""
+        if given is _BUILT:
+            return self.preconditioner
+        if given is not self._last[0]:
+            self._last = (given, _placed(given, self.problem.dim, self.dtype, self.device))
+        return self._last[1]
 
     # -- what the runner reads ----------------------------------------------------------------------
     def uploads(self, info: RoundInfo) -> float:
@@ -208,28 +239,48 @@ class FAHMCKernel:
         :class:`~fedlangevin.fald.results.settings.Settings` does not hold."""
         rule = self.participation
         stored = rule if type(rule) in (Full, SchemeI, SchemeII) else repr(rule)
-        mass = None if self.preconditioner is None else preconditioner_record(self.preconditioner)
+        pre = None if self.preconditioner is None else preconditioner_record(self.preconditioner)
         return {"splitting": self.splitting, "friction": self.friction, "temperature": self.temperature,
                 "correlation": self.correlation, "participation": stored, "batch_size": self.batch_size,
-                "mass": mass, "noise_dtype": None if self.noise_dtype is None else str(self.noise_dtype)}
+                "preconditioner": pre, "noise_dtype": None if self.noise_dtype is None else str(self.noise_dtype)}
 
     @property
-    def mass_matrix(self) -> torch.Tensor:
-        """M (d, d), float64 on the CPU (I without a mass)."""
+    def preconditioner_matrix(self) -> torch.Tensor:
+        """The built M (d, d), float64 on the CPU (I without a preconditioner)."""
         return preconditioner_matrix(self.preconditioner, self.problem.dim)
 
 
-def as_mass(mass: Any, dim: int) -> Any:
-    """The preconditioner object of ``mass`` (:func:`fedlangevin.fald.core.preconditioning.as_preconditioner`:
-    a (d, d) matrix, a (d,) vector or an object of the contract), ``None`` for None or M = I;
-    ``ValueError`` naming ``mass`` otherwise."""
-    if mass is None:
+def as_fahmc_preconditioner(preconditioner: Any, dim: int) -> Any:
+    """The preconditioner object of ``preconditioner``
+    (:func:`fedlangevin.fald.core.preconditioning.as_preconditioner`: a (d, d) matrix, a (d,) vector or
+    an object of the contract), ``None`` for None or M = I; ``ValueError`` naming ``preconditioner``
+    otherwise."""
+    if preconditioner is None:
         return None
     try:
-        pre = as_preconditioner(mass, dim, "mass")
+        pre = as_preconditioner(preconditioner, dim, "preconditioner")
     except ValueError as exc:
-        raise ValueError(str(exc) if str(exc).startswith("mass") else f"mass: {exc}") from None
+        message = str(exc)
+        raise ValueError(message if message.startswith("preconditioner") else f"preconditioner: {message}") from None
     return None if is_identity(pre) else pre
+
+
+def _placed(given: Any, dim: int, dtype: torch.dtype, device: torch.device) -> Any:
+    """``given`` as the kernel's M: None for I, else placed on ``device`` in ``dtype`` and its
+    ``drift`` and ``noise`` checked (``ValueError`` naming ``preconditioner``)."""
+    pre = as_fahmc_preconditioner(given, dim)
+    if pre is None:
+        return None
+    pre = placed(pre, device, dtype)
+    check_preconditioner(pre, dim, dtype, device)
+    return pre
+
+
+def _step_friction(friction: Any) -> float:
+    """A step's gamma: a number > 0, or :data:`OVERDAMPED` (``ValueError`` naming ``friction``)."""
+    if isinstance(friction, float) and friction == OVERDAMPED:
+        return OVERDAMPED
+    return check_real("friction", friction, low=0.0, low_open=True)
 
 
 def build(
@@ -240,7 +291,7 @@ def build(
     batch_size: int | None = None,
     friction: float = 1.0,
     *,
-    mass: Any = None,
+    preconditioner: Any = None,
     splitting: str = "BAOAB",
     dtype: torch.dtype = torch.float64,
     device: torch.device | str = "cpu",
@@ -251,10 +302,11 @@ def build(
 
     temperature : tau > 0; correlation : rho in [0, 1] of the momentum refresh's noise across
     clients; participation : Full (default), SchemeI(S) or SchemeII(S); batch_size : minibatch
-    size per client and step (None: full gradients); friction : gamma > 0; mass : M, a (d, d)
-    symmetric positive-definite matrix or a (d,) positive vector (diagonal), or a preconditioner
-    object (:data:`fedlangevin.fald.contracts.PRECONDITIONER`); None: I. It multiplies the force
-    (the inverse mass matrix in HMC's terms: pass the posterior covariance). splitting :
+    size per client and step (None: full gradients); friction : gamma > 0; preconditioner : M, a
+    (d, d) symmetric positive-definite matrix or a (d,) positive vector (diagonal), or a
+    preconditioner object (:data:`fedlangevin.fald.contracts.PRECONDITIONER`); None: I. It
+    multiplies the force (the inverse mass matrix in HMC's terms: pass the posterior covariance).
+    M and gamma are ``step``'s defaults (``step`` takes either as an argument). splitting :
     ``"BAOAB"`` or ``"OBABO"``; dtype, device : of the state; noise_dtype : of the standard
     normals (:mod:`fedlangevin.fald.core.noise`).
 
@@ -273,13 +325,7 @@ def build(
     dtype = check_dtype("dtype", dtype)
     noise_dtype = None if noise_dtype is None else check_dtype("noise_dtype", noise_dtype)
     device = check_device("device", device)
-    pre = as_mass(mass, problem.dim)
-    pre = None if pre is None else placed(pre, device, dtype)
-    if pre is not None:
-        try:
-            check_preconditioner(pre, problem.dim, dtype, device)
-        except ValueError as exc:
-            raise ValueError(f"mass: {exc}") from None
+    pre = _placed(preconditioner, problem.dim, dtype, device)
     work = problem.to(device=device, dtype=dtype)
     check_gradient(work, dtype, device, batch_size, problem)
     return FAHMCKernel(problem, work, temperature=temperature, correlation=correlation, rule=rule,

@@ -8,25 +8,37 @@ bit, momentum included (:meth:`FAHMC.resume`).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Callable, Sequence
 
 import torch
 
 from fedlangevin._validation import (
-    check_bool, check_device, check_dtype, check_fits, check_init, check_int, check_local_steps, check_path, check_real,
+    check_bool, check_choice, check_device, check_dtype, check_fits, check_init, check_int, check_local_steps,
+    check_optional_bool, check_path, check_real,
 )
-from fedlangevin.fahmc.kernel import SPLITTINGS, FAHMCKernel, as_mass, build
+from fedlangevin.fahmc import warmup as fahmc_warmup
+from fedlangevin.fahmc.kernel import SPLITTINGS, FAHMCKernel, as_fahmc_preconditioner, build
 from fedlangevin.fald.core.participation import Participation, as_participation
-from fedlangevin.fald.core.preconditioning import broadcast_floats, preconditioner_from_record
-from fedlangevin.fald.core.schedules import as_schedule
+from fedlangevin.fald.core.preconditioning import (
+    broadcast_floats, is_identity, preconditioner_from_record, preconditioner_record,
+)
 from fedlangevin.fald.io import checkpoint as ckpt
 from fedlangevin.fald.io.records import check_runner_record
 from fedlangevin.fald.runner import resume as rs
 from fedlangevin.fald.runner.base import Runner
+from fedlangevin.fald.warmup import session as fald_session
+from fedlangevin.fald.core.schedules import AdaptedSteps
+from fedlangevin.fald.warmup.acceptance import AutoStep
+from fedlangevin.fald.warmup.session import auto_schedule
 from fedlangevin.problems.base import FederatedProblem, check_problem, check_weights
 
-__all__ = ["FAHMC"]
+__all__ = ["DEFAULT_FRICTION", "FAHMC"]
+
+#: gamma with a numeric step size and ``friction="auto"`` (with M the posterior covariance: the friction rule's
+#: value is about 0.7, :mod:`fedlangevin.fahmc.warmup`)
+DEFAULT_FRICTION = 1.0
 
 
 class FAHMC(Runner):
@@ -41,43 +53,60 @@ class FAHMC(Runner):
     Parameters
     ----------
     problem : a :class:`~fedlangevin.problems.FederatedProblem`.
-    step_size : h > 0, a sequence (one value per local step) or a callable k -> h_k (as FALD's
-        numeric step sizes). Stable for h < 2 / sqrt(lambda_max(M H)) (H: the clients' Hessians);
-        with M the posterior covariance, h = 0.5 is a good start. ``"auto"`` is refused: the warm-up
-        adaptation of FA-HMC is not built yet.
-    friction : gamma > 0; the momentum is refreshed by a = exp(-gamma h) each step. Large gamma
-        approaches overdamped dynamics (OBABO: exactly FA-LD with eta = h^2 / 2 in the limit).
+    step_size : ``"auto"`` (default) or an :class:`~fedlangevin.AutoStep` (its ``target_accept``):
+        M, h and the friction adapted in the first run's warm-up (default ``rounds // 2``) from the
+        start, then frozen (:mod:`fedlangevin.fahmc.warmup`; needs ``local_steps=1`` and full
+        participation); or h > 0, a sequence (one value per local step) or a callable k -> h_k (as
+        FALD's numeric step sizes): stable for h < 2 / sqrt(lambda_max(M H)) (H: the clients'
+        Hessians); with M the posterior covariance, h = 0.5 is a good start.
+    friction : gamma > 0, or ``"auto"`` (default): adapted in the warm-up of ``step_size="auto"``
+        (a number given there is kept), 1.0 with a numeric step size. The momentum is refreshed by
+        a = exp(-gamma h) each step. Large gamma approaches overdamped dynamics (OBABO: exactly
+        FA-LD with eta = h^2 / 2 in the limit).
     local_steps : K >= 1; temperature : tau > 0; correlation : rho in [0, 1] of the momentum
         noise across clients (FA-LD's eq. 14); participation : Full (default), SchemeI(S) or
         SchemeII(S); chains : R >= 1; batch_size : minibatch size per client and step (None:
         full gradients); init : theta0, (d,) or (R, d) (default zeros; the momentum starts at 0);
         device, dtype, seed, noise_dtype : as FALD's.
-    mass : M, a (d, d) symmetric positive-definite matrix or a (d,) positive vector (diagonal), or
-        a preconditioner object; None: I. M multiplies the force and the velocity's stationary law
-        is N(0, tau M): in HMC's terms M is the *inverse* mass matrix (Stan's ``inv_metric``), so
-        pass the posterior covariance (or an estimate), as FALD's ``preconditioner``.
+    preconditioner : M, a (d, d) symmetric positive-definite matrix or a (d,) positive vector
+        (diagonal), or a preconditioner object; None: I. M multiplies the force and the velocity's
+        stationary law is N(0, tau M): in HMC's terms M is the *inverse* mass matrix (Stan's
+        ``inv_metric``), so pass the posterior covariance (or an estimate). It is FALD's
+        ``preconditioner``: the same M serves both samplers. With ``step_size="auto"`` it is where
+        the adaptation of M starts (and with ``adapt=False`` the M used throughout).
+    adapt : adapt M in the warm-up (default: with ``step_size="auto"``; ``adapt=False`` adapts h and
+        the friction only; ``adapt=True`` needs ``step_size="auto"``).
     splitting : ``"BAOAB"`` (default) or ``"OBABO"``.
     correction, privacy : refused (``None`` only): drift corrections and privacy accounting of
         FA-HMC are not built yet.
 
     Every argument is checked before any work (``ValueError`` naming it). Communication per
     client and round: 2 d floats up (theta and v) and 2 d down (``trace.communication`` counts
-    them). ``trace.privacy`` refuses an FA-HMC trace (its accountant is FA-LD's).
+    them), and in warm-up what its statistics read (the clients' energies and gradients, their
+    Hessians for the Laplace M and the friction). ``trace.privacy`` refuses an FA-HMC trace (its
+    accountant is FA-LD's).
     """
 
-    friction: float                    #: gamma
+    # The state FA-HMC adds to the runner's (fedlangevin.fald.runner.base.Runner): its settings, and
+    # what the warm-up changes (M, h through the schedule, gamma), applied in one place (_apply).
     correlation: float                 #: rho of the momentum noise
     participation: Participation       #: Full, SchemeI or SchemeII
     batch_size: int | None
     noise_dtype: torch.dtype
     splitting: str                     #: "BAOAB" or "OBABO"
-    mass: Any                          #: the preconditioner object of M (None: I)
+    preconditioner: Any                #: the current M (None: I), a step argument of the kernel
+    friction: float                    #: the current gamma, a step argument (OVERDAMPED in the warm-up's phase 1)
+    given_friction: float | None       #: the user's gamma (None: "auto")
+    adapt_step: bool                   #: step_size="auto": M, h and gamma adapted in the first run's warm-up
+    step_rule: AutoStep | None         #: its target acceptance (None: a given h)
+    adapt_matrix: bool                 #: M adapted in that warm-up
+    adapted: bool                      #: the warm-up has finished (M, h and gamma frozen)
 
     def __init__(
         self,
         problem: FederatedProblem,
-        step_size: float | Sequence[float] | Callable[[int], float],
-        friction: float = 1.0,
+        step_size: float | str | Sequence[float] | Callable[[int], float] = "auto",
+        friction: float | str = "auto",
         local_steps: int = 1,
         temperature: float = 1.0,
         correlation: float = 0.0,
@@ -90,14 +119,15 @@ class FAHMC(Runner):
         seed: int | None = None,
         noise_dtype: Any = torch.float32,
         *,
-        mass: Any = None,
+        preconditioner: Any = None,
+        adapt: bool | None = None,
         splitting: str = "BAOAB",
         correction: Any = None,
         privacy: Any = None,
     ) -> None:
         check_problem(problem)
         _refuse_unbuilt(step_size, init, correction, privacy)
-        self.friction = check_real("friction", friction, low=0.0, low_open=True)
+        self.given_friction = None if _is_auto(friction) else check_real("friction", friction, low=0.0, low_open=True)
         local_steps = check_local_steps(local_steps)
         temperature = check_real("temperature", temperature, low=0.0, low_open=True)
         self.correlation = check_real("correlation", correlation, low=0.0, high=1.0)
@@ -105,30 +135,47 @@ class FAHMC(Runner):
         self.participation.validate(check_weights(problem.weights, problem.num_clients))
         chains = check_int("chains", chains, 1)
         self.batch_size = problem.check_batch_size(batch_size)
-        schedule = as_schedule(step_size, problem)
+        self.adapt_step, schedule = auto_schedule(step_size, problem)
+        self.step_rule = (step_size if isinstance(step_size, AutoStep) else AutoStep()) if self.adapt_step else None
+        adapt = check_optional_bool("adapt", adapt)
+        if adapt and not self.adapt_step:
+            raise ValueError("adapt=True adapts M in the warm-up of step_size='auto' (its overdamped phase runs FA-LD's "
+                             "step rule); give step_size='auto', or a preconditioner with a numeric step size")
+        self.adapt_matrix = self.adapt_step if adapt is None else adapt
+        if self.adapt_step:
+            _check_auto(local_steps, self.participation)
+            schedule.symbol = "h"
         dtype = check_dtype("dtype", dtype)
         self.noise_dtype = dtype if noise_dtype is None else check_dtype("noise_dtype", noise_dtype)
         device = check_device("device", device)
         seed = self._seeded(seed)
-        if splitting not in SPLITTINGS:
-            raise ValueError(f"splitting must be one of {', '.join(map(repr, SPLITTINGS))}; got {splitting!r}")
-        self.splitting = splitting
-        self.mass = as_mass(mass, problem.dim)
+        self.splitting = check_choice("splitting", splitting, SPLITTINGS)
+        self.preconditioner = as_fahmc_preconditioner(preconditioner, problem.dim)
         itemsize = torch.empty(0, dtype=dtype).element_size()
         check_fits("chains", 2 * chains * problem.num_clients * problem.dim * itemsize, device,
                    f"the client states (theta and v) of {chains} chains x {problem.num_clients} clients x "
                    f"d = {problem.dim}", "use fewer chains")
         check_init(init, chains, problem.dim, dtype, device)
+        self.friction = DEFAULT_FRICTION if self.given_friction is None else self.given_friction
         kernel = build(problem, temperature, self.correlation, self.participation, self.batch_size, self.friction,
-                       mass=self.mass, splitting=splitting, dtype=dtype, device=device,
+                       preconditioner=self.preconditioner, splitting=self.splitting, dtype=dtype, device=device,
                        noise_dtype=self.noise_dtype, validated=True)
-        self.mass = kernel.preconditioner
+        self.preconditioner = kernel.preconditioner
+        self.adapted = False
         super().__init__(kernel, problem, schedule, local_steps=local_steps, chains=chains, init=init, device=device,
                          dtype=dtype, seed=seed)
         # M is broadcast to every client once (as FALD's given preconditioner)
-        self.ledger["setup_floats"] = float(problem.num_clients * broadcast_floats(self.mass, problem.dim))
+        self.ledger["setup_floats"] = float(problem.num_clients * broadcast_floats(self.preconditioner, problem.dim))
 
     # -- the runner's hooks -------------------------------------------------------------------------
+    def _kernel_settings(self) -> dict:
+        """The kernel's settings with the M of now (an adapted one after the warm-up) and the warm-up's flags."""
+        own = super()._kernel_settings()
+        pre = getattr(self, "preconditioner", None)
+        own.update(preconditioner="none" if pre is None else repr(pre), adapt=bool(getattr(self, "adapt_matrix", False)),
+                   auto_step_size=bool(getattr(self, "adapt_step", False)))
+        return own
+
     def _fixed_uploads(self) -> float | None:
         return self.participation.fixed_uploads(self.problem.num_clients)
 
@@ -140,19 +187,72 @@ class FAHMC(Runner):
         d = self.problem.dim
         return float(d), float(self.problem.num_clients * d)
 
+    def _step_arguments(self) -> dict:
+        """M and gamma are step arguments like h (the kernel is built once; the warm-up changes them)."""
+        return {"preconditioner": self.preconditioner, "friction": self.friction}
+
+    def _round_etas(self, rounds: int):
+        return fald_session.round_etas(self, rounds)
+
+    def _plan_warmup(self, rounds, warmup):
+        return fald_session.default_warmup(self, rounds, warmup)
+
+    def _begin_warmup(self, warmup: int) -> float:
+        self.adapter, changes = fahmc_warmup.init(self, warmup)
+        return self._apply(changes)
+
+    def _observe(self, run, theta: torch.Tensor) -> None:
+        self._apply(fahmc_warmup.update(self.adapter, theta, self.state.momentum, self.preconditioner), run)
+
+    def _record(self) -> dict:
+        """The runner's entries and FA-HMC's own: the current M and gamma, the warm-up in progress."""
+        return {**super()._record(), "fahmc": ckpt.encode({
+            "preconditioner": None if self.preconditioner is None else preconditioner_record(self.preconditioner),
+            "friction": self.friction, "given_friction": self.given_friction, "adapt_matrix": self.adapt_matrix,
+            "target": None if self.step_rule is None else self.step_rule.target_accept, "adapted": self.adapted,
+            "adaptation": None if self.adapter is None else self.adapter.record()})}
+
+    # -- the one place the warm-up's values are applied ---------------------------------------------
+    def _apply(self, changes: fahmc_warmup.Changes, run=None) -> float:
+        """Apply what :mod:`~fedlangevin.fahmc.warmup` (init, update) returned: a new M (broadcast to every
+        client: counted), h from the current step on, gamma from the next round on, chains put back,
+        the statistics' uploads (in the ledger, and in ``run``'s totals when given), the end of the
+        warm-up. Returns the floats of a new M's broadcast."""
+        led, problem, sent = self.ledger, self.problem, 0.0
+        if changes.preconditioner is not fahmc_warmup.KEEP:
+            self.preconditioner = None if is_identity(changes.preconditioner) else changes.preconditioner
+            sent = float(problem.num_clients * broadcast_floats(self.preconditioner, problem.dim))
+        if changes.step_size is not None:
+            self.schedule.set(self.state.step, changes.step_size)
+        if changes.friction is not None:
+            self.friction = changes.friction
+        for name, floats in (("setup_floats", sent), ("setup_floats_up", changes.floats_up)):
+            if floats:
+                led[name] += floats
+                if run is not None:
+                    setattr(run, name, getattr(run, name, 0.0) + floats)
+        if changes.theta is not None:
+            self.state = dataclasses.replace(self.state, theta=changes.theta)
+        if changes.momentum is not None:
+            self.state = dataclasses.replace(self.state, momentum=changes.momentum)
+        if changes.finished:
+            self.adapter, self.adapted = None, True
+        return sent
+
     # -- resuming -----------------------------------------------------------------------------------
     @classmethod
     def resume(cls, path: str | os.PathLike, *, problem: FederatedProblem | None = None, step_size: Any = None,
-               participation: Participation | None = None, mass: Any = None, device: Any = None,
+               participation: Participation | None = None, preconditioner: Any = None, device: Any = None,
                fallback: bool = False) -> "FAHMC":
         """A sampler positioned where the checkpoint at ``path`` left off: chains, momentum, random
         stream, counters, ledger and an unfinished run, so that it continues bit for bit on the same
         device (``run()`` finishes an unfinished run).
 
-        problem, step_size, participation, mass : needed only when the checkpoint could not store them
-            (a problem, step-size function, participation rule or mass of a class of your own); given
-            ones are checked against the checkpoint's (a ``step_size`` given here replaces the stored
-            schedule, with a warning where it differs). device, fallback : as ``FALD.resume``.
+        problem, step_size, participation, preconditioner : needed only when the checkpoint could not
+            store them (a problem, step-size function, participation rule or preconditioner of a class
+            of your own); given ones are checked against the checkpoint's (a ``step_size`` given here
+            replaces the stored schedule, with a warning where it differs). device, fallback : as
+            ``FALD.resume``. A warm-up in progress (M, h, friction) continues where it was.
         """
         path, fallback = check_path("path", path), check_bool("fallback", fallback)
         record, used = ckpt.read_file(path, fallback=fallback)
@@ -160,25 +260,40 @@ class FAHMC(Runner):
         if settings.get("sampler") != "FA-HMC":
             raise ckpt.CheckpointError(f"{str(used)!r} is not a checkpoint of FA-HMC (its sampler is "
                                        f"{settings.get('sampler')!r})")
+        if "fahmc" not in record:
+            raise ckpt.CheckpointError(f"{str(used)!r} was written by an FA-HMC without its warm-up (before the "
+                                       "preconditioner= argument; never released): it cannot be resumed")
         with rs.reading(used):
             problem = rs.resume_problem(record, used, problem)
             stored = ckpt.decode(record["kernel"])
+            own = ckpt.decode(record["fahmc"])
             _, new_device = rs.resume_device(settings, device)
         with rs.reading(used, values=True):
             rule = _stored_rule(stored["participation"], participation)
-            pre = None if stored["mass"] is None else preconditioner_from_record(stored["mass"], mass)
+            pre = (None if stored["preconditioner"] is None
+                   else preconditioner_from_record(stored["preconditioner"], preconditioner))
             kernel = build(problem, stored["temperature"], stored["correlation"], rule, stored["batch_size"],
-                           stored["friction"], mass=pre, splitting=stored["splitting"], dtype=settings["dtype"],
-                           device=new_device, noise_dtype=_dtype(stored["noise_dtype"]), validated=True)
+                           stored["friction"], preconditioner=pre, splitting=stored["splitting"],
+                           dtype=settings["dtype"], device=new_device, noise_dtype=_dtype(stored["noise_dtype"]),
+                           validated=True)
+            current = (None if own["preconditioner"] is None
+                       else preconditioner_from_record(own["preconditioner"], preconditioner))
+            adapter = (None if own["adaptation"] is None
+                       else fahmc_warmup.HMCAdapter.from_record(problem, own["adaptation"], preconditioner))
 
         def shell(kernel: FAHMCKernel, problem: FederatedProblem, schedule: Any, **kwargs: Any) -> "FAHMC":
             """The sampler around the rebuilt kernel (the runner's resume then puts its state back)."""
             sampler = cls.__new__(cls)
-            sampler.friction, sampler.correlation = kernel.friction, kernel.correlation
+            sampler.correlation = kernel.correlation
             sampler.participation, sampler.batch_size = kernel.participation, kernel.batch_size
             sampler.noise_dtype = kernel.noise_dtype or kernel.dtype
-            sampler.splitting, sampler.mass = kernel.splitting, kernel.preconditioner
+            sampler.splitting, sampler.preconditioner = kernel.splitting, current
+            sampler.friction, sampler.given_friction = float(own["friction"]), own["given_friction"]
+            sampler.adapt_step = isinstance(schedule, AdaptedSteps)
+            sampler.step_rule = AutoStep(own["target"]) if sampler.adapt_step else None
+            sampler.adapt_matrix, sampler.adapted = bool(own["adapt_matrix"]), bool(own["adapted"])
             Runner.__init__(sampler, kernel, problem, schedule, **kwargs)
+            sampler.adapter = adapter
             return sampler
 
         return rs.resume_runner(shell, path, kernel, problem=problem, step_size=step_size, device=device,
@@ -205,15 +320,25 @@ def _stored_rule(stored: Any, given: Participation | None) -> Participation:
     return rule
 
 
+def _is_auto(value: Any) -> bool:
+    return isinstance(value, str) and value == "auto"
+
+
+def _check_auto(local_steps: int, participation: Participation) -> None:
+    """step_size="auto" needs a round to be one centralised step (its statistic measures one)."""
+    if local_steps != 1 or participation.scheme != "full":
+        raise ValueError(f"step_size='auto' needs local_steps=1 and full participation (got local_steps={local_steps}, "
+                         f"participation={participation!r}): its statistic, the energy error of a round's integrator "
+                         "step read off the clients' energies, measures one centralised step, which a round is only "
+                         "then; give a numeric step_size (and a preconditioner, e.g. from an FA-HMC or FA-LD run with "
+                         "local_steps=1) for K > 1 or random participation")
+
+
 def _refuse_unbuilt(step_size: Any, init: Any, correction: Any, privacy: Any) -> None:
     """What FA-HMC does not do yet, refused before any work with the reason."""
-    if isinstance(step_size, str):
-        if step_size == "auto":
-            raise ValueError("step_size='auto': the warm-up adaptation of FA-HMC (step size, mass, friction) is not "
-                             "built yet; give a number (h = 0.5 with mass = the posterior covariance is a good "
-                             "start), a sequence or a callable k -> h_k")
-        raise ValueError(f"step_size must be a number, a sequence or a callable k -> h_k for FA-HMC; got {step_size!r} "
-                         "(FA-LD's 'paper' rule is Thm 5.8 of the FA-LD paper, not a rule for FA-HMC)")
+    if isinstance(step_size, str) and not _is_auto(step_size):
+        raise ValueError(f"step_size must be 'auto', a number, a sequence or a callable k -> h_k for FA-HMC; got "
+                         f"{step_size!r} (FA-LD's 'paper' rule is Thm 5.8 of the FA-LD paper, not a rule for FA-HMC)")
     if isinstance(init, str):
         raise ValueError(f"init={init!r}: FA-HMC starts from zeros or a given array (d,) or (R, d); the mode search "
                          "of FALD's init='map' is not built for FA-HMC yet")

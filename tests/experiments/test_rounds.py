@@ -105,6 +105,48 @@ def test_fald_defaults_run_is_the_users_default_sampler(monkeypatch):
     assert seen == {"args": (), "local_steps": 1, "chains": 2, "seed": 5}
 
 
+def test_fahmc_defaults_run_is_the_users_default_sampler_with_fald_s_grid_and_chains(monkeypatch):
+    """No init, step size, friction or preconditioner: exactly FAHMC(problem, local_steps=1, chains=R,
+    seed=s), run with FA-LD's grid and chain count (same chains, same rounds); its bits count theta and
+    the velocity both ways."""
+    seen = {}
+    real = fl.FAHMC
+
+    def spy(problem, *args, **kwargs):
+        seen.update(kwargs, args=args)
+        return real(problem, *args, **kwargs)
+
+    monkeypatch.setattr(fl, "FAHMC", spy)
+    from fedlangevin.experiments.posteriordb import load
+
+    post = load("kilpisjarvi_mod-kilpisjarvi", BUNDLED)
+    spec = rd.SAMPLERS["fahmc"]
+    assert (spec.label, spec.grid, spec.chains) == ("FA-HMC defaults", "fald_rounds", "fald_chains")
+    attempt = spec.run(post, 20, rd.Budgets(fald_chains=3, seed=5))
+    assert seen == {"args": (), "local_steps": 1, "chains": 3, "seed": 5}
+    assert attempt.samples.shape == (3, 10, post.problem.dim) and attempt.chain_rounds == 60
+    n, d = post.problem.num_clients, post.problem.dim
+    assert attempt.bits >= 20 * 3 * 4 * n * d * 64             # 2 d floats up and 2 d down per client and round
+
+
+def test_versus_table_marks_the_hardest_posterior_and_the_targets():
+    """The hardest posterior is the one with the lowest baseline ESS per chain-round (a failing baseline
+    too); the ESS target is judged there only (3x, and the sampler must pass); the acceptance target
+    on every posterior."""
+    rows = [_row("a", "FA-LD defaults", 0.02), _row("a", "FA-HMC defaults", 0.1),
+            _row("b", "FA-LD defaults", 0.001, passes=False, reach=None), _row("b", "FA-HMC defaults", 0.004),
+            _row("c", "FA-LD defaults", 0.01), _row("c", "FA-HMC defaults", 0.5, passes=False, reach=None),
+            _row("d", "federated NUTS", 0.01)]
+    lines = rd.versus_table(rows).splitlines()[2:]
+    assert len(lines) == 3                                         # d has no FA-HMC row
+    assert lines[0] == "| a | 0.1 | 0.02 | 5 | yes / yes | - | 500 | met |"
+    assert lines[1] == "| **b** (hardest) | 0.004 | 0.001 | 4 | yes / no | met | 500 | met |"
+    assert lines[2] == "| c | 0.5 | 0.01 | 50 | no / yes | (fails the acceptance) | - | not met |"
+    worse = [r if r.posterior != "b" or r.sampler != "FA-HMC defaults" else _row("b", "FA-HMC defaults", 0.0025)
+             for r in rows]
+    assert "| **b** (hardest) | 0.0025 | 0.001 | 2.5 | yes / no | not met |" in rd.versus_table(worse)
+
+
 def test_federated_nuts_run_counts_every_chains_gradients():
     problem = fl.problems.GaussianSimulation(num_clients=3, alpha=1.0, seed=0)
     post = SimpleNamespace(problem=problem)
@@ -198,7 +240,7 @@ def test_bad_budgets_are_refused(kwargs, match):
 
 
 def test_bad_names_are_refused_before_any_run():
-    with pytest.raises(ValueError, match="sampler must be one of fald, nuts"):
+    with pytest.raises(ValueError, match="sampler must be one of fald, fahmc, nuts"):
         rd.measure(_gaussian_posterior(), "hmc")
     with pytest.raises(ValueError, match="budgets must be a Budgets"):
         rd.measure(_gaussian_posterior(), "fald", {"fald_chains": 2})

@@ -31,7 +31,7 @@ def one_client() -> QuadraticProblem:
 def centralised_ops(a: np.ndarray, b: np.ndarray, m: np.ndarray, tau: float, gamma: float, h: float, order: str):
     """One step's affine map z -> T z + o with noise covariance Q on z = (theta, v) for the
     textbook splitting ``order`` ("BAOAB": B(h/2) A(h/2) O(h) A(h/2) B(h/2); "OBABO": O(h/2) B(h/2)
-    A(h) B(h/2) O(h/2)) on grad f = a theta - b, mass m."""
+    A(h) B(h/2) O(h/2)) on grad f = a theta - b, preconditioner m."""
     d = len(b)
     t, o, q = np.eye(2 * d), np.zeros(2 * d), np.zeros((2 * d, 2 * d))
 
@@ -74,12 +74,12 @@ def centralised_stationary(t, o, q):
 
 def test_one_client_baoab_is_centralised_baoab_round_by_round():
     """N = 1: FA-HMC's BAOAB is the textbook B A O A B chain in theta, round by round (K = 3, a
-    dense mass, tau = 1.5). The kernel's momentum is BAOAB's before the closing half kick, so the
+    dense preconditioner, tau = 1.5). The kernel's momentum is BAOAB's before the closing half kick, so the
     textbook chain starts at v_0 = -(h/2) M grad f(theta_0) for the kernel's zero momentum."""
     problem = one_client()
     a, b = problem.global_hessian.numpy(), problem.global_shift.numpy()
     h, k, tau, gamma = 0.3, 3, 1.5, 0.7
-    means, covs = exact_moments(problem, [[h] * k] * 8, gamma, temperature=tau, mass=MASS, init_mean=THETA0)
+    means, covs = exact_moments(problem, [[h] * k] * 8, gamma, temperature=tau, preconditioner=MASS, init_mean=THETA0)
     t, o, q = centralised_ops(a, b, MASS, tau, gamma, h, "BAOAB")
     theta0 = np.array(THETA0)
     mean = np.concatenate([theta0, -h / 2 * MASS @ (a @ theta0 - b)])
@@ -99,7 +99,7 @@ def test_one_client_stationary_law_is_the_centralised_one(splitting):
     problem = one_client()
     a, b = problem.global_hessian.numpy(), problem.global_shift.numpy()
     h, tau, gamma = 0.4, 1.5, 0.7
-    mean, cov = stationary_moments(problem, [h, h], gamma, temperature=tau, mass=MASS, splitting=splitting)
+    mean, cov = stationary_moments(problem, [h, h], gamma, temperature=tau, preconditioner=MASS, splitting=splitting)
     ref_mean, ref_cov = centralised_stationary(*centralised_ops(a, b, MASS, tau, gamma, h, splitting))
     np.testing.assert_allclose(mean[:2], ref_mean[:2], rtol=1e-10)
     np.testing.assert_allclose(cov[:2, :2], ref_cov[:2, :2], rtol=1e-9)
@@ -118,7 +118,7 @@ def test_one_step_rounds_of_a_heterogeneous_federation_are_centralised(splitting
     grad f^c = grad f, and the averaged noise has the centralised law, so the law of (theta, v) is
     the one-client problem's on the global energy, round by round, however different the clients."""
     fed, single = heterogeneous(), one_client()
-    args = dict(friction=0.8, correlation=rho, mass=MASS, splitting=splitting, init_mean=THETA0)
+    args = dict(friction=0.8, correlation=rho, preconditioner=MASS, splitting=splitting, init_mean=THETA0)
     m1, c1 = exact_moments(fed, [[0.3]] * 10, **args)
     args["correlation"] = 0.0
     m2, c2 = exact_moments(single, [[0.3]] * 10, **args)
@@ -189,7 +189,7 @@ def test_the_stationary_law_is_the_limit_of_the_rounds(rule, splitting):
     (theta, v) (Lyapunov solve; with random participation its fixed-point iteration)."""
     participation, balanced = RULES[rule]
     problem = heterogeneous(balanced)
-    args = dict(correlation=0.5, participation=participation, mass=MASS, splitting=splitting)
+    args = dict(correlation=0.5, participation=participation, preconditioner=MASS, splitting=splitting)
     means, covs = exact_moments(problem, [[0.25] * 3] * 600, 1.0, init_mean=THETA0, **args)
     mean, cov = stationary_moments(problem, [0.25] * 3, 1.0, **args)
     np.testing.assert_allclose(means[-1], mean, rtol=1e-9, atol=1e-12)
@@ -208,7 +208,7 @@ def test_the_round_operators_have_the_clients_shape_and_no_shared_term_without_c
     (lambda p: exact_moments(p, [[0.1]], float("nan")), "friction"),
     (lambda p: exact_moments(p, [[0.1]], "1"), "friction"),
     (lambda p: exact_moments(p, [[0.1]], 1.0, splitting="leapfrog"), "splitting"),
-    (lambda p: exact_moments(p, [[0.1]], 1.0, mass=[1.0, -2.0]), "mass"),
+    (lambda p: exact_moments(p, [[0.1]], 1.0, preconditioner=[1.0, -2.0]), "preconditioner"),
     (lambda p: exact_moments(p, [[0.1]], 1.0, init_mean=[1.0, 2.0, 3.0]), "init_mean"),
     (lambda p: exact_moments(p, [[-0.1]], 1.0), "etas"),
     (lambda p: stationary_moments(p, [3.0], 1.0), "etas"),                       # unstable: h sqrt(15) > 2

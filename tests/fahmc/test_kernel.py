@@ -12,6 +12,7 @@ import torch
 
 import fedlangevin as fl
 from fedlangevin.fahmc import FAHMCState, build
+from fedlangevin.fahmc.kernel import OVERDAMPED
 from fedlangevin.fahmc.exact import exact_moments
 from fedlangevin.fald.contracts import KERNEL, conformance
 from fedlangevin.fald.core.preconditioning import as_preconditioner
@@ -78,16 +79,16 @@ def test_the_kernel_has_the_exact_law_of_theta_and_momentum(k, rho, rule):
     assert_within_mc_error(x, means, covs)
 
 
-@pytest.mark.parametrize("splitting,mass", [("OBABO", [[0.5, 0.1], [0.1, 0.2]]), ("BAOAB", [0.3, 0.6]),
+@pytest.mark.parametrize("splitting,pre", [("OBABO", [[0.5, 0.1], [0.1, 0.2]]), ("BAOAB", [0.3, 0.6]),
                                             ("OBABO", None)])
-def test_the_law_with_a_mass_and_either_splitting(splitting, mass):
-    """A dense and a diagonal mass M, both splittings, K = 3, rho = 0.5, scheme I: as above."""
+def test_the_law_with_a_preconditioner_and_either_splitting(splitting, pre):
+    """A dense and a diagonal preconditioner M, both splittings, K = 3, rho = 0.5, scheme I: as above."""
     problem = heterogeneous()
-    kernel = build(problem, correlation=0.5, participation=fl.SchemeI(2), friction=2.0, mass=mass, splitting=splitting,
-                   noise_dtype=torch.float64)
+    kernel = build(problem, correlation=0.5, participation=fl.SchemeI(2), friction=2.0, preconditioner=pre,
+                   splitting=splitting, noise_dtype=torch.float64)
     x = run_chains(kernel, 5, 3, 0.25, 4000, seed=7)
     means, covs = exact_moments(problem, [[0.25] * 3] * 5, 2.0, correlation=0.5, participation=fl.SchemeI(2),
-                                mass=mass, splitting=splitting, init_mean=THETA0)
+                                preconditioner=pre, splitting=splitting, init_mean=THETA0)
     assert_within_mc_error(x, means, covs)
 
 
@@ -98,7 +99,7 @@ def test_one_round_of_one_step_is_one_centralised_step(splitting):
     rounding: the sums over clients are formed in another order)."""
     problem = heterogeneous()
     mass = torch.tensor([[0.5, 0.1], [0.1, 0.2]], dtype=torch.float64)
-    kernel = build(problem, correlation=1.0, friction=1.5, mass=mass, splitting=splitting)
+    kernel = build(problem, correlation=1.0, friction=1.5, preconditioner=mass, splitting=splitting)
     theta = torch.tensor([[0.3, -0.7], [1.0, 2.0]], dtype=torch.float64)
     v = torch.tensor([[0.1, 0.2], [-0.3, 0.0]], dtype=torch.float64)
     state = FAHMCState(theta, v)
@@ -154,14 +155,14 @@ def test_one_gradient_per_local_step_for_every_chain_and_client_at_once(splittin
 def test_the_kernel_conforms_and_reports_its_settings():
     problem = heterogeneous()
     kernel = build(problem, temperature=2.0, correlation=0.3, participation=fl.SchemeI(2), friction=0.5,
-                   mass=[1.0, 2.0])
+                   preconditioner=[1.0, 2.0])
     assert conformance(kernel, KERNEL) == []
     settings = kernel.settings()
     assert settings["sampler"] == "FA-HMC" and settings["scheme"] == "I" and settings["num_sampled"] == 2
     assert settings["temperature"] == 2.0 and settings["preconditioner"].startswith("DiagonalPreconditioner")
     record = kernel.record()
-    assert record["friction"] == 0.5 and record["splitting"] == "BAOAB" and record["mass"]["values"] == [1.0, 2.0]
-    torch.testing.assert_close(kernel.mass_matrix, torch.diag(torch.tensor([1.0, 2.0], dtype=torch.float64)))
+    assert record["friction"] == 0.5 and record["splitting"] == "BAOAB" and record["preconditioner"]["values"] == [1.0, 2.0]
+    torch.testing.assert_close(kernel.preconditioner_matrix, torch.diag(torch.tensor([1.0, 2.0], dtype=torch.float64)))
     state = kernel.init(torch.ones(3, 2, dtype=torch.float64))
     assert torch.equal(state.momentum, torch.zeros(3, 2, dtype=torch.float64))   # the momentum starts at zero
 
@@ -181,7 +182,8 @@ def test_minibatch_gradients_run_with_their_own_draws():
 @pytest.mark.parametrize("name,kwargs", [
     ("friction", dict(friction=0.0)), ("friction", dict(friction=float("nan"))), ("friction", dict(friction="1")),
     ("friction", dict(friction=True)), ("friction", dict(friction=-1.0)), ("friction", dict(friction=math.inf)),
-    ("splitting", dict(splitting="leapfrog")), ("mass", dict(mass=[1.0, -1.0])), ("mass", dict(mass=torch.eye(3))),
+    ("splitting", dict(splitting="leapfrog")), ("preconditioner", dict(preconditioner=[1.0, -1.0])),
+    ("preconditioner", dict(preconditioner=torch.eye(3))),
     ("correlation", dict(correlation=1.5)), ("temperature", dict(temperature=0.0)),
 ])
 def test_build_refuses_bad_arguments_by_name(name, kwargs):
@@ -198,10 +200,11 @@ def test_obabo_at_infinite_friction_draws_fald_samples(rule):
     eta = h^2 / 2, drawing the same random numbers in the same order (gradient, shared normals,
     private normals; the participation draw after the K steps), so with one seed the kernel's
     chains are FA-LD's kernel's, draw for draw (to rounding: the operations differ), over
-    several rounds of K = 3 with rho = 0.5 and a mass."""
+    several rounds of K = 3 with rho = 0.5 and a preconditioner."""
     participation = {"full": None, "I": fl.SchemeI(2)}[rule]
     problem, h, mass = heterogeneous(), 0.2, [[0.6, 0.15], [0.15, 0.3]]
-    hmc = build(problem, correlation=0.5, participation=participation, friction=1e4, splitting="OBABO", mass=mass)
+    hmc = build(problem, correlation=0.5, participation=participation, friction=1e4, splitting="OBABO",
+                preconditioner=mass)
     fald = fl.fald.build(problem, correlation=0.5, participation=participation, kernel="gradient",
                          preconditioner=as_preconditioner(mass, 2))
     theta0 = torch.tensor(THETA0, dtype=torch.float64).expand(5, 2)
@@ -212,3 +215,47 @@ def test_obabo_at_infinite_friction_draws_fald_samples(rule):
         s2, _ = fald.step(s2, [h * h / 2] * 3, g2)
         torch.testing.assert_close(s1.theta, s2.theta, rtol=1e-10, atol=1e-12)
     assert torch.equal(g1.get_state(), g2.get_state())
+
+
+@pytest.mark.parametrize("splitting", ["BAOAB", "OBABO"])
+def test_the_overdamped_step_argument_draws_fald_samples_for_either_splitting(splitting):
+    """friction=OVERDAMPED as a step argument is FA-LD's eq. 10 with eta = h^2 / 2 for either splitting
+    (the warm-up's first phase): draw for draw with one seed, as the test above, K = 3, rho = 0.5, scheme
+    I, a preconditioner given as a step argument too."""
+    problem, h, mass = heterogeneous(), 0.2, [[0.6, 0.15], [0.15, 0.3]]
+    hmc = build(problem, correlation=0.5, participation=fl.SchemeI(2), friction=0.7, splitting=splitting)
+    fald = fl.fald.build(problem, correlation=0.5, participation=fl.SchemeI(2), kernel="gradient")
+    pre = as_preconditioner(mass, 2)
+    theta0 = torch.tensor(THETA0, dtype=torch.float64).expand(5, 2)
+    s1, s2 = hmc.init(theta0), fald.init(theta0)
+    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    for _ in range(4):
+        s1, _ = hmc.step(s1, [h] * 3, g1, preconditioner=pre, friction=OVERDAMPED)
+        s2, _ = fald.step(s2, [h * h / 2] * 3, g2, preconditioner=pre)
+        torch.testing.assert_close(s1.theta, s2.theta, rtol=1e-10, atol=1e-12)
+    assert torch.equal(g1.get_state(), g2.get_state())
+
+
+@pytest.mark.parametrize("splitting", ["BAOAB", "OBABO"])
+def test_step_arguments_equal_a_kernel_built_with_them_bit_for_bit(splitting):
+    """M and gamma given to step are M and gamma given to build, bit for bit, across changes of both
+    (so the warm-up that adapts them never rebuilds the kernel); None is M = I."""
+    problem, mass = heterogeneous(), [[0.6, 0.15], [0.15, 0.3]]
+    plain = build(problem, splitting=splitting)
+    theta0 = torch.tensor(THETA0, dtype=torch.float64).expand(4, 2)
+    s = plain.init(theta0)
+    for pre, gamma in [(mass, 0.5), (None, 2.0), ([0.3, 0.6], 0.5), (mass, 1.0)]:
+        built = build(problem, friction=gamma, preconditioner=pre, splitting=splitting)
+        one, _ = plain.step(s, [0.3], torch.Generator().manual_seed(5), preconditioner=pre, friction=gamma)
+        two, _ = built.step(s, [0.3], torch.Generator().manual_seed(5))
+        assert torch.equal(one.theta, two.theta) and torch.equal(one.momentum, two.momentum)
+        s = one
+
+
+@pytest.mark.parametrize("value", [0.0, -1.0, float("nan"), -math.inf, "1", True])
+def test_a_bad_step_friction_is_refused_by_name(value):
+    kernel = build(heterogeneous())
+    with pytest.raises(ValueError, match="friction"):
+        kernel.step(kernel.init(torch.zeros(1, 2, dtype=torch.float64)), [0.1], None, friction=value)
+    with pytest.raises(ValueError, match="preconditioner"):
+        kernel.step(kernel.init(torch.zeros(1, 2, dtype=torch.float64)), [0.1], None, preconditioner=[1.0, -1.0])

@@ -30,7 +30,7 @@ def test_fahmc_samples_the_posterior_through_the_runner():
     problem = heterogeneous()
     mean, cov = problem.posterior(1.0)
     chains = 400
-    sampler = fl.FAHMC(problem, 0.4, friction=2.0, chains=chains, init=THETA0, seed=3, mass=MASS)
+    sampler = fl.FAHMC(problem, 0.4, friction=2.0, chains=chains, init=THETA0, seed=3, preconditioner=MASS)
     trace = sampler.run(60, warmup=59)
     last = trace.samples[:, -1]
     z = (last.mean(0) - mean) / (cov.diagonal().sqrt() / math.sqrt(chains))
@@ -43,9 +43,9 @@ def test_fahmc_samples_the_posterior_through_the_runner():
 
 def test_communication_counts_theta_and_momentum_both_ways():
     """2 d floats per upload and 2 d per client down every round; scheme II: S uploads a round;
-    the mass is broadcast once (a triangular factor: d (d + 1) / 2 floats per client)."""
+    the preconditioner is broadcast once (a triangular factor: d (d + 1) / 2 floats per client)."""
     problem = heterogeneous(balanced=True)
-    sampler = fl.FAHMC(problem, 0.2, local_steps=3, participation=fl.SchemeII(2), chains=4, seed=0, mass=MASS)
+    sampler = fl.FAHMC(problem, 0.2, local_steps=3, participation=fl.SchemeII(2), chains=4, seed=0, preconditioner=MASS)
     trace = sampler.run(10)
     com = trace.communication
     d, n = problem.dim, problem.num_clients
@@ -60,8 +60,8 @@ def test_communication_counts_theta_and_momentum_both_ways():
 @pytest.mark.parametrize("splitting", ["BAOAB", "OBABO"])
 def test_checkpoint_kill_resume_is_bit_identical_momentum_included(tmp_path, splitting):
     """A run killed in round 27 resumes from its round-20 checkpoint and ends on the same draws,
-    momentum, generator and ledger as an uninterrupted run (scheme I draws, rho = 0.5, a mass)."""
-    args = dict(friction=0.7, local_steps=3, correlation=0.5, participation=fl.SchemeI(2), chains=6, seed=11, mass=MASS,
+    momentum, generator and ledger as an uninterrupted run (scheme I draws, rho = 0.5, a preconditioner)."""
+    args = dict(friction=0.7, local_steps=3, correlation=0.5, participation=fl.SchemeI(2), chains=6, seed=11, preconditioner=MASS,
                 splitting=splitting)
     problem = heterogeneous()
     whole = fl.FAHMC(problem, 0.2, **args)
@@ -70,11 +70,11 @@ def test_checkpoint_kill_resume_is_bit_identical_momentum_included(tmp_path, spl
     kernel, calls = sampler.kernel, [0]
     step = kernel.step
 
-    def dies(state, step_sizes, generator):                   # the process dies in round 27
+    def dies(state, step_sizes, generator, **arguments):      # the process dies in round 27
         calls[0] += 1
         if calls[0] == 27:
             raise KeyboardInterrupt
-        return step(state, step_sizes, generator)
+        return step(state, step_sizes, generator, **arguments)
 
     kernel.step = dies
     with pytest.raises(KeyboardInterrupt):
@@ -153,16 +153,21 @@ def test_bad_friction_is_refused_by_name_before_any_work(value):
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(step_size="auto"), "warm-up adaptation of FA-HMC .* is not built yet"),
+    (dict(step_size="auto", local_steps=2), "step_size='auto' needs local_steps=1 and full participation"),
+    (dict(step_size="auto", participation=fl.SchemeI(2)), "step_size='auto' needs local_steps=1 and full"),
+    (dict(adapt=True), "adapt=True adapts M in the warm-up of step_size='auto'"),
+    (dict(adapt="yes"), "adapt"),
+    (dict(friction="fast"), "friction"),
+    (dict(step_size="Auto"), "step_size must be 'auto', a number"),
     (dict(step_size="paper"), "not a rule for FA-HMC"),
     (dict(step_size=-0.1), "step_size"),
     (dict(step_size=float("nan")), "step_size"),
     (dict(correction="control_variates"), "correction: drift corrections for FA-HMC are not built yet"),
     (dict(privacy=object()), "privacy: privacy accounting of FA-HMC"),
     (dict(init="map"), "init='map'"),
-    (dict(mass=[[1.0, 2.0], [0.0, 1.0]]), "mass"),
-    (dict(mass=[1.0, 0.0]), "mass"),
-    (dict(mass=torch.eye(3)), "mass"),
+    (dict(preconditioner=[[1.0, 2.0], [0.0, 1.0]]), "preconditioner"),
+    (dict(preconditioner=[1.0, 0.0]), "preconditioner"),
+    (dict(preconditioner=torch.eye(3)), "preconditioner"),
     (dict(splitting="leapfrog"), "splitting"),
     (dict(local_steps=0), "local_steps"),
     (dict(chains=True), "chains"),

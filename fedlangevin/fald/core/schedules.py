@@ -173,7 +173,10 @@ class AdaptedSteps:
     """The step sizes of ``step_size="auto"``: piecewise constant in the local-step counter k,
     eta_k = values[i] for starts[i] <= k < starts[i + 1] (the last value for ever after), so a
     pure function of k once warm-up has fixed it (the trace's step sizes and the privacy
-    accounting read it like any schedule)."""
+    accounting read it like any schedule). ``symbol``: the step's name in the repr (FA-HMC's h sets
+    its own; a class attribute, so FA-LD's instances and checkpoints are unchanged)."""
+
+    symbol = "eta"
 
     def __init__(self, starts=(), values=()) -> None:
         self.starts = [int(k) for k in starts]
@@ -197,4 +200,4 @@ class AdaptedSteps:
     def __repr__(self) -> str:
         if not self.values:
             return "auto"
-        return f"auto(eta={self.values[-1]:.6g} from step {self.starts[-1]}, {len(self.values)} values)"
+        return f"auto({self.symbol}={self.values[-1]:.6g} from step {self.starts[-1]}, {len(self.values)} values)"

@@ -23,7 +23,7 @@ from fedlangevin.fald.core.schedules import AdaptedSteps, as_schedule, round_ste
 from fedlangevin.fald.warmup.acceptance import AutoStep
 from fedlangevin.fald.warmup.adaptation import Adapter
 
-__all__ = ["KEEP", "Changes", "auto_schedule", "default_warmup", "final", "init", "restore", "round_etas",
+__all__ = ["KEEP", "Changes", "auto_schedule", "default_warmup", "final", "init", "proposed", "restore", "round_etas",
            "setup_changes", "update"]
 
 #: :class:`Changes`' ``preconditioner`` when M stays as it is (None is a change to I)
@@ -75,13 +75,13 @@ def init(sampler, warmup: int) -> tuple[Adapter, Changes]:
                       privacy=config.privacy, temperature=config.temperature, target=target)
     adapter.start(sampler.state.theta)
     # the acceptance rule's uploads at the start are counted with the first round's (update)
-    return adapter, _proposed(adapter, sampler.preconditioner, floats_up=False)._replace(finished=adapter.finished)
+    return adapter, proposed(adapter, sampler.preconditioner, floats_up=False)._replace(finished=adapter.finished)
 
 
 def update(adapter: Adapter, theta: torch.Tensor, preconditioner: Any) -> Changes:
     """After an adaptive warm-up round: the adapter sees the broadcast iterates ``theta``; a changed
     M or eta (against the current ``preconditioner``), chains to put back and the end of warm-up."""
-    changes = _proposed(adapter, preconditioner) if adapter.observe(theta) else Changes()
+    changes = proposed(adapter, preconditioner) if adapter.observe(theta) else Changes()
     if adapter.reset is not None:  # a rejected approach round: the chains go back
         changes = changes._replace(theta=adapter.reset.to(device=theta.device, dtype=theta.dtype).clone())
         adapter.reset = None
@@ -93,7 +93,7 @@ def final(adapter: Adapter) -> tuple[Any, float | None]:
     return adapter.preconditioner, adapter.step_size
 
 
-def _proposed(adapter: Adapter, current: Any, floats_up: bool = True) -> Changes:
+def proposed(adapter: Adapter, current: Any, floats_up: bool = True) -> Changes:
     """The adapter's M (where it differs from ``current``) and eta, and (``floats_up``) the
     acceptance rule's uploads not yet counted."""
     pre, eta = final(adapter)
