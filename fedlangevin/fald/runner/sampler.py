@@ -126,7 +126,7 @@ class FALD(Runner):
     preconditioner_norm: float         #: the largest lambda_max(M) run with (privacy accounting)
     adapted: bool                      #: an adaptive warm-up has finished (M and eta frozen)
     built_correction: Any              #: the correction's kernel side, what its build() returned (None without one)
-    measurement: Any                   #: the local-step phase in progress (fedlangevin.fald.warmup.local_steps), or None
+    measurement: Any                   #: the local-step phase in progress (fald.warmup.local_steps), or None
     local_step_bias: Any               #: its record once made (trace.local_step_bias), or None
     _work_problem: FederatedProblem    #: the problem on the run's device and dtype
 

@@ -21,7 +21,7 @@ at K). With M and eta frozen, the measurement runs
 2. the *plan* (:class:`~fedlangevin.fald.warmup.local_bias.BiasPlan`): interleaved K = 1 and
    candidate-K segments with burn-in B = ceil(tau_e ln(1 / TRANSIENT)), as many cycles (at most
    4) and kept rounds as fit in W_b - P - B rounds (:func:`fit_plan`; the largest candidates are
-   dropped first where not even one cycle fits);
+   dropped first where not even one cycle with kept rounds >= B fits);
 3. B *settling* rounds at the K the run goes on with, so that the chains have its law (not the
    last segment's) before the first kept draw. The warm-up's remaining rounds, if any, run at
    that K too.
@@ -64,7 +64,7 @@ from fedlangevin.fald.warmup.local_bias import (
     DEFAULT_LADDER, KEPT_PER_BURN_IN, TRANSIENT, BiasEstimate, BiasPlan, BiasState, LocalStepsChoice, bias_final,
     bias_init, bias_update, check_ladder, choose_local_steps, decay_rounds, exceeds, margins,
 )
-from fedlangevin.fald.warmup.session import KEEP, Changes
+from fedlangevin.fald.warmup.session import Changes
 
 __all__ = ["MIN_PILOT", "MIN_ROUNDS", "STABLE", "AutoLocalSteps", "LocalStepBias", "Measurement", "as_local_steps",
            "default_warmup", "due", "eligible", "fit_plan", "init", "next_local_steps", "record", "restore",
@@ -429,12 +429,12 @@ def fit_plan(candidates, burn_in: int, budget: int) -> BiasPlan | None:
     """The plan comparing ``candidates`` (increasing K >= 2) with K = 1 at ``burn_in`` rounds per
     segment that fits in ``budget`` rounds: the most cycles (4 down to 1) whose kept K = 1 rounds
     per segment, as many as fit, are at least :data:`KEPT_PER_BURN_IN` burn-ins (one cycle: at
-    least one round); the largest candidates are dropped until one does. None when none fits."""
+    least one burn-in); the largest candidates are dropped until one does. None when none fits."""
     candidates = tuple(candidates)
     while candidates:
         for cycles in range(4, 0, -1):
             kept = _most_kept((1,) + candidates, burn_in, budget // cycles)
-            if kept is not None and (cycles == 1 or kept >= KEPT_PER_BURN_IN * max(1, burn_in)):
+            if kept is not None and kept >= (1 if cycles == 1 else KEPT_PER_BURN_IN) * max(1, burn_in):
                 return BiasPlan(candidates, burn_in, kept, cycles)
         candidates = candidates[:-1]
     return None
