@@ -282,12 +282,13 @@ class FALD(Runner):
     def _diagnose(self, state: FALDState, gen_state: torch.Tensor, etas: list[float], bad_rows: np.ndarray):
         """Replay the round step by step (:mod:`fedlangevin.fald.runner.replay`)."""
         replay = self._kernel if self.upload is None else self._build(None)
+        self._round_k = len(etas)  # the K of the round that diverged (a measurement's may differ from local_steps)
         return diagnose(functools.partial(replay.step, **self._step_arguments()), self.state, gen_state, etas,
                         bad_rows, self.active, self._work_problem, num_clients=self.problem.num_clients,
                         uses_upload=self.upload is not None)
 
     def _where(self, round: int, step: int, causes: dict) -> str:
-        return where(round, step, self.state.step, self.local_steps, causes)
+        return where(round, step, self.state.step, getattr(self, "_round_k", self.local_steps), causes)
 
     def _record(self) -> dict:
         return rs.fald_record(self)

@@ -273,3 +273,15 @@ def test_bad_values_are_refused_by_name_before_any_work():
         with pytest.raises(ValueError, match="local_steps='auto'"):
             fl.FALD(problem, local_steps="auto", **kw)
     assert fl.FALD(problem, local_steps=fl.AutoLocalSteps((1, 3), tolerance=0.2), chains=2).local_steps == 1
+
+
+def test_privacy_accounting_refuses_a_run_whose_rounds_took_another_k():
+    """The accountant takes K steps in every round: a run whose warm-up measured (K = 1 rounds among
+    the K = 10 ones) is refused by name; the sampler's next run (all K = 10) is accounted."""
+    sampler = fl.FALD(_equal(), step_size=ETA, local_steps=10, chains=16, seed=0)
+    measured = sampler.run(300, warmup=250, progress=False)
+    assert measured.local_step_bias.measured
+    with pytest.raises(ValueError, match="local-step bias"):
+        measured.privacy(delta=1e-5, sensitivity=1.0)
+    later = sampler.run(20, progress=False)
+    assert len(later.step_sizes) == 200 and later.privacy(delta=1e-5, sensitivity=1.0).epsilon > 0
