@@ -237,8 +237,8 @@ class LocalStepBias:
         """The ``UserWarning``'s text, or None: a fixed K biased beyond the tolerance on evidence, or
         ``"auto"`` that could not measure. ``names``: the coordinates' names."""
         if self.auto:
-            if self.measured or "eta lambda_max" in self.note:
-                return None
+            if self.measured or self.stability is not None and not self.stability <= STABLE:
+                return None  # measured, or K > 1 not stable: K = 1 is the answer, not a failure
             return (f"local_steps='auto': the local-step bias was not measured ({self.note}); the run goes on with "
                     "K = 1. A longer warm-up (run(rounds, warmup=...)) or more chains let it measure")
         if not self.exceeds:
@@ -347,30 +347,29 @@ def update(phase: Measurement, theta: torch.Tensor, stability_of: Callable[[torc
     broadcast iterates ``theta`` (R, d): the phase's new state and, where it moves on, the K of
     the rounds ahead and the record. ``stability_of(theta)``: eta lambda_max(M H_c) there (called
     once, by ``"auto"``, at the pilot's end)."""
-    done = phase.done + 1
+    phase = replace(phase, done=phase.done + 1)
     if phase.phase == "wait":
-        return Changes(measurement=replace(phase, done=done, phase="wait" if done < phase.wait else "pilot"))
+        return Changes(measurement=replace(phase, phase="wait" if phase.done < phase.wait else "pilot"))
     x = theta.detach().to(device="cpu", dtype=torch.float64)
     if phase.phase == "pilot":
         keep = max(2, min(x.shape[0], PILOT_NUMBERS // max(1, phase.pilot * x.shape[1])))
         row = x[None, :keep]
-        thetas = row if phase.thetas is None else torch.cat([phase.thetas, row])
-        phase = replace(phase, done=done, thetas=thetas)
-        return _planned(phase, x, stability_of) if done == phase.wait + phase.pilot else Changes(measurement=phase)
+        phase = replace(phase, thetas=row if phase.thetas is None else torch.cat([phase.thetas, row]))
+        done = phase.done == phase.wait + phase.pilot
+        return _planned(phase, x, stability_of) if done else Changes(measurement=phase)
     if phase.phase == "plan":
         if x.shape != phase.bias.sums.shape[1:]:  # chains dropped after a divergence: their sums are gone
             return _ended(phase, "chains were dropped during the measurement (on_divergence='drop')")
-        bias = bias_update(phase.bias, x)
-        phase = replace(phase, done=done, bias=bias)
-        return _decided(phase) if bias.round == bias.plan.rounds else Changes(measurement=phase)
-    settle = phase.settle - 1
-    return Changes(measurement=replace(phase, done=done, settle=settle) if settle > 0 else None)
+        phase = replace(phase, bias=bias_update(phase.bias, x))
+        return _decided(phase) if phase.bias.round == phase.bias.plan.rounds else Changes(measurement=phase)
+    phase = replace(phase, settle=phase.settle - 1)
+    return Changes(measurement=phase if phase.settle > 0 else None)
 
 
 def _ended(phase: Measurement, note: str, **more) -> Changes:
     """The measurement stops without a verdict: K = 1 for "auto", the K given otherwise."""
     k = 1 if phase.rule is not None else phase.start
-    rounds = phase.done + 1 - phase.wait
+    rounds = phase.done - phase.wait
     return Changes(local_steps=k, measurement=None,
                    local_bias=_not_measured(phase.rule, k, note, decay=phase.decay, stability=phase.stability,
                                             rounds=rounds, **more))
