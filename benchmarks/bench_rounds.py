@@ -15,6 +15,7 @@ per run, the table and the targets' table; writes the rows as JSON and one figur
     python benchmarks/bench_rounds.py --quick                          # a smoke run: 2 posteriors, tiny budgets (30 s)
     python benchmarks/bench_rounds.py --posteriors kidiq-kidscore_momhsiq breast_cancer-logistic
     python benchmarks/bench_rounds.py --samplers fald                  # FA-LD rows only
+    python benchmarks/bench_rounds.py --samplers consensus --posteriors kidiq-kidscore_momhsiq   # consensus MC rows
     python benchmarks/bench_rounds.py --from-json docs/img/rounds.json # redraw the table and figure
     python benchmarks/bench_rounds.py --from-json a.json b.json --json merged.json   # b's rows replace a's
 """
@@ -40,6 +41,7 @@ from fedlangevin.experiments.rounds import (  # noqa: E402
 )
 
 QUICK_POSTERIORS = ["earnings-logearn_interaction_z", LOGISTIC]
+DEFAULT_SAMPLERS = ("fald", "nuts")
 
 
 def redraw(paths, figure_path, json_path) -> int:
@@ -62,7 +64,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--posteriors", nargs="+", default=None, help="default: every one found (--quick: "
                     + ", ".join(QUICK_POSTERIORS) + ")")
-    ap.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=list(SAMPLERS))
+    ap.add_argument("--samplers", nargs="+", default=list(DEFAULT_SAMPLERS), choices=list(SAMPLERS),
+                    help=f"default: {' '.join(DEFAULT_SAMPLERS)} (consensus runs NUTS on every client: slow, ask for it)")
     ap.add_argument("--quick", action="store_true", help="tiny budgets and few chains: a smoke run, not a measurement")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="default: docs/img/rounds.json (--quick: none)")

@@ -36,6 +36,7 @@ import fedlangevin as fl
 from fedlangevin import data as fd
 from fedlangevin import privacy as fp
 from fedlangevin.compression import wireless
+from fedlangevin.fald.warmup import local_bias as lb
 from fedlangevin.fald.warmup.mode import find_map
 
 # a generous per-call bound: every bad value must fail fast, long before this
@@ -54,6 +55,7 @@ BUDGET = dict(target_epsilon=1.0, target_delta=1e-5, accountant="paper",
               **{k: v for k, v in PRIVACY.items() if k != "eta"})
 _G = torch.Generator().manual_seed(0)
 LOGREG_CLIENTS = [(torch.randn(6, 2, generator=_G), torch.tensor([0, 1, 0, 1, 1, 0])) for _ in range(2)]
+BIAS = lb.BiasEstimate(10, (0.2, 0.0), (0.02, 0.02), (1.0, 1.05), (0.02, 0.02), 16, (100, 10), 200)
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,15 @@ ARGS = [
     Arg("search_rounds", lambda v: fl.ControlVariates(search_rounds=v).search_rounds, "int", 5, 1),
     Arg("search_rounds", lambda v: fl.Conducive(search_rounds=v).search_rounds, "int", 5, 1),
     Arg("bias", lambda v: fl.problems.LogisticRegression(LOGREG_CLIENTS, bias=v).dim, "bool", False),
+    # the local-step bias's verdicts and plan (issue 27)
+    Arg("tolerance", lambda v: lb.exceeds(BIAS, tolerance=v), "real", 0.1, 0.0, None, True),
+    Arg("confidence", lambda v: lb.within(BIAS, confidence=v), "real", 0.95, 0.0, 1.0, True, True),
+    Arg("tolerance", lambda v: lb.choose_local_steps([BIAS], tolerance=v).local_steps, "real", 0.1, 0.0, None, True),
+    Arg("decay", lambda v: lb.plan_segments([10], v).burn_in, "real", 5.0, 0.0, None, True),
+    Arg("cycles", lambda v: lb.plan_segments([10], 5.0, cycles=v).rounds, "int", 2, 1),
+    Arg("kept", lambda v: lb.plan_segments([10], 5.0, kept=v).rounds, "int", 3, 1, optional=True),
+    Arg("burn_in", lambda v: lb.plan_segments([10], 5.0, burn_in=v).rounds, "int", 3, 0, optional=True),
+    Arg("transient", lambda v: lb.plan_segments([10], 5.0, transient=v).burn_in, "real", 0.05, 0.0, 1.0, True, True),
     Arg("max_rounds", lambda v: find_map(PROBLEM, max_rounds=v).theta, "int", 3, 1),
     Arg("tol", lambda v: find_map(PROBLEM, tol=v).theta, "real", 1e-4, 0.0, None, True),
     Arg("kappa", lambda v: wireless.compute_cost([1e9, 2e9], data_sizes=[10.0, 20.0], kappa=v, alpha0=1.0,

@@ -43,7 +43,7 @@ def _run_dying_in_round(dies_in: int, where: Path, monkeypatch) -> None:
     dies: the process stops there and nothing after that point survives."""
     import fedlangevin.fald.runner.sampler as S
 
-    real, calls = S.build, [0]
+    real, calls = S.assemble, [0]
 
     def dying_kernels(*args, **kwargs):
         kernel = real(*args, **kwargs)
@@ -56,10 +56,10 @@ def _run_dying_in_round(dies_in: int, where: Path, monkeypatch) -> None:
 
         return kernel._replace(step=dies)
 
-    monkeypatch.setattr(S, "build", dying_kernels)
+    monkeypatch.setattr(S, "assemble", dying_kernels)
     with pytest.raises(KeyboardInterrupt):
         _exec(_recipe(), where)
-    monkeypatch.setattr(S, "build", real)
+    monkeypatch.setattr(S, "assemble", real)
 
 
 def test_resume_recipe_continues_an_interrupted_run_exactly(tmp_path, monkeypatch):

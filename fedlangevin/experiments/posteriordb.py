@@ -194,6 +194,13 @@ class LinearRegressionProblem(FederatedProblem):
         rss = self.yty - 2 * self.xty @ beta + torch.einsum("i,nij,j->n", beta, self.xtx, beta)
         return (0.5 * rss * torch.exp(-2 * log_sigma) + self.sizes * log_sigma).sum() + self.prior(theta)
 
+    def client_energy(self, theta: torch.Tensor) -> torch.Tensor:
+        """f^c(theta[..., c, :]) = ell^c / p_c + U_0 for theta (..., N, d), shape (..., N) (a consensus MC client's)."""
+        beta, log_sigma = theta[..., :self.k], theta[..., self.k]
+        xtxb = torch.einsum("nij,...nj->...ni", self.xtx, beta)
+        ell = 0.5 * (self.yty - 2 * (beta * self.xty).sum(-1) + (beta * xtxb).sum(-1)) * torch.exp(-2 * log_sigma)
+        return (ell + self.sizes * log_sigma) / self.weights.to(theta) + self.prior(theta)
+
     def global_energy(self, theta: torch.Tensor) -> torch.Tensor:
         """sum_c p_c f^c for theta (..., d)."""
         return torch.stack([self.potential(t) for t in theta.reshape(-1, self.dim)]).reshape(theta.shape[:-1])

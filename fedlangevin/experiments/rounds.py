@@ -25,7 +25,11 @@ Samplers (:data:`SAMPLERS`, a registry: a new row is one :class:`SamplerSpec`):
   picks up changed defaults;
 - ``"nuts"``: :func:`~fedlangevin.baselines.federated_nuts` (Pyro's NUTS with a dense mass matrix,
   from zeros), a budget n being n iterations per chain, n / 2 of them warm-up; its "rounds" are
-  the largest count of any chain (the chains run in parallel in a federation).
+  the largest count of any chain (the chains run in parallel in a federation);
+- ``"consensus"``: one-shot consensus Monte Carlo (:func:`~fedlangevin.baselines.consensus_monte_carlo`,
+  ``docs/consensus.md``): NUTS on every client's sub-posterior, a budget n being n iterations per
+  chain and client (n / 2 warm-up), the draws combined once: always one round, its accuracy is
+  that of the combination.
 """
 
 from __future__ import annotations
@@ -62,16 +66,19 @@ class Budgets:
     nuts_iterations: tuple[int, ...] = (250, 500, 1000, 2000)
     nuts_dense_mass: bool = True
     nuts_max_rounds: int | None = 1_000_000
+    consensus_chains: int = 4
+    consensus_iterations: tuple[int, ...] = (250, 1000)
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("fald_chains", "nuts_chains"):
+        for name in ("fald_chains", "nuts_chains", "consensus_chains"):
             check_int(name, getattr(self, name), 1)
         check_int("seed", self.seed, 0, 2**32 - 1 - self.nuts_chains)
         if self.nuts_max_rounds is not None:
             check_int("nuts_max_rounds", self.nuts_max_rounds, 1)
         check_bool("nuts_dense_mass", self.nuts_dense_mass)
-        for name, low in (("fald_rounds", 2), ("nuts_iterations", 8)):  # >= 4 draws per chain for the split ESS
+        # >= 4 draws per chain for the split ESS
+        for name, low in (("fald_rounds", 2), ("nuts_iterations", 8), ("consensus_iterations", 8)):
             grid = getattr(self, name)
             if not isinstance(grid, tuple) or not grid:
                 raise ValueError(f"{name} must be a non-empty tuple of integers >= {low}; got {grid!r}")
@@ -80,7 +87,7 @@ class Budgets:
 
 #: ``--quick``: small grids and few chains (a smoke run, not a measurement)
 QUICK = Budgets(fald_chains=8, fald_rounds=(100, 200), nuts_chains=2, nuts_iterations=(60, 120),
-                nuts_max_rounds=100_000)
+                nuts_max_rounds=100_000, consensus_chains=2, consensus_iterations=(60, 120))
 
 
 @dataclass(frozen=True)
@@ -151,10 +158,32 @@ def _run_federated_nuts(post, budget: int, budgets: Budgets) -> Attempt:
                    float(res.floats_up + res.floats_down) * BITS_PER_FLOAT, res.seconds)
 
 
+def _run_consensus(post, budget: int, budgets: Budgets) -> Attempt:
+    """One-shot consensus Monte Carlo (:func:`~fedlangevin.baselines.consensus_monte_carlo`): every
+    client runs NUTS on its sub-posterior, ``budget`` iterations per chain (half warm-up), and uploads
+    its draws once; one round. ``chain_rounds``: one per chain (chains x rounds, as FA-LD's); the
+    local gradient evaluations are not communication. A client's run stopped at ``nuts_max_rounds``
+    local evaluations fails the row."""
+    from fedlangevin.baselines import RoundLimitError, consensus_monte_carlo
+
+    warmup, chains, problem = budget // 2, budgets.consensus_chains, post.problem
+    start = time.perf_counter()
+    try:
+        res = consensus_monte_carlo(problem, chains=chains, draws=budget - warmup, warmup=warmup, seed=budgets.seed,
+                                    max_evaluations=budgets.nuts_max_rounds)
+    except RoundLimitError as exc:
+        return Attempt(budget, None, 1, chains, 0.0, time.perf_counter() - start,
+                       f"client {getattr(exc, 'client', '?')}'s NUTS stopped at the cap of {exc.rounds:,} evaluations",
+                       capped=True)
+    return Attempt(budget, res.samples, res.rounds, res.rounds * chains,
+                   float(res.floats_up + res.floats_down) * BITS_PER_FLOAT, res.seconds)
+
+
 #: the samplers benchmarked, by name (``--samplers``); add a :class:`SamplerSpec` for a new row
 SAMPLERS: dict[str, SamplerSpec] = {
     "fald": SamplerSpec("FA-LD defaults", _run_fald_defaults, "fald_rounds", "fald_chains"),
     "nuts": SamplerSpec("federated NUTS", _run_federated_nuts, "nuts_iterations", "nuts_chains", "iterations"),
+    "consensus": SamplerSpec("consensus MC", _run_consensus, "consensus_iterations", "consensus_chains", "iterations"),
 }
 
 

@@ -117,6 +117,29 @@ def test_federated_nuts_run_counts_every_chains_gradients():
     assert attempt.bits == attempt.chain_rounds * n * (2 * d + 1) * 64
 
 
+def test_consensus_run_is_one_round_and_counts_the_draws_uploaded():
+    """Consensus MC: one round whatever the budget, one chain-round per chain; up, every client's
+    draws (chains x draws x d floats), down, every client's weight p_c (1 float)."""
+    problem = fl.problems.GaussianSimulation(num_clients=3, alpha=1.0, seed=0)
+    post = SimpleNamespace(problem=problem)
+    budgets = rd.Budgets(consensus_chains=2, consensus_iterations=(16,))
+    attempt = rd.SAMPLERS["consensus"].run(post, 16, budgets)
+    n, d = problem.num_clients, problem.dim
+    assert attempt.samples.shape == (2, 8, d) and attempt.rounds == 1 and attempt.chain_rounds == 2
+    assert attempt.bits == (n * 2 * 8 * d + n) * 64 and not attempt.capped
+
+
+def test_a_consensus_run_over_the_cap_fails_and_says_which_client():
+    problem = fl.problems.GaussianSimulation(num_clients=3, alpha=1.0, seed=0)
+    post = Posterior("g", problem, ["a", "b"], lambda a: a, lambda a: a, np.zeros((10, 2)), None)
+    budgets = rd.Budgets(consensus_chains=2, consensus_iterations=(16,), nuts_max_rounds=5)
+    attempt = rd.SAMPLERS["consensus"].run(post, 16, budgets)
+    assert attempt.samples is None and attempt.capped and attempt.rounds == 1
+    assert attempt.note == "client 0's NUTS stopped at the cap of 5 evaluations"
+    row = rd.measure(post, "consensus", budgets)
+    assert "| consensus MC | 2 | not within 16 iterations | client 0's NUTS stopped" in rd.table([row], budgets)
+
+
 def _row(name, sampler, ess_per_round, passes=True, reach=500, note=""):
     return rd.RoundsRow(name, sampler, 3, 4, reach, 2000, 8000, 0.05, 0.95, 1.05, passes, 800.0, ess_per_round,
                         1e6, 1.0, ((2000, 2000, passes),), note)
@@ -166,6 +189,8 @@ def test_figure_is_written(tmp_path):
     (dict(fald_rounds=(1,)), "fald_rounds"), (dict(nuts_iterations=(4,)), "nuts_iterations"),
     (dict(seed=-1), "seed"), (dict(fald_rounds=(float("nan"),)), "fald_rounds"),
     (dict(nuts_max_rounds=0), "nuts_max_rounds"), (dict(nuts_dense_mass="yes"), "nuts_dense_mass"),
+    (dict(consensus_chains=0), "consensus_chains"), (dict(consensus_iterations=(4,)), "consensus_iterations"),
+    (dict(consensus_iterations=()), "consensus_iterations"),
 ])
 def test_bad_budgets_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):

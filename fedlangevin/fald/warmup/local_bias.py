@@ -226,9 +226,9 @@ class BiasState:
 
     @classmethod
     def from_record(cls, rec: dict) -> "BiasState":
-        f = _tensor
-        return cls(BiasPlan.from_record(rec["plan"]), int(rec["round"]), None if rec["shift"] is None else f(rec["shift"]),
-                   f(rec["sums"]), f(rec["squares"]), tuple(int(c) for c in rec["counts"]))
+        shift = None if rec["shift"] is None else _tensor(rec["shift"])
+        return cls(BiasPlan.from_record(rec["plan"]), int(rec["round"]), shift, _tensor(rec["sums"]),
+                   _tensor(rec["squares"]), tuple(int(c) for c in rec["counts"]))
 
 
 def _tensor(values) -> torch.Tensor:
