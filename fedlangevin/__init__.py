@@ -20,7 +20,7 @@ __version__ = "0.1.0"
 #: public name -> module that defines it
 _LAZY = {
     **{name: "fedlangevin.fald" for name in (
-        "FALD", "AutoStep", "CheckpointError", "Communication", "Constant", "DivergenceError", "Full", "PaperDecay",
+        "FALD", "AutoStep", "AutoLocalSteps", "CheckpointError", "Communication", "Constant", "DivergenceError", "Full", "PaperDecay",
         "Polynomial", "SchemeI", "SchemeII", "Trace", "open_store", "ControlVariates", "Conducive", "QLSDPlusPlus")},
     "FAHMC": "fedlangevin.fahmc",
     "distributed": None,
@@ -29,7 +29,7 @@ _LAZY = {
 }
 
 __all__ = [
-    "FALD", "AutoStep", "Communication", "Constant", "DivergenceError", "Full", "PaperDecay", "Polynomial",
+    "FALD", "AutoStep", "AutoLocalSteps", "Communication", "Constant", "DivergenceError", "Full", "PaperDecay", "Polynomial",
     "SchemeI", "SchemeII", "Trace", "distributed", "privacy", "problems", "__version__", "CheckpointError", "open_store",
     "ControlVariates", "Conducive", "QLSDPlusPlus", "FAHMC",
 ]
@@ -37,7 +37,7 @@ __all__ = [
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from fedlangevin import distributed, privacy, problems
     from fedlangevin.fahmc import FAHMC
-    from fedlangevin.fald import (FALD, AutoStep, CheckpointError, Communication, Conducive, Constant, ControlVariates,
+    from fedlangevin.fald import (FALD, AutoLocalSteps, AutoStep, CheckpointError, Communication, Conducive, Constant, ControlVariates,
                                   DivergenceError, Full, PaperDecay, Polynomial, QLSDPlusPlus, SchemeI, SchemeII,
                                   Trace, open_store)
 

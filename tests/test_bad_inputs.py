@@ -86,6 +86,11 @@ ARGS = [
     Arg("step_size", lambda v: fl.FALD(PROBLEM, v).schedule, "real", 1e-4, 0.0, None, True, sequence_ok=True),
     Arg("chains", lambda v: fl.FALD(PROBLEM, 1e-4, chains=v).chains, "int", 2, 1),
     Arg("local_steps", lambda v: fl.FALD(PROBLEM, 1e-4, local_steps=v).local_steps, "int", 2, 1),
+    # issue 27: local_steps="auto"'s tolerance and confidence, the check of a fixed K
+    Arg("tolerance", lambda v: fl.AutoLocalSteps(tolerance=v).tolerance, "real", 0.2, 0.0, None, True),
+    Arg("confidence", lambda v: fl.AutoLocalSteps(confidence=v).confidence, "real", 0.9, 0.0, 1.0, True, True),
+    Arg("check_local_bias", lambda v: fl.FALD(PROBLEM, 1e-4, local_steps=2, check_local_bias=v).settings.check_local_bias,
+        "bool", False),
     Arg("seed", lambda v: fl.FALD(PROBLEM, 1e-4, seed=v).seed, "int", 3, 0, 2**64 - 1, optional=True),
     Arg("rounds", lambda v: _run(rounds=v), "int", 2, 1),
     Arg("thin", lambda v: _run(thin=v), "int", 2, 1, optional=True),

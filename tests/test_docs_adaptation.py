@@ -1,4 +1,4 @@
-"""docs/adaptation.md: the example runs as written and shows what the page says."""
+"""docs/adaptation.md: the examples run as written and show what the page says."""
 
 from __future__ import annotations
 
@@ -12,9 +12,16 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "adaptation.md"
 
 
+def _shown(n: int) -> list[str]:
+    """The indented lines after the page's ``n``-th "prints" (0-based), up to the next section."""
+    after = PAGE.read_text().split("\nprints", n + 1)[n + 1].split("\n## ", 1)[0]
+    return [line.strip() for line in after.splitlines() if line.startswith("    ")]
+
+
 @pytest.mark.usefixtures("one_torch_thread")
-def test_example_runs_and_prints_the_page_output():
-    (code,) = python_blocks(PAGE)
-    printed = run_block(code, PAGE).strip().splitlines()
-    shown = [line.strip() for line in PAGE.read_text().split("prints", 1)[1].splitlines() if line.startswith("    ")]
-    assert printed == shown
+@pytest.mark.parametrize("n", [0, 1], ids=["adaptation", "local steps"])
+def test_example_runs_and_prints_the_page_output(n):
+    blocks = python_blocks(PAGE)
+    assert len(blocks) == 2
+    printed = run_block(blocks[n], PAGE).strip().splitlines()
+    assert printed == _shown(n)

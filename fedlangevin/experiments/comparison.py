@@ -220,7 +220,8 @@ def _run_fald(setting: Setting, s: ComparisonSettings, q: int | None, eval_round
         recorder = _ErrorRecorder(codec, problem.weights)
     t0 = time.perf_counter()
     sampler = fl.FALD(problem, step_size=eta, local_steps=s.local_steps, temperature=s.temperature,
-                      batch_size=s.batch_size, dtype=torch.float32, seed=s.seed, upload=recorder, correction=correction)
+                      batch_size=s.batch_size, dtype=torch.float32, seed=s.seed, upload=recorder, correction=correction,
+                      check_local_bias=False)  # the paper's fixed K, on purpose
     rounds, setup_bits = s.rounds, 0.0
     if correction is not None:
         rounds, setup_bits, up, down = _corrected_budget(setting, s, sampler)

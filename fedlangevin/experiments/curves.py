@@ -96,7 +96,7 @@ def mc_w2_curve(
     mean, cov = target_moments(problem)
     sampler = fl.FALD(problem, step_size=step_size, local_steps=local_steps, correlation=correlation,
                       participation=participation, chains=chains, seed=seed, batch_size=batch_size,
-                      correction=correction)
+                      correction=correction, check_local_bias=False)  # the paper's fixed K, on purpose
     parts, done = [], 0
     t0 = time.perf_counter()
     while done < rounds:

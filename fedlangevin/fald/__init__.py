@@ -25,6 +25,7 @@ from fedlangevin.fald.core.participation import Full, Participation, SchemeI, Sc
 from fedlangevin.fald.runner.base import Runner
 from fedlangevin.fald.runner.sampler import FALD
 from fedlangevin.fald.warmup.acceptance import AutoStep
+from fedlangevin.fald.warmup.local_steps import AutoLocalSteps, LocalStepBias
 from fedlangevin.fald.core.schedules import Constant, PaperDecay, Polynomial
 from fedlangevin.fald.results.settings import Settings
 from fedlangevin.fald.io.store import SampleStore, StoreError, open_store
@@ -32,7 +33,7 @@ from fedlangevin.fald.results.streaming import RunStatistics
 from fedlangevin.fald.results.trace import Communication, DivergenceError, StepSizes, Trace
 
 __all__ = [
-    "AutoStep", "CheckpointError", "Communication", "Conducive", "Constant", "Contract", "CorrectionSettings", "ControlVariates", "QLSDPlusPlus", "Surrogates", "DivergenceError", "DriftCorrection", "FALD", "FALDState",
+    "AutoLocalSteps", "AutoStep", "CheckpointError", "LocalStepBias", "Communication", "Conducive", "Constant", "Contract", "CorrectionSettings", "ControlVariates", "QLSDPlusPlus", "Surrogates", "DivergenceError", "DriftCorrection", "FALD", "FALDState",
     "FactorPreconditioner", "Full", "IdentityPreconditioner", "InProcessGroup", "Kernel", "LocalTransport",
     "PaperDecay", "Participation", "Polynomial", "Preconditioner", "RoundInfo", "RunStatistics", "Runner", "SampleStore",
     "SchemeI", "SchemeII", "Settings", "StepSizes", "StoreError", "Trace", "Transport", "add_noise_", "build",

@@ -198,6 +198,13 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
     if etas.size == 0:
         raise ValueError("this trace has no local steps to account for")
     t = int(etas.size)
+    rounds = getattr(getattr(trace, "communication", None), "rounds", None)
+    if isinstance(rounds, int) and rounds * k != t:
+        raise ValueError(
+            f"trace.privacy: this run's {rounds} rounds took {t} local steps, not {rounds} x K = {rounds * k}: its "
+            "warm-up measured the local-step bias with rounds of another K (or local_steps='auto' chose K), and the "
+            "accountant takes K steps in every round; account a run without the measurement "
+            "(check_local_bias=False), or a later run of the sampler (its rounds all run K)")
     weights = np.asarray(problem.weights, dtype=np.float64)
     n = weights.size
     scheme, s = _participation(settings, n)

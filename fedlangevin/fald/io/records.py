@@ -47,7 +47,7 @@ def check_fald_record(record: dict, used: Path) -> dict:
     if record["participation"] is not None:
         e.dict("participation", record["participation"])
     e.str("participation_repr", record["participation_repr"])
-    for name in ("preconditioner", "adaptation", "correction"):
+    for name in ("preconditioner", "adaptation", "correction", "local_bias"):
         if record.get(name) is not None:
             e.dict(name, record[name])
     if "adapted" in record:

@@ -45,7 +45,10 @@ class Settings(Mapping):
     mechanism's repr (``"RecordLevel(clip=1.0)"``), "none" for a run that clips nothing (its
     sensitivity can only be assumed); adjacency : the mechanism's "record" or "client" ("" when
     not private); clip : its C (``None`` when not private) — what the accounting and a resume
-    rebuild the mechanism from.
+    rebuild the mechanism from; auto_local_steps : ``local_steps="auto"`` (``local_steps`` is then
+    the K chosen in warm-up, 1 before the choice; the rule and the evidence are in the checkpoint
+    and ``trace.local_step_bias``); check_local_bias : a fixed K > 1 is measured against K = 1 in
+    warm-up (:mod:`fedlangevin.fald.warmup.local_steps`).
     """
 
     local_steps: int
@@ -75,6 +78,8 @@ class Settings(Mapping):
     privacy: str = "none"
     adjacency: str = ""
     clip: float | None = None
+    auto_local_steps: bool = False
+    check_local_bias: bool = False
 
     def __getitem__(self, key: str) -> Any:
         if key not in MAPPING_KEYS:

@@ -127,6 +127,10 @@ class Trace:
     ledger : the sampler's cumulative counters after this run (every run and resume since
         it was created): local ``steps``, ``rounds``, ``eta_sum``, ``eta_max``,
         ``uploads`` — what privacy accounting of the whole history needs.
+    local_step_bias : what the warm-up measured of the local-step bias (K against K = 1,
+        ``local_steps="auto"``'s choice and evidence, a fixed K's verdict):
+        :class:`~fedlangevin.fald.warmup.local_steps.LocalStepBias`, or ``None`` where nothing was
+        measured; also in :meth:`to_arviz`'s attributes.
     """
 
     samples: torch.Tensor
@@ -142,6 +146,7 @@ class Trace:
     stats: Any = None
     store: str | None = None
     ledger: dict[str, Any] = field(default_factory=dict)
+    local_step_bias: Any = None
 
     @property
     def num_chains(self) -> int:
@@ -212,15 +217,30 @@ class Trace:
 
     def to_arviz(self, **kwargs: Any):
         """ArviZ data (chains x draws) via :func:`diagnostics.to_arviz`: the problem's named
-        sites in their own space when it has them (:meth:`constrained`), else theta."""
+        sites in their own space when it has them (:meth:`constrained`), else theta. The
+        posterior group's attributes hold ``local_steps`` (K after the warm-up) and, where the
+        warm-up measured it, ``local_step_bias`` (:attr:`local_step_bias`'s record as JSON)."""
         from diagnostics import to_arviz
 
         values = self.constrained() if "var_names" not in kwargs else None
         if values is not None:
             columns, names = _named_columns(values)
-            return to_arviz(columns, var_names=names, **kwargs)
+            return self._attributes(to_arviz(columns, var_names=names, **kwargs))
         kwargs.setdefault("var_names", self.var_names)
-        return to_arviz(self.numpy(), **kwargs)
+        return self._attributes(to_arviz(self.numpy(), **kwargs))
+
+    def _attributes(self, data):
+        """``data`` (ArviZ 0.x InferenceData or 1.x DataTree) with the run's K and measured bias in
+        its posterior group's attributes (plain values: netCDF-safe)."""
+        import json
+
+        attrs = data.posterior.attrs if hasattr(data, "groups") and hasattr(data, "posterior") else data["posterior"].attrs
+        k = getattr(self.settings, "local_steps", None)
+        if k is not None:
+            attrs["local_steps"] = int(k)
+        if self.local_step_bias is not None:
+            attrs["local_step_bias"] = json.dumps(self.local_step_bias.record())
+        return data
 
 
 def _named_columns(values: dict[str, np.ndarray]) -> tuple[np.ndarray, list[str]]:

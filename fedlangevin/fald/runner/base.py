@@ -75,6 +75,8 @@ class Runner:
     transport: Any = None              #: a distributed run's synchronisation (FA-LD), None in one process
     adapter: Any = None                #: an adaptive warm-up in progress (FA-LD), None otherwise
     temperature: float = 1.0           #: tau of the target (target="posterior"): the kernel's settings()["temperature"]
+    anchor: tuple[int, int] = (0, 0)   #: (round, step) since which every round ran local_steps steps (FA-LD moves it)
+    local_step_bias: Any = None        #: the local-step bias measured in warm-up (FA-LD), None otherwise
 
     def __init__(self, kernel: Any, problem: FederatedProblem, step_size: Any, local_steps: int = 1, chains: int = 1,
                  init: Any = None, device: Any = None, dtype: Any = torch.float64, seed: int | None = None) -> None:
@@ -141,13 +143,21 @@ class Runner:
         """The step sizes of the next ``rounds`` rounds, a list of K per round."""
         return round_step_sizes(self.schedule, self.state.step, self.local_steps, rounds)
 
+    def _round_bound(self) -> int:
+        """The most local steps a round may take from now on (the schedule is checked that far)."""
+        return self.local_steps
+
+    def _observing(self) -> bool:
+        """Whether the rounds ahead are observed one by one (:meth:`_observe`): an adaptive warm-up."""
+        return self.adapter is not None
+
     def _step_arguments(self) -> dict:
         """The kernel's further ``step`` arguments for the next round (FA-LD: its current M, an
         argument like the step sizes); rounds run in chunks only while every value is None."""
         return {}
 
     def _observe(self, run: Run, theta: torch.Tensor) -> None:
-        """After a round of an adaptive warm-up (only while :attr:`adapter` is set)."""
+        """After a round of an adaptive warm-up (only while :meth:`_observing`)."""
 
     def _plan_warmup(self, rounds: int | None, warmup: int | None) -> tuple[bool, int | None]:
         """(whether this run adapts in warm-up, its warm-up rounds)."""
@@ -229,7 +239,7 @@ class Runner:
             progress_flag = check_optional_bool("progress", progress)
             run = continue_arguments(self._pending, rounds, warmup, thin, store, keep_samples, stats, target,
                                      checkpoint, checkpoint_every, on_divergence, schedule=self.schedule,
-                                     step=self.state.step, local_steps=self.local_steps, dim=self.problem.dim,
+                                     step=self.state.step, local_steps=self._round_bound(), dim=self.problem.dim,
                                      dtype=self.dtype, device=self.device)
             todo = run.rounds - run.done
         else:
@@ -243,7 +253,7 @@ class Runner:
                 check_memory_draws(Run.count_draws(args.rounds, args.warmup, args.thin), len(self.active),
                                    self.problem.dim, self.dtype, self.device)
             sent = self._begin_warmup(args.warmup) if adapting else 0.0
-            check_schedule(self.schedule, self.state.step, args.rounds * self.local_steps)
+            check_schedule(self.schedule, self.state.step, args.rounds * self._round_bound())
             run = Run.start(self, args)
             run.setup_floats += sent
             todo = args.rounds
@@ -355,15 +365,17 @@ class Runner:
             idx = torch.as_tensor(run.alive)
             samples = samples.index_select(0, idx)
             chain_ids = run.chain_ids[run.alive]
+        first_round, first_step = self.anchor  # every round since ran local_steps steps (draws are kept after it)
         return Trace(
-            samples=samples, draw_rounds=rounds, draw_steps=rounds * self.local_steps,
-            step_sizes=StepSizes(self.schedule, run.start_step, run.done * self.local_steps),
+            samples=samples, draw_rounds=rounds, draw_steps=first_step + (rounds - first_round) * self.local_steps,
+            step_sizes=StepSizes(self.schedule, run.start_step, int(self.state.step) - run.start_step),
             communication=communication(self.problem, run.done, run.uploads, getattr(run, "setup_floats", 0.0),
                                         getattr(run, "setup_floats_up", 0.0), per_round=self._per_round_floats()),
             settings=self.settings, problem=self.problem, var_names=self.problem.parameter_names(),
             chain_ids=np.asarray(chain_ids).copy(), dropped=dict(run.dropped),
             stats=None if run.stats is None else run.stats.result(),
             store=None if run.draws.kind != "disk" else str(run.draws.store.path), ledger=dict(self.ledger),
+            local_step_bias=self.local_step_bias,
         )
 
     # -- checkpoints ------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from fedlangevin._validation import (
-    check_device, check_dtype, check_fits, check_int, check_local_steps, check_optional_bool, check_real, check_seed,
+    check_bool, check_device, check_dtype, check_fits, check_int, check_optional_bool, check_real, check_seed,
 )
 from fedlangevin.fald.contracts import TRANSPORT, UPLOAD_CODEC, check_conforms
 from fedlangevin.fald.core.participation import Participation, as_participation
@@ -24,6 +24,7 @@ from fedlangevin.fald.core.preconditioning import as_preconditioner
 from fedlangevin.fald.corrections.drift import QLSDPlusPlus, as_correction
 from fedlangevin.fald.results.settings import Settings
 from fedlangevin.fald.warmup.acceptance import AutoStep
+from fedlangevin.fald.warmup.local_steps import AutoLocalSteps, as_local_steps, eligible
 from fedlangevin.fald.warmup.session import auto_schedule
 from fedlangevin.problems.base import FederatedProblem, check_weights
 
@@ -41,7 +42,10 @@ class Config:
     (the :class:`~fedlangevin.fald.warmup.acceptance.AutoStep`; None for a given eta);
     ``adapt_matrix``: M is adapted in the first run's warm-up; ``preconditioner``: the M given
     (None: I); ``correction``: the drift correction's settings record (None: none); ``privacy``:
-    the mechanism (None: the run clips nothing).
+    the mechanism (None: the run clips nothing); ``local_steps``: the K the sampler starts with (1
+    for ``"auto"``, whose rule is ``auto_local_steps``: an
+    :class:`~fedlangevin.fald.warmup.local_steps.AutoLocalSteps`, None for a fixed K);
+    ``check_local_bias``: a fixed K > 1 is measured against K = 1 in warm-up (and warns).
     """
 
     local_steps: int
@@ -64,20 +68,27 @@ class Config:
     preconditioner: Any
     correction: Any
     privacy: Any
+    auto_local_steps: AutoLocalSteps | None = None
+    check_local_bias: bool = False
 
     @classmethod
     def of(cls, problem: FederatedProblem, *, step_size: Any = "auto", local_steps: Any = 1, temperature: Any = 1.0,
            correlation: Any = 0.0, participation: Any = None, chains: Any = 1, batch_size: Any = None,
            dtype: Any = torch.float64, seed: int, noise_dtype: Any = torch.float32, upload: Any = None,
            streams: Any = "single", transport: Any = None, preconditioner: Any = None, adapt: Any = None,
-           correction: Any = None, privacy: Any = None, device: Any = None, init: Any = None) -> "Config":
+           correction: Any = None, privacy: Any = None, device: Any = None, init: Any = None,
+           check_local_bias: Any = True) -> "Config":
         """Every argument checked, in the order a user reads them; the combinations that are not
         supported refused by name, before any work (``seed`` is the one already drawn; ``init`` is
         not part of the record, only checked against ``privacy``: the sampler resolves the start)."""
         privacy = None if privacy is None else problem.check_privacy(privacy)
         if privacy is not None:
             _check_private(step_size, init, correction)
-        local_steps = check_local_steps(local_steps)
+        local_steps, auto_local_steps = as_local_steps(local_steps)
+        check_local_bias = check_bool("check_local_bias", check_local_bias)
+        if auto_local_steps is not None and not check_local_bias:
+            raise ValueError("check_local_bias=False turns off the check of a fixed K; local_steps='auto' measures "
+                             "the bias to choose K: give local_steps a number, or leave check_local_bias=True")
         temperature = check_real("temperature", temperature, low=0.0, low_open=True)
         correlation = check_real("correlation", correlation, low=0.0, high=1.0)
         chains = check_int("chains", chains, 1)
@@ -125,20 +136,28 @@ class Config:
         if isinstance(correction, QLSDPlusPlus) and upload is not None and not hasattr(upload, "bits"):
             raise ValueError("correction='qlsd++' with an upload codec needs a quantising codec of the form "
                              "theta + Q(beta - theta) with bits(d) (e.g. QuantizedUpdateUpload)")
-        return cls(local_steps=local_steps, temperature=temperature, correlation=correlation,
-                   participation=participation, chains=chains, batch_size=batch_size, dtype=dtype,
-                   noise_dtype=noise_dtype, device=device, seed=check_seed("seed", seed), upload=upload,
-                   streams=streams, transport=transport, schedule=schedule, adapt_step=adapt_step, step_rule=step_rule,
-                   adapt_matrix=adapt_matrix, preconditioner=preconditioner, correction=correction, privacy=privacy)
+        config = cls(local_steps=local_steps, temperature=temperature, correlation=correlation,
+                     participation=participation, chains=chains, batch_size=batch_size, dtype=dtype,
+                     noise_dtype=noise_dtype, device=device, seed=check_seed("seed", seed), upload=upload,
+                     streams=streams, transport=transport, schedule=schedule, adapt_step=adapt_step,
+                     step_rule=step_rule, adapt_matrix=adapt_matrix, preconditioner=preconditioner,
+                     correction=correction, privacy=privacy, auto_local_steps=auto_local_steps,
+                     check_local_bias=check_local_bias)
+        if auto_local_steps is not None and (why := eligible(config)):
+            raise ValueError(f"local_steps='auto' measures the local-step bias in warm-up, which is not available "
+                             f"with {why}; give local_steps a number")
+        return config
 
     def settings(self, problem: FederatedProblem, *, schedule: Any, preconditioner: Any, preconditioner_norm: float,
-                 correction_active: bool) -> Settings:
+                 correction_active: bool, local_steps: int | None = None) -> Settings:
         """The :class:`Settings` record of a sampler with this configuration, now: its ``schedule``
         (eta, adapted in warm-up), its current M (``preconditioner``), the largest lambda_max(M) it
-        has run with, and whether the correction is active (not switched off)."""
+        has run with, whether the correction is active (not switched off) and its K now
+        (``local_steps``: ``"auto"``'s choice once made; default: the configured one)."""
         rule, private = self.participation, self.privacy
         return Settings(
-            local_steps=self.local_steps, temperature=self.temperature, correlation=self.correlation,
+            local_steps=self.local_steps if local_steps is None else int(local_steps),
+            auto_local_steps=self.auto_local_steps is not None, check_local_bias=self.check_local_bias, temperature=self.temperature, correlation=self.correlation,
             participation=repr(rule), scheme=rule.scheme, num_sampled=rule.num_sampled, chains=self.chains,
             num_clients=problem.num_clients, dim=problem.dim, batch_size=self.batch_size, step_size=repr(schedule),
             seed=self.seed, device=str(self.device), dtype=str(self.dtype).replace("torch.", ""),

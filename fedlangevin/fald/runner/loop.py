@@ -52,12 +52,12 @@ def advance(sampler, run: Run, rounds: int, bar) -> None:
     clock = [time.monotonic()]  # the last checkpoint's time
     numel = len(sampler.active) * sampler.problem.num_clients * sampler.problem.dim
     kernel = sampler._kernel
-    fast = getattr(kernel, "autograd_free", False) and sampler.adapter is None  # see engine.Kernel
+    fast = getattr(kernel, "autograd_free", False) and not sampler._observing()  # see engine.Kernel
     step_sizes = sampler._round_etas(rounds)
     left = rounds
     with round_threads(numel, sampler.device), torch.inference_mode(fast):
         while left > 0:
-            plain = sampler.adapter is None and fixed is not None and not any(
+            plain = not sampler._observing() and fixed is not None and not any(
                 v is not None for v in sampler._step_arguments().values())  # e.g. no preconditioner
             fused = getattr(sampler._kernel, "rounds", None) if plain else None
             if fused is not None:
@@ -109,8 +109,8 @@ def _round(sampler, run: Run, etas: list[float], fixed: float | None, uploads_of
     finally:
         if not committed:
             generator.set_state(gen_state)
-    _account(sampler.ledger, sampler.local_steps, [etas], uploads)
-    if sampler.adapter is not None:
+    _account(sampler.ledger, [etas], uploads)
+    if sampler._observing():
         sampler._observe(run, state.theta)
 
 
@@ -140,15 +140,16 @@ def _chunk(sampler, run: Run, rounds, chunk: list[list[float]], uploads: float) 
     finally:
         if not committed:
             generator.set_state(gen_state)
-    _account(led, sampler.local_steps, chunk, uploads)
+    _account(led, chunk, uploads)
     return True
 
 
-def _account(led, local_steps: int, chunk: list[list[float]], uploads: float) -> None:
+def _account(led, chunk: list[list[float]], uploads: float) -> None:
     """The ledger (:class:`~fedlangevin.fald.results.ledger.Ledger`) after the rounds ``chunk``
-    (their step sizes), ``uploads`` each: one addition a round, in round order (so a chunk sums
-    the same floats as its rounds one by one)."""
-    led.steps += local_steps * len(chunk)
+    (their step sizes: as many local steps as values, whatever K each round ran), ``uploads``
+    each: one addition a round, in round order (so a chunk sums the same floats as its rounds one
+    by one)."""
+    led.steps += sum(map(len, chunk))
     led.rounds += len(chunk)
     eta_sum, eta_max, total = led.eta_sum, led.eta_max, led.uploads
     for etas in chunk:

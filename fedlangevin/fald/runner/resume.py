@@ -25,7 +25,7 @@ import torch
 from fedlangevin._validation import check_bool, check_device, check_path
 from fedlangevin.fald.io import checkpoint as ckpt
 from fedlangevin.fald.corrections import drift
-from fedlangevin.fald.warmup import session
+from fedlangevin.fald.warmup import local_steps, session
 from fedlangevin.fald.core.participation import Participation, as_participation
 from fedlangevin.fald.core.preconditioning import preconditioner_from_record, preconditioner_record
 from fedlangevin.fald.io.records import RECORD_KIND, RECORD_VERSION, RUNNER_KIND, RUNNER_VERSION, check_fald_record, check_runner_record
@@ -118,6 +118,7 @@ def fald_record(sampler: Any) -> dict:
         "adapted": bool(sampler.adapted),
         "adaptation": None if sampler.adapter is None else ckpt.encode(sampler.adapter.record()),
         "correction": ckpt.encode(drift.record(sampler.correction, sampler.state.correction)),
+        "local_bias": ckpt.encode(local_steps.record(sampler)),
     }
 
 
@@ -380,9 +381,15 @@ def resume_sampler(cls, path, *, problem=None, step_size=None, participation=Non
     with reading(used):  # a ValueError here is about the correction given (or missing), not the file
         stored_correction = (ckpt.decode(record.get("correction")) or {}).get("settings")
         correction = drift.correction_from_record(stored_correction, correction)
+    with reading(used, values=True):  # local_steps="auto"'s rule and the check (a checkpoint without them: off)
+        stored_steps = ckpt.decode(record.get("local_bias"))
+        auto = None if stored_steps is None or stored_steps["rule"] is None else (
+            local_steps.AutoLocalSteps.from_record(stored_steps["rule"]))
+        check = False if stored_steps is None else bool(stored_steps["check"])
     with reading(used, values=True):  # the arguments given are checked: a ValueError here is the file's
         sampler = cls(
-            problem, step_size=schedule, local_steps=settings["local_steps"], temperature=settings["temperature"],
+            problem, step_size=schedule, local_steps=settings["local_steps"] if auto is None else auto,
+            temperature=settings["temperature"], check_local_bias=check,
             correlation=settings["correlation"], participation=rule, chains=settings["chains"],
             batch_size=settings["batch_size"], device=new_device, dtype=settings["dtype"], seed=settings["seed"],
             noise_dtype=settings["noise_dtype"], streams=settings.get("streams", "single"), transport=transport,
@@ -401,6 +408,9 @@ def resume_sampler(cls, path, *, problem=None, step_size=None, participation=Non
     with reading(used, values=True):
         (sampler.preconditioner, sampler.adapted, sampler.preconditioner_norm,
          sampler.adapter) = session.restore(problem, stored, settings, preconditioner, privacy=sampler.privacy)
+        k, anchor, sampler.measurement, sampler.local_step_bias = local_steps.restore(stored_steps)
+        sampler.local_steps = sampler.local_steps if k is None else k
+        sampler.anchor = (0, 0) if anchor is None else anchor
     main = main_path(used)
     sampler._writer.resumed(record, main)
     sampler._pending = pending_run(sampler, record["run"], main, used, transport)

@@ -32,6 +32,7 @@ from fedlangevin.fald.runner.base import Runner
 from fedlangevin.fald.runner.config import Config
 from fedlangevin.fald.runner.replay import diagnose, where
 from fedlangevin.fald.runner.runs import Run
+from fedlangevin.fald.warmup import local_steps as kphase
 from fedlangevin.fald.warmup import session
 from fedlangevin.fald.warmup.mode import resolve_init
 from fedlangevin.problems.base import FederatedProblem, check_problem
@@ -58,7 +59,11 @@ class FALD(Runner):
     step_size : ``"auto"`` (default: adapted in warm-up, ``docs/adaptation.md``); eta > 0 (as before);
         ``"paper"`` for Thm 5.8's eta_k = 1/(2L + m k/12); a sequence with one value per local
         step; or a callable k -> eta_k (k counts local steps from 0; a pure function of k).
-    local_steps : K >= 1, local steps between synchronisations.
+    local_steps : K >= 1, local steps between synchronisations; ``"auto"`` (or
+        :class:`~fedlangevin.fald.warmup.local_steps.AutoLocalSteps` with its ladder, tolerance and
+        confidence): the largest K of the ladder 1, 2, 5, 10, 20, 50 whose local-step bias,
+        measured in the warm-up against K = 1, is within 0.1 posterior sd at 95 % confidence,
+        frozen for the rest of the run (``docs/adaptation.md``, "Local steps"; needs chains >= 2).
     temperature : tau > 0; the target is pi ∝ exp(-f / tau).
     correlation : rho in [0, 1] between the clients' injected noises (eq. 14). rho = 0 is
         Alg. 1 with independent noise; rho = 1 shares one noise vector (no privacy).
@@ -91,6 +96,10 @@ class FALD(Runner):
         with ``step_size="auto"`` only, and not with ``streams="per_client"``).
     correction : a drift correction against heterogeneous clients (``docs/drift.md``):
         ``"control_variates"``, ``"conducive"``, ``"qlsd++"`` or their settings records.
+    check_local_bias : with a fixed K > 1 (default True), the run's warm-up (its second half, at
+        least 60 rounds, with chains >= 2) measures the bias of K against K = 1 from the broadcast
+        iterates and warns (``UserWarning``) where it exceeds 0.1 posterior sd on evidence; the
+        evidence is ``trace.local_step_bias``. False: no measurement (e.g. a paper's fixed K).
     privacy : :class:`fedlangevin.privacy.RecordLevel` or :class:`~fedlangevin.privacy.ClientLevel`
         (``docs/privacy.md``): every local step's likelihood gradient is clipped (per example, or
         each client's sum) and minibatches are drawn without replacement, so the sensitivity the
@@ -117,13 +126,15 @@ class FALD(Runner):
     preconditioner_norm: float         #: the largest lambda_max(M) run with (privacy accounting)
     adapted: bool                      #: an adaptive warm-up has finished (M and eta frozen)
     built_correction: Any              #: the correction's kernel side, what its build() returned (None without one)
+    measurement: Any                   #: the local-step phase in progress (fald.warmup.local_steps), or None
+    local_step_bias: Any               #: its record once made (trace.local_step_bias), or None
     _work_problem: FederatedProblem    #: the problem on the run's device and dtype
 
     def __init__(
         self,
         problem: FederatedProblem,
         step_size: float | str | Sequence[float] | Callable[[int], float] = "auto",
-        local_steps: int = 1,
+        local_steps: int | str = 1,
         temperature: float = 1.0,
         correlation: float = 0.0,
         participation: Participation | str | None = None,
@@ -142,6 +153,7 @@ class FALD(Runner):
         adapt: bool | None = None,
         correction: Any = None,
         privacy: Any = None,
+        check_local_bias: bool = True,
     ) -> None:
         check_problem(problem)
         self.config = config = Config.of(
@@ -149,7 +161,7 @@ class FALD(Runner):
             participation=participation, chains=chains, batch_size=batch_size, dtype=dtype, seed=self._seeded(seed),
             noise_dtype=noise_dtype, upload=upload, streams=streams, transport=transport,
             preconditioner=preconditioner, adapt=adapt, correction=correction, privacy=privacy, device=device,
-            init=init)
+            init=init, check_local_bias=check_local_bias)
         self.problem = problem
         self.local_steps, self.temperature, self.chains = config.local_steps, config.temperature, config.chains
         self.dtype, self.device, self.seed, self.transport = config.dtype, config.device, config.seed, config.transport
@@ -157,6 +169,7 @@ class FALD(Runner):
         self.preconditioner = config.preconditioner
         self.preconditioner_norm = spectral_norm(config.preconditioner, problem.dim)
         self.adapter, self.adapted = None, False
+        self.measurement, self.local_step_bias, self.anchor = None, None, (0, 0)
         init, self.map_result = resolve_init(init, problem)  # map_result: init="map"'s mode search
         initial = check_init(init, self.chains, problem.dim, self.dtype, self.device)
         #: what the kernel queries: the problem itself, or in a private run only its clipped gradients
@@ -196,7 +209,7 @@ class FALD(Runner):
         :attr:`config` and the schedule and M of now."""
         return self.config.settings(self.problem, schedule=self.schedule, preconditioner=self.preconditioner,
                                     preconditioner_norm=self.preconditioner_norm,
-                                    correction_active=self.built_correction is not None)
+                                    correction_active=self.built_correction is not None, local_steps=self.local_steps)
 
     # -- FA-LD's hooks into the runner (fedlangevin.fald.runner.base) ------------------------------
     def _fixed_uploads(self) -> float | None:
@@ -210,17 +223,42 @@ class FALD(Runner):
         return {} if self.streams == "per_client" else {"preconditioner": self.preconditioner}
 
     def _round_etas(self, rounds: int):
-        return session.round_etas(self, rounds)
+        return session.round_etas(self, rounds, kphase.round_etas(self))
+
+    def _round_bound(self) -> int:
+        return kphase.round_bound(self)
+
+    def _observing(self) -> bool:
+        return self.adapter is not None or self.measurement is not None
 
     def _observe(self, run: Run, theta: torch.Tensor) -> None:
-        self._apply(session.update(self.adapter, theta, self.preconditioner), run)
+        if self.adapter is not None:
+            self._apply(session.update(self.adapter, theta, self.preconditioner), run)
+        if self.measurement is not None:
+            self._apply(kphase.update(self.measurement, theta, self._stability), run)
+
+    def _stability(self, theta: torch.Tensor) -> float:
+        """eta lambda_max(M H_c) at ``theta``, the largest over the clients ("auto"'s check of K > 1)."""
+        return kphase.stability(self.problem, theta, self.preconditioner, self.schedule(self.state.step),
+                                     self.seed)
 
     def _plan_warmup(self, rounds, warmup):
-        return session.default_warmup(self, rounds, warmup)
+        if self.measurement is not None:  # a run stopped in the measurement: the next one starts afresh
+            self._apply(session.Changes(measurement=None, local_steps=self.local_steps))
+        adapting, warmup = session.default_warmup(self, rounds, kphase.default_warmup(self, rounds, warmup))
+        return adapting or kphase.due(self), warmup
 
     def _begin_warmup(self, warmup: int) -> float:
-        self.adapter, changes = session.init(self, warmup)
-        return self._apply(changes)
+        """The run's warm-up: the local-step phase (where due) takes its second half, an adaptive
+        warm-up (where due) the rest."""
+        adapting = (self.adapt_step or self.adapt_matrix) and not self.adapted
+        rounds, measured = kphase.init(self, warmup) if kphase.due(self) else (warmup, session.Changes())
+        sent = 0.0
+        if adapting:
+            self.adapter, changes = session.init(self, rounds)
+            sent = self._apply(changes)
+        self._apply(measured)
+        return sent
 
     def _before_rounds(self) -> None:
         """A correction's one-off set-up, before the first round (a resumed sampler has its state)."""
@@ -244,12 +282,13 @@ class FALD(Runner):
     def _diagnose(self, state: FALDState, gen_state: torch.Tensor, etas: list[float], bad_rows: np.ndarray):
         """Replay the round step by step (:mod:`fedlangevin.fald.runner.replay`)."""
         replay = self._kernel if self.upload is None else self._build(None)
+        self._round_k = len(etas)  # the K of the round that diverged (a measurement's may differ from local_steps)
         return diagnose(functools.partial(replay.step, **self._step_arguments()), self.state, gen_state, etas,
                         bad_rows, self.active, self._work_problem, num_clients=self.problem.num_clients,
                         uses_upload=self.upload is not None)
 
     def _where(self, round: int, step: int, causes: dict) -> str:
-        return where(round, step, self.state.step, self.local_steps, causes)
+        return where(round, step, self.state.step, getattr(self, "_round_k", self.local_steps), causes)
 
     def _record(self) -> dict:
         return rs.fald_record(self)
@@ -260,7 +299,8 @@ class FALD(Runner):
         (:func:`~fedlangevin.fald.corrections.drift.init`) returned: a new M (broadcast to every
         client: counted), eta from the current step on, chains put back, a correction's state, the
         set-up's rounds and floats (in the ledger, and in ``run``'s totals when given), the end of
-        the warm-up. Returns the floats of a new M's broadcast."""
+        the warm-up, the local-step phase's state, K from the next round on and the measured bias
+        (with its warning). Returns the floats of a new M's broadcast."""
         led, problem, sent = self.ledger, self.problem, 0.0
         if changes.preconditioner is not session.KEEP:
             self.preconditioner = changes.preconditioner
@@ -282,6 +322,13 @@ class FALD(Runner):
             self.state = dataclasses.replace(self.state, correction=changes.correction)
         if changes.finished:
             self.adapter, self.adapted = None, True
+        if changes.measurement is not session.KEEP:
+            self.measurement = changes.measurement
+        if changes.local_steps is not None:  # every round from here runs K: the trace's steps count from here
+            self.local_steps, self.anchor = int(changes.local_steps), (int(self.state.round), int(self.state.step))
+        if changes.local_bias is not None:
+            self.local_step_bias = changes.local_bias
+            kphase.warn(changes.local_bias, self.problem.parameter_names())
         return sent
 
     # -- resuming ----------------------------------------------------------------------------------

@@ -73,7 +73,7 @@ from fedlangevin._validation import check_int, check_real
 __all__ = [
     "DEFAULT_LADDER", "KEPT_PER_BURN_IN", "TRANSIENT", "BiasEstimate", "BiasPlan", "BiasState", "LocalStepsChoice",
     "bias_final", "bias_init", "bias_update", "check_ladder", "choose_local_steps", "decay_rounds", "exceeds",
-    "plan_segments", "within",
+    "margins", "plan_segments", "within",
 ]
 
 #: the ladder of local_steps="auto" (K = 1 is the reference every K is measured against)
@@ -370,6 +370,16 @@ def _deviations(estimate: BiasEstimate):
     return zip(devs, list(estimate.mean_shift_se) + list(estimate.sd_ratio_se))
 
 
+def margins(estimate: BiasEstimate, confidence: float = 0.95) -> tuple[tuple[str, int, float, float], ...]:
+    """The 2 d tests of :func:`exceeds` and :func:`within` one by one: (``"mean"`` or ``"sd"``, the
+    coordinate, |mean shift| or |sd ratio - 1|, its margin: the t quantile times the standard error,
+    simultaneous at ``confidence``). A test exceeds a tolerance where deviation - margin > tolerance
+    and is within it where deviation + margin <= tolerance (what a warning names)."""
+    _, confidence = _checked(estimate, 1.0, confidence)
+    q, d = _quantile(estimate, confidence), len(estimate.mean_shift)
+    return tuple((("mean", "sd")[j // d], j % d, dev, q * se) for j, (dev, se) in enumerate(_deviations(estimate)))
+
+
 def exceeds(estimate: BiasEstimate, tolerance: float = 0.1, confidence: float = 0.95) -> bool:
     """True when the measured bias exceeds ``tolerance`` (> 0, in K = 1 sds) at ``confidence`` (in
     (0, 1)): on some coordinate |mean shift| or |sd ratio - 1| is above the tolerance by more than
@@ -404,6 +414,12 @@ class LocalStepsChoice:
     def record(self) -> dict:
         return {"local_steps": self.local_steps, "tolerance": self.tolerance, "confidence": self.confidence,
                 "ladder": list(self.ladder), "evidence": [list(e) for e in self.evidence]}
+
+    @classmethod
+    def from_record(cls, rec: dict) -> "LocalStepsChoice":
+        return cls(int(rec["local_steps"]), float(rec["tolerance"]), float(rec["confidence"]),
+                   tuple(int(k) for k in rec["ladder"]),
+                   tuple((int(k), float(w), float(u), bool(ok)) for k, w, u, ok in rec["evidence"]))
 
 
 def choose_local_steps(estimates: Sequence[BiasEstimate], tolerance: float = 0.1, confidence: float = 0.95,

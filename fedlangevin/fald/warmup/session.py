@@ -38,7 +38,11 @@ class Changes(NamedTuple):
     where the chains are put back (a rejected approach round; None: where they are); correction :
     a drift correction's initial state (None: none given); floats_down, floats_up : set-up floats
     sent down / up besides a new M's broadcast (per chain); rounds : set-up rounds by ledger
-    counter (``{"map_rounds": 12}``); finished : the adaptation has ended (M and eta frozen)."""
+    counter (``{"map_rounds": 12}``); finished : the adaptation has ended (M and eta frozen);
+    local_steps : K from the next round on (None: unchanged; every round from here runs it);
+    measurement : the local-step phase's new state (:mod:`~fedlangevin.fald.warmup.local_steps`;
+    :data:`KEEP`: unchanged, None: ended); local_bias : its finished record
+    (``trace.local_step_bias``; None: none new)."""
 
     preconditioner: Any = KEEP
     step_size: float | None = None
@@ -48,6 +52,9 @@ class Changes(NamedTuple):
     floats_up: float = 0.0
     rounds: dict = {}
     finished: bool = False
+    local_steps: int | None = None
+    measurement: Any = KEEP
+    local_bias: Any = None
 
 
 def auto_schedule(step_size, problem):
@@ -135,16 +142,22 @@ def default_warmup(sampler, rounds, warmup):
     return adapting, warmup
 
 
-def round_etas(sampler, rounds: int):
+def round_etas(sampler, rounds: int, measured=None):
     """The local step sizes of ``sampler``'s next ``rounds`` rounds, lazily: the rounds of an
     adaptive warm-up still to do read eta from the adapter round by round (it changes between
-    rounds; a numeric schedule's own values with adapt=True), the rounds after it come from the
-    (then frozen) schedule, precomputed."""
+    rounds; a numeric schedule's own values with adapt=True), then ``measured``'s rounds while it
+    yields (the local-step phase's, :func:`fedlangevin.fald.warmup.local_steps.round_etas`: K round
+    by round), the rounds after them come from the (then frozen) schedule at the K of then,
+    precomputed."""
     k, adapter = sampler.local_steps, sampler.adapter
     adaptive = 0 if adapter is None else min(rounds, adapter.warmup - adapter.done)
     if adaptive:
         fixed = None if sampler.adapt_step else round_step_sizes(sampler.schedule, sampler.state.step, k, adaptive)
         for _ in range(adaptive):
             yield [adapter.step_size] * k if fixed is None else next(fixed)
-    if rounds > adaptive:
-        yield from round_step_sizes(sampler.schedule, sampler.state.step, k, rounds - adaptive)
+    rest = rounds - adaptive
+    while rest > 0 and measured is not None and (etas := next(measured, None)) is not None:
+        yield etas
+        rest -= 1
+    if rest > 0:
+        yield from round_step_sizes(sampler.schedule, sampler.state.step, sampler.local_steps, rest)

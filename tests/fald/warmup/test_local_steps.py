@@ -1,0 +1,287 @@
+"""The local-step phase of the warm-up (fedlangevin.fald.warmup.local_steps) run by FALD: local_steps="auto"
+and the check of a fixed K, against the exact law of Gaussian problems (fedlangevin.experiments.exact)."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import fedlangevin as fl
+from fedlangevin.experiments.exact import stationary_moments
+from fedlangevin.fald.warmup import local_bias as lb
+from fedlangevin.fald.warmup import local_steps as ls
+from fedlangevin.problems import QuadraticProblem
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+ETA = 0.15
+LADDER = (1, 2, 5, 10)
+SHIFTS = torch.tensor([[4.0, -2.0], [-2.0, 4.0], [1.0, 1.0]], dtype=torch.float64)
+WEIGHTS = torch.tensor([0.3, 0.3, 0.4], dtype=torch.float64)
+
+
+def _heterogeneous() -> QuadraticProblem:
+    """Curvatures 6 and 0.5 swapped between two clients: at eta = 0.15 every K > 1 is beyond 0.1 sd
+    (exact law: K = 2 moves the means by 0.17 sd, K = 10 by 0.82); eta lambda_max(H_c) = 0.9."""
+    a = torch.tensor([[[6.0, 0.0], [0.0, 0.5]], [[0.5, 0.0], [0.0, 6.0]], [[1.0, 0.0], [0.0, 1.0]]],
+                     dtype=torch.float64)
+    return QuadraticProblem(a, SHIFTS, WEIGHTS)
+
+
+def _equal() -> QuadraticProblem:
+    """One curvature (2 I) for every client: K local steps have K = 1's stationary law, for every K."""
+    return QuadraticProblem(2.0 * torch.eye(2, dtype=torch.float64).expand(3, 2, 2).clone(), SHIFTS, WEIGHTS)
+
+
+def _exact_worst(problem, k: int) -> float:
+    """The exact largest |mean shift| or |sd ratio - 1| of K = k against K = 1, in K = 1 sds."""
+    m1, c1 = stationary_moments(problem, [ETA])
+    mk, ck = stationary_moments(problem, [ETA] * k)
+    sd1 = np.sqrt(np.diag(c1))
+    return float(max(np.abs((mk - m1) / sd1).max(), np.abs(np.sqrt(np.diag(ck)) / sd1 - 1).max()))
+
+
+def _local_step_warnings(caught) -> list[str]:
+    return [str(w.message) for w in caught if "local-step bias" in str(w.message)]
+
+
+def _auto(problem, seed=0):
+    sampler = fl.FALD(problem, step_size=ETA, local_steps=fl.AutoLocalSteps(LADDER), chains=256, seed=seed)
+    return sampler, sampler.run(2010, warmup=2000, progress=False)
+
+
+def test_the_exact_laws_of_the_two_problems():
+    """The premise of the tests below: every K > 1 is beyond the tolerance 0.1 on the first problem
+    (K = 2 already by 0.17 sd), none is biased at all on the second."""
+    worst = [_exact_worst(_heterogeneous(), k) for k in LADDER[1:]]
+    assert min(worst) > 0.15 and worst == sorted(worst)
+    assert max(_exact_worst(_equal(), k) for k in LADDER[1:]) < 1e-12
+
+
+def test_auto_keeps_k1_where_every_k_is_biased():
+    """256 chains, 1,000 measuring rounds: standard errors about 0.01, so the measurement has the
+    power to call K = 2 biased (exact 0.17 sd: its lower bound is above 0.1, `exceeds`), and auto
+    keeps K = 1 on that evidence; the rounds after the warm-up run one step each."""
+    sampler, trace = _auto(_heterogeneous())
+    bias = trace.local_step_bias
+    assert sampler.local_steps == 1 and trace.settings.local_steps == 1 and trace.settings.auto_local_steps
+    assert bias.auto and bias.measured and bias.local_steps == 1 and bias.choice.local_steps == 1
+    assert [e.local_steps for e in bias.estimates] == [2, 5, 10]
+    assert not any(ok for *_, ok in bias.choice.evidence)
+    assert lb.exceeds(bias.estimates[0], 0.1, 0.95)  # K = 2 biased on evidence, as the exact law says
+    for est in bias.estimates:  # each estimate within 4 standard errors (+1 % transient) of the exact worst value
+        se = max(est.mean_shift_se + est.sd_ratio_se)
+        assert abs(est.worst - _exact_worst(_heterogeneous(), est.local_steps)) <= 4 * se + 0.01 * est.worst
+    assert 0.0 < bias.stability <= ls.STABLE and bias.decay > 1
+    np.testing.assert_array_equal(np.diff(trace.draw_steps), 1)
+    assert trace.draw_steps[-1] == sampler.state.step
+
+
+def test_auto_takes_the_top_of_the_ladder_where_the_curvatures_are_equal():
+    """No K is biased by the exact law: every K is within 0.1 at 95 % (upper bounds about 0.05) and
+    the run goes on with K = 10; steps, step sizes and the ledger count what each round ran."""
+    sampler, trace = _auto(_equal())
+    bias = trace.local_step_bias
+    assert sampler.local_steps == 10 and trace.settings.local_steps == 10 and bias.choice.local_steps == 10
+    assert all(ok and upper <= 0.1 for _, _, upper, ok in bias.choice.evidence)
+    np.testing.assert_array_equal(np.diff(trace.draw_steps), 10)
+    assert trace.draw_steps[-1] == sampler.state.step == sampler.ledger.steps == len(trace.step_sizes)
+    assert sampler.ledger.steps < 10 * 2010 and sampler.ledger.rounds == 2010
+    assert math.isclose(sampler.ledger.eta_sum, ETA * sampler.ledger.steps, rel_tol=1e-12)
+    # a later run keeps the choice and measures nothing again
+    again = sampler.run(20, progress=False)
+    assert sampler.local_steps == 10 and again.local_step_bias is bias and sampler.measurement is None
+    assert np.diff(again.draw_steps).tolist() == [10] * 19
+
+
+def test_a_biased_fixed_k_warns_and_an_unbiased_one_does_not():
+    """K = 10 (exact: 0.82 sd on the heterogeneous problem, 0 with equal curvatures), 64 chains, the
+    second half of a 1,000-round warm-up: the warning names the number, the tolerance and the remedies;
+    the unbiased run is measured too (within the tolerance) and silent. Both go on with K = 10."""
+    with pytest.warns(UserWarning, match=r"local_steps=10: the local-step bias measured in warm-up is 0\.\d+ "
+                                         r"posterior sd .*tolerance 0\.1") as caught:
+        sampler = fl.FALD(_heterogeneous(), step_size=ETA, local_steps=10, chains=64, seed=0)
+        trace = sampler.run(1200, warmup=1000, progress=False)
+    (message,) = _local_step_warnings(caught)
+    for remedy in ("smaller K", "local_steps='auto'", "correction='control_variates', correlation=1.0",
+                   "no privacy", "check_local_bias=False"):
+        assert remedy in message
+    bias = trace.local_step_bias
+    assert bias.exceeds and bias.measured and not bias.auto and sampler.local_steps == 10
+    assert abs(bias.worst - _exact_worst(_heterogeneous(), 10)) < 0.2
+    np.testing.assert_array_equal(np.diff(trace.draw_steps), 10)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trace = fl.FALD(_equal(), step_size=ETA, local_steps=10, chains=64, seed=0).run(1200, warmup=1000,
+                                                                                       progress=False)
+    assert _local_step_warnings(caught) == []
+    assert trace.local_step_bias.measured and not trace.local_step_bias.exceeds
+    est = trace.local_step_bias.estimates[0]  # exact 0: within 4 standard errors of it
+    assert est.worst <= 4 * max(est.mean_shift_se + est.sd_ratio_se)
+
+
+def test_the_check_is_off_where_it_cannot_measure_or_is_turned_off():
+    """No measurement, no warning and the run exactly as before: check_local_bias=False, one chain, a
+    warm-up too short or none (then the record says why), a step size of your own that varies."""
+    problem = _heterogeneous()
+    plain = fl.FALD(problem, step_size=ETA, local_steps=10, chains=64, seed=0, check_local_bias=False)
+    reference = plain.run(300, warmup=200, progress=False)
+    assert reference.local_step_bias is None and plain.settings.check_local_bias is False
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cases = {
+            "one chain": fl.FALD(problem, step_size=ETA, local_steps=10, chains=1, seed=0).run(300, warmup=200,
+                                                                                               progress=False),
+            "short": fl.FALD(problem, step_size=ETA, local_steps=10, chains=64, seed=0).run(300, warmup=100,
+                                                                                            progress=False),
+            "none": fl.FALD(problem, step_size=ETA, local_steps=10, chains=64, seed=0).run(300, progress=False),
+            "varying": fl.FALD(problem, step_size=fl.Polynomial(ETA), local_steps=10, chains=64,
+                               seed=0).run(300, warmup=200, progress=False),
+        }
+    assert _local_step_warnings(caught) == []
+    assert cases["one chain"].local_step_bias is None and cases["varying"].local_step_bias is None
+    for case, rounds in (("short", 100), ("none", 0)):
+        bias = cases[case].local_step_bias
+        assert not bias.measured and f"a warm-up of {rounds} rounds is too short" in bias.note and bias.local_steps == 10
+    same = fl.FALD(problem, step_size=ETA, local_steps=10, chains=64, seed=0).run(300, warmup=100, progress=False)
+    assert torch.equal(same.samples, fl.FALD(problem, step_size=ETA, local_steps=10, chains=64, seed=0,
+                                             check_local_bias=False).run(300, warmup=100, progress=False).samples)
+
+
+def test_auto_that_cannot_measure_warns_and_keeps_k1():
+    """A warm-up too short to measure: auto keeps K = 1 and says so (a UserWarning naming the reason);
+    a step size at which K > 1 would not be stable (eta lambda_max(H_c) = 1.2 > 1): K = 1, silently."""
+    with pytest.warns(UserWarning, match="local_steps='auto': the local-step bias was not measured .*too short"):
+        sampler = fl.FALD(_heterogeneous(), step_size=ETA, local_steps="auto", chains=8, seed=0)
+        trace = sampler.run(100, progress=False)
+    assert sampler.local_steps == 1 and not trace.local_step_bias.measured and trace.settings.auto_local_steps
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sampler = fl.FALD(_heterogeneous(), step_size=0.2, local_steps="auto", chains=16, seed=0)
+        trace = sampler.run(300, progress=False)
+    assert _local_step_warnings(caught) == [] and sampler.local_steps == 1
+    bias = trace.local_step_bias
+    assert not bias.measured and bias.stability == pytest.approx(1.2, rel=1e-6) and "not stable" in bias.note
+
+
+def test_auto_with_the_adaptive_warm_up():
+    """The defaults (step_size="auto"): M and eta adapt at K = 1 in the first half of the warm-up
+    (the acceptance rule), the second half measures with them frozen; the record, the settings and
+    the ArviZ attributes say what was chosen."""
+    sampler = fl.FALD(_equal(), local_steps="auto", chains=32, seed=1)
+    assert sampler.adapter is None and sampler.local_steps == 1
+    trace = sampler.run(600, progress=False)
+    assert sampler.adapted and sampler.adapter is None and sampler.measurement is None
+    bias = trace.local_step_bias
+    assert bias.measured and bias.local_steps == sampler.local_steps == trace.settings.local_steps
+    assert bias.rounds <= 150  # the measurement took at most the second half of the 300-round warm-up
+    posterior = trace.to_arviz().posterior
+    assert posterior.attrs["local_steps"] == sampler.local_steps
+    assert json.loads(posterior.attrs["local_step_bias"]) == json.loads(json.dumps(bias.record()))
+    assert ls.LocalStepBias.from_record(bias.record()) == bias
+
+
+@pytest.mark.parametrize("local_steps", ["auto", 10])
+def test_a_checkpoint_in_the_measurement_resumes_bit_for_bit(local_steps, tmp_path):
+    """Checkpoints every 250 rounds of a 450-round run whose measurement takes rounds 200-400: the one
+    at round 250 (c.prev, as if the process had died after it) holds the measurement in progress;
+    resumed, the run ends on the same draws, record, K, steps and ledger as without the stop."""
+    kw = dict(step_size=ETA, local_steps=local_steps if local_steps == 10 else fl.AutoLocalSteps(LADDER),
+              chains=16, seed=3)
+    problem = _equal()
+    whole = fl.FALD(problem, **kw)
+    reference = whole.run(450, warmup=400, progress=False)
+    first = fl.FALD(problem, **kw)
+    first.run(450, warmup=400, progress=False, checkpoint=tmp_path / "c", checkpoint_every=250)
+    resumed = fl.FALD.resume(tmp_path / "c.prev")
+    assert resumed.unfinished["done"] == 250 and resumed.measurement is not None
+    assert resumed.measurement.phase in ("pilot", "plan") and resumed.local_step_bias is None
+    trace = resumed.run()
+    assert torch.equal(trace.samples, reference.samples)
+    np.testing.assert_array_equal(trace.draw_steps, reference.draw_steps)
+    assert trace.local_step_bias == reference.local_step_bias and trace.local_step_bias.measured
+    assert resumed.local_steps == whole.local_steps and resumed.anchor == whole.anchor
+    assert dict(resumed.ledger) == dict(whole.ledger)
+
+
+def test_a_run_stopped_in_the_measurement_leaves_the_next_run_a_fresh_one():
+    """A run interrupted mid-measurement (Ctrl-C): the next run drops the stale phase, counts its steps
+    from where it starts and measures again in its own warm-up."""
+    sampler = fl.FALD(_equal(), step_size=ETA, local_steps=10, chains=16, seed=0)
+    calls = [0]
+    observe = sampler._observe
+
+    def stop(run, theta):
+        calls[0] += 1
+        if calls[0] == 150:
+            raise KeyboardInterrupt
+        observe(run, theta)
+
+    sampler._observe = stop
+    with pytest.raises(KeyboardInterrupt):
+        sampler.run(300, warmup=250, progress=False)
+    assert sampler.measurement is not None
+    del sampler._observe
+    trace = sampler.run(300, warmup=250, progress=False)
+    assert trace.local_step_bias.measured and sampler.measurement is None
+    assert trace.draw_steps[-1] == sampler.state.step and np.diff(trace.draw_steps).tolist() == [10] * 49
+
+
+def test_fit_plan_fits_the_budget():
+    """The plan's rounds never exceed the budget; more rounds give more cycles (up to 4) and kept rounds;
+    the largest candidates go first where even one cycle does not fit; None where nothing fits."""
+    for budget in (40, 100, 300, 1000, 5000):
+        plan = ls.fit_plan((2, 5, 10), 10, budget)
+        if plan is not None:
+            assert plan.rounds <= budget and plan.burn_in == 10
+    big = ls.fit_plan((2, 5, 10), 10, 5000)
+    assert big.cycles == 4 and big.candidates == (2, 5, 10) and big.kept >= lb.KEPT_PER_BURN_IN * 10
+    assert ls.fit_plan((2, 5, 10), 10, 5001).kept >= big.kept
+    small = ls.fit_plan((2, 5, 10), 10, 45)
+    assert small is not None and small.candidates == (2,) and small.cycles == 1
+    assert ls.fit_plan((2,), 10, 21) is None
+
+
+def test_bad_values_are_refused_by_name_before_any_work():
+    problem = _equal()
+    for value in ("fast", "AUTO", "", "10"):
+        with pytest.raises(ValueError, match="local_steps"):
+            fl.FALD(problem, local_steps=value)
+    for ladder in ((1,), (2, 5), (1, 1, 2), (1, 5, 2), (1, 0), (1, 2.5), "125", (), None, (1, True)):
+        with pytest.raises(ValueError, match="ladder"):
+            fl.AutoLocalSteps(ladder=ladder)
+    for tolerance in (0.0, -0.1, float("nan"), float("inf"), "0.1", None, True):
+        with pytest.raises(ValueError, match="tolerance"):
+            fl.AutoLocalSteps(tolerance=tolerance)
+    for confidence in (0.0, 1.0, 1.5, float("nan"), "0.95"):
+        with pytest.raises(ValueError, match="confidence"):
+            fl.AutoLocalSteps(confidence=confidence)
+    with pytest.raises(ValueError, match="check_local_bias"):
+        fl.FALD(problem, local_steps=10, check_local_bias="no")
+    with pytest.raises(ValueError, match="check_local_bias"):
+        fl.FALD(problem, local_steps="auto", check_local_bias=False)
+    refused = [dict(chains=1), dict(chains=4, correction="control_variates"),
+               dict(chains=4, step_size=fl.Polynomial(0.1)), dict(chains=4, streams="per_client", adapt=False,
+                                                                  step_size=0.1)]
+    for kw in refused:
+        with pytest.raises(ValueError, match="local_steps='auto'"):
+            fl.FALD(problem, local_steps="auto", **kw)
+    assert fl.FALD(problem, local_steps=fl.AutoLocalSteps((1, 3), tolerance=0.2), chains=2).local_steps == 1
+
+
+def test_privacy_accounting_refuses_a_run_whose_rounds_took_another_k():
+    """The accountant takes K steps in every round: a run whose warm-up measured (K = 1 rounds among
+    the K = 10 ones) is refused by name; the sampler's next run (all K = 10) is accounted."""
+    sampler = fl.FALD(_equal(), step_size=ETA, local_steps=10, chains=16, seed=0)
+    measured = sampler.run(300, warmup=250, progress=False)
+    assert measured.local_step_bias.measured
+    with pytest.raises(ValueError, match="local-step bias"):
+        measured.privacy(delta=1e-5, sensitivity=1.0)
+    later = sampler.run(20, progress=False)
+    assert len(later.step_sizes) == 200 and later.privacy(delta=1e-5, sensitivity=1.0).epsilon > 0
