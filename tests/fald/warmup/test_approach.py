@@ -232,3 +232,42 @@ def test_the_warm_up_reaches_the_bulk_from_zeros_on_diamonds():
     trace = sampler.run(2000, progress=False)
     row = compare(post, np.asarray(trace.numpy()), 1.0)
     assert row.passes(), row
+
+
+def test_a_chain_dropped_during_the_approach_leaves_the_others_to_arrive(monkeypatch):
+    """on_divergence='drop' mid-approach, and that very round rejected by the energy guard: the
+    guard starts again from the surviving chains (so the chains are put back with 7 rows, not the
+    8 of before the drop), the approach arrives and the warm-up ends; the survivors' draws are
+    finite and near the far mean."""
+    problem, mu, h = _far_gaussian()
+    real_update, updates = adaptation.approach_update, []
+
+    def update(state, energies, statistic, tolerance=0.0):  # the round of the drop (the 5th) is rejected
+        updates.append(1)
+        new = real_update(state, energies, statistic, tolerance)
+        return Approach(state.step / 2, state.energy, state.statistic, new.rounds, True) if len(updates) == 5 else new
+
+    monkeypatch.setattr(adaptation, "approach_update", update)
+    sampler = fl.FALD(problem, chains=8, seed=0)
+    real, calls, during = sampler._kernel.step, [0], []
+
+    def poisoned(state, step_sizes, generator, on_step=None, **arguments):
+        new, info = real(state, step_sizes, generator, on_step, **arguments)
+        calls[0] += 1
+        if calls[0] == 5:  # round 5, inside the approach: chain 3 goes non-finite
+            during.append(sampler.adapter is not None and sampler.adapter.approach is not None)
+            theta = new.theta.clone()
+            theta[3] = math.nan
+            new = type(new)(theta=theta, step=new.step, round=new.round, correction=new.correction)
+        return new, info
+
+    sampler._kernel = sampler._kernel._replace(step=poisoned)
+    with pytest.warns(RuntimeWarning, match="diverged"):
+        trace = sampler.run(400, progress=False, on_divergence="drop")
+    assert during == [True] and list(trace.dropped) == [3] and trace.samples.shape[0] == 7 and sampler.adapted
+    assert sampler.adapter is None and torch.isfinite(trace.samples).all()
+    # the draws' mean within 6 posterior sds of mu (7 chains x 200 correlated draws: its sd is well
+    # under one posterior sd; far from 0, which is 1e4 sds away)
+    sd = torch.sqrt(torch.diagonal(torch.linalg.inv(h)))
+    z = (trace.samples.reshape(-1, mu.numel()).mean(0) - mu) / sd
+    assert float(z.abs().max()) < 6, z
