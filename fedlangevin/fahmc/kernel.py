@@ -101,11 +101,10 @@ import torch
 
 from fedlangevin._validation import check_choice, check_device, check_dtype, check_real, check_step_sizes
 from fedlangevin.fald.core.engine import RoundInfo, check_gradient, initial_theta
-from fedlangevin.fald.core.extensions import check_preconditioner
 from fedlangevin.fald.core.noise import add_noise_, noise_scales
 from fedlangevin.fald.core.participation import Full, Participation, SchemeI, SchemeII, as_participation, synchronize
 from fedlangevin.fald.core.preconditioning import (
-    as_preconditioner, is_identity, placed, preconditioner_matrix, preconditioner_record,
+    BUILT, RoundPreconditioner, as_preconditioner, is_identity, preconditioner_matrix, preconditioner_record,
 )
 from fedlangevin.problems.base import FederatedProblem, check_problem, check_weights
 
@@ -115,8 +114,6 @@ __all__ = ["FAHMCKernel", "FAHMCState", "OVERDAMPED", "SPLITTINGS", "as_fahmc_pr
 SPLITTINGS = ("BAOAB", "OBABO")
 #: ``step(..., friction=OVERDAMPED)``: the overdamped step, FA-LD's with eta = h^2 / 2 (module docstring)
 OVERDAMPED = math.inf
-#: ``step``'s default ``preconditioner`` and ``friction``: the ones given to :func:`build`
-_BUILT = object()
 
 
 @dataclass(frozen=True)
@@ -143,13 +140,14 @@ class FAHMCKernel:
     autograd_free = False
 
     def __init__(self, problem: FederatedProblem, work: FederatedProblem, *, temperature: float, correlation: float,
-                 rule: Participation, batch_size: int | None, friction: float, splitting: str, pre: Any,
-                 dtype: torch.dtype, device: torch.device, noise_dtype: torch.dtype | None, validated: bool) -> None:
+                 rule: Participation, batch_size: int | None, friction: float, splitting: str,
+                 pre: RoundPreconditioner, dtype: torch.dtype, device: torch.device, noise_dtype: torch.dtype | None,
+                 validated: bool) -> None:
         self.problem, self._work = problem, work
         self.temperature, self.correlation, self.participation = temperature, correlation, rule
         self.batch_size, self.friction, self.splitting = batch_size, friction, splitting
-        self.preconditioner = pre  # the default M of step (None: M = I)
-        self._last = (None, None)  # one-entry cache: the M last given to step, and its placed form
+        self._current = pre  # M round by round (given to step, or the built one)
+        self.preconditioner = pre.built  # the default M of step (None: M = I)
         self.dtype, self.device, self.noise_dtype = dtype, device, noise_dtype
         self._validated = validated
         weights = check_weights(problem.weights, problem.num_clients)
@@ -164,7 +162,7 @@ class FAHMCKernel:
         return FAHMCState(theta=theta, momentum=torch.zeros_like(theta), step=0, round=0)
 
     def step(self, state: FAHMCState, step_sizes: Sequence[float], generator: torch.Generator | None, *,
-             preconditioner: Any = _BUILT, friction: Any = _BUILT):
+             preconditioner: Any = BUILT, friction: Any = BUILT):
         """One communication round: broadcast (theta, v), K = len(step_sizes) local steps of the
         splitting on every client, the weighted average of (theta_c, v_c) (module docstring).
 
@@ -174,7 +172,7 @@ class FAHMCKernel:
         if not self._validated:
             step_sizes = check_step_sizes("step_sizes", step_sizes)
         pre = self._current(preconditioner)
-        gamma = self.friction if friction is _BUILT else _step_friction(friction)
+        gamma = self.friction if friction is BUILT else _step_friction(friction)
         overdamped = gamma == OVERDAMPED
         theta, v = state.theta, state.momentum
         r, d = theta.shape
@@ -210,15 +208,6 @@ class FAHMCKernel:
         u.mul_(math.exp(-gamma * h))
         one_minus_a2 = -math.expm1(-2.0 * gamma * h)
         add_noise_(u, self._scales, 0.5 * one_minus_a2, generator, transform=None if pre is None else pre.noise)
-
-    def _current(self, given: Any) -> Any:
-        """The placed M of a round: the built one, or ``given`` (None or an identity: I), placed on the
-        state's device and dtype and checked once per new object."""
-        if given is _BUILT:
-            return self.preconditioner
-        if given is not self._last[0]:
-            self._last = (given, _placed(given, self.problem.dim, self.dtype, self.device))
-        return self._last[1]
 
     # -- what the runner reads ----------------------------------------------------------------------
     def uploads(self, info: RoundInfo) -> float:
@@ -263,17 +252,6 @@ def as_fahmc_preconditioner(preconditioner: Any, dim: int) -> Any:
         message = str(exc)
         raise ValueError(message if message.startswith("preconditioner") else f"preconditioner: {message}") from None
     return None if is_identity(pre) else pre
-
-
-def _placed(given: Any, dim: int, dtype: torch.dtype, device: torch.device) -> Any:
-    """``given`` as the kernel's M: None for I, else placed on ``device`` in ``dtype`` and its
-    ``drift`` and ``noise`` checked (``ValueError`` naming ``preconditioner``)."""
-    pre = as_fahmc_preconditioner(given, dim)
-    if pre is None:
-        return None
-    pre = placed(pre, device, dtype)
-    check_preconditioner(pre, dim, dtype, device)
-    return pre
 
 
 def _step_friction(friction: Any) -> float:
@@ -325,7 +303,8 @@ def build(
     dtype = check_dtype("dtype", dtype)
     noise_dtype = None if noise_dtype is None else check_dtype("noise_dtype", noise_dtype)
     device = check_device("device", device)
-    pre = _placed(preconditioner, problem.dim, dtype, device)
+    pre = RoundPreconditioner(preconditioner, lambda given: as_fahmc_preconditioner(given, problem.dim), problem.dim,
+                              dtype, device)
     work = problem.to(device=device, dtype=dtype)
     check_gradient(work, dtype, device, batch_size, problem)
     return FAHMCKernel(problem, work, temperature=temperature, correlation=correlation, rule=rule,

@@ -38,12 +38,12 @@ from fedlangevin._validation import check_device, check_dtype, check_real, check
 from fedlangevin.fald.contracts import (
     CORRECTION_SETTINGS, DRIFT_CORRECTION, TRANSPORT, UPLOAD_CODEC, check_conforms,
 )
-from fedlangevin.fald.core.extensions import PRECONDITIONERS, LocalTransport, check_preconditioner
+from fedlangevin.fald.core.extensions import PRECONDITIONERS, LocalTransport
 from fedlangevin.fald.core.kernel import FALDState, UploadCodec, aggregate
 from fedlangevin.fald.core.local import local_step
 from fedlangevin.fald.core.noise import noise_scales
 from fedlangevin.fald.core.participation import Full, Participation, as_participation
-from fedlangevin.fald.core.preconditioning import as_preconditioner, is_identity, placed
+from fedlangevin.fald.core.preconditioning import BUILT, RoundPreconditioner, as_preconditioner, is_identity
 from fedlangevin.fald.core.steppers import AffineStepper, SmallAffineStepper, make_stepper
 from fedlangevin.problems.base import FederatedProblem, check_client_indices, check_problem, check_weights
 
@@ -182,17 +182,13 @@ def assemble(
     weights = check_weights(problem.weights, problem.num_clients)
     transport = LocalTransport() if transport is None else transport
 
-    def resolve(given):
-        """M given to build or step: None for I, else placed on the state's device and dtype, checked."""
+    def convert(given):
+        """M given to build or step: None for I, else the preconditioner object of the contract."""
         if given is not None and not (hasattr(given, "drift") or hasattr(given, "noise")):
             raise ValueError(f"preconditioner must be {PRECONDITIONERS}; got {type(given).__name__} {given!r:.80}")
-        pre = None if is_identity(given) else placed(as_preconditioner(given, problem.dim, "preconditioner"),
-                                                      device, dtype)
-        if pre is not None:
-            check_preconditioner(pre, problem.dim, dtype, device)
-        return pre
+        return None if is_identity(given) else as_preconditioner(given, problem.dim, "preconditioner")
 
-    preconditioner = resolve(preconditioner)
+    current = RoundPreconditioner(preconditioner, convert, problem.dim, dtype, device)  # M round by round
     if callable(getattr(transport, "bind", None)):  # a transport that splits the clients itself (distributed)
         transport.bind(problem.num_clients)
     held = None if transport.clients is None else check_client_indices(transport.clients, problem.num_clients)
@@ -214,17 +210,6 @@ def assemble(
         work = work.clients(held.tolist())
         held = held.to(device)
     check_gradient(work, dtype, device, batch_size, problem)
-    built = preconditioner  # the default M of step (None: I), placed and checked above
-    last = [None, None]  # one-entry cache: the M last given to step, and its placed form (None: I)
-
-    def current(given):
-        """The placed M of a round: the built one, or ``given`` (None or an identity: I), placed on
-        the state's device and dtype and checked once per new object."""
-        if given is _BUILT:
-            return built
-        if given is not last[0]:
-            last[0], last[1] = given, resolve(given)
-        return last[1]
 
     def init(theta0: torch.Tensor) -> FALDState:
         theta = initial_theta(theta0, problem.dim, dtype, device)
@@ -232,7 +217,7 @@ def assemble(
         return FALDState(theta=theta, step=0, round=0, correction=cstate)
 
     def step(state: FALDState, step_sizes: Sequence[float], generator: torch.Generator | None, on_step=None, *,
-             preconditioner=_BUILT):
+             preconditioner=BUILT):
         pre = current(preconditioner)
         theta = state.theta
         r, d = theta.shape
@@ -262,9 +247,9 @@ def assemble(
         return new, RoundInfo(weights=w)
 
     if (isinstance(stepper, SmallAffineStepper) and type(rule) is Full and upload is None
-            and type(transport) is LocalTransport and built is None):
+            and type(transport) is LocalTransport and current.built is None):
         def rounds(state: FALDState, step_sizes_list: Sequence[Sequence[float]], generator: torch.Generator | None, *,
-                   preconditioner=_BUILT):
+                   preconditioner=BUILT):
             if current(preconditioner) is not None:
                 raise ValueError("rounds: runs rounds without a preconditioner only; call step round by round")
             thetas = stepper.rounds(state.theta, step_sizes_list, scales, generator, p)
@@ -276,9 +261,6 @@ def assemble(
         step.rounds = rounds
     return Kernel(init, step, isinstance(stepper, AffineStepper))
 
-
-#: ``step``'s default ``preconditioner``: the one given to :func:`build`
-_BUILT = object()
 
 
 def initial_theta(theta0, dim: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

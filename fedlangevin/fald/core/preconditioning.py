@@ -34,10 +34,10 @@ from typing import Any
 import torch
 
 from fedlangevin.fald.contracts import PRECONDITIONER, check_conforms
-from fedlangevin.fald.core.extensions import FactorPreconditioner, IdentityPreconditioner
+from fedlangevin.fald.core.extensions import FactorPreconditioner, IdentityPreconditioner, check_preconditioner
 
 __all__ = [
-    "DiagonalPreconditioner", "as_preconditioner", "broadcast_floats", "is_identity", "placed", "preconditioner_matrix",
+    "BUILT", "DiagonalPreconditioner", "RoundPreconditioner", "as_preconditioner", "broadcast_floats", "is_identity", "placed", "preconditioner_matrix",
     "preconditioner_record", "preconditioner_from_record", "spectral_norm", "transformed_quadratic",
 ]
 
@@ -147,6 +147,41 @@ def as_preconditioner(matrix: Any, dim: int | None = None, name: str = "matrix")
 def placed(pre, device, dtype):
     """``pre`` on ``device`` in ``dtype`` (its optional ``to``; one without it is used as it is)."""
     return pre.to(device=device, dtype=dtype) if callable(getattr(pre, "to", None)) else pre
+
+
+#: a kernel ``step``'s default for an argument (M; FA-HMC's friction): what the kernel was built with
+BUILT = object()
+
+
+class RoundPreconditioner:
+    """A kernel's M round by round, M being a ``step`` argument like the step sizes (FA-LD's and
+    FA-HMC's kernels). :meth:`resolve` makes a given M the kernel's: ``convert(given)`` gives the
+    preconditioner object, or None for I (a ``ValueError`` naming ``preconditioner`` for anything
+    else), which is placed on the state's ``device`` in ``dtype`` with its ``drift`` and ``noise``
+    checked (:func:`~fedlangevin.fald.core.extensions.check_preconditioner`). :attr:`built` is the M
+    given when the kernel was built, a step's default (:data:`BUILT`). A runner passes the same
+    object round after round, so a given M is resolved once per new object (a one-entry cache)."""
+
+    def __init__(self, given: Any, convert, dim: int, dtype: torch.dtype, device: torch.device) -> None:
+        self.convert, self.dim, self.dtype, self.device = convert, dim, dtype, device
+        self.built = self.resolve(given)
+        self._last = (None, None)  # the M last given to a step, and its resolved form (None: I)
+
+    def resolve(self, given: Any) -> Any:
+        pre = self.convert(given)
+        if pre is None:
+            return None
+        pre = placed(pre, self.device, self.dtype)
+        check_preconditioner(pre, self.dim, self.dtype, self.device)
+        return pre
+
+    def __call__(self, given: Any = BUILT) -> Any:
+        """The resolved M of a round: the built one, or ``given``'s."""
+        if given is BUILT:
+            return self.built
+        if given is not self._last[0]:
+            self._last = (given, self.resolve(given))
+        return self._last[1]
 
 
 def _member(pre, name: str):
