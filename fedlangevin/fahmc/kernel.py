@@ -108,7 +108,8 @@ from fedlangevin.fald.core.preconditioning import (
 )
 from fedlangevin.problems.base import FederatedProblem, check_problem, check_weights
 
-__all__ = ["FAHMCKernel", "FAHMCState", "OVERDAMPED", "SPLITTINGS", "as_fahmc_preconditioner", "build"]
+__all__ = ["FAHMCKernel", "FAHMCState", "OVERDAMPED", "SPLITTINGS", "as_fahmc_preconditioner", "assemble", "build",
+           "checked_arguments"]
 
 #: the splittings of a local step (module docstring)
 SPLITTINGS = ("BAOAB", "OBABO")
@@ -142,14 +143,14 @@ class FAHMCKernel:
     def __init__(self, problem: FederatedProblem, work: FederatedProblem, *, temperature: float, correlation: float,
                  rule: Participation, batch_size: int | None, friction: float, splitting: str,
                  pre: RoundPreconditioner, dtype: torch.dtype, device: torch.device, noise_dtype: torch.dtype | None,
-                 validated: bool) -> None:
+                 check_step_sizes: bool) -> None:
         self.problem, self._work = problem, work
         self.temperature, self.correlation, self.participation = temperature, correlation, rule
         self.batch_size, self.friction, self.splitting = batch_size, friction, splitting
         self._current = pre  # M round by round (given to step, or the built one)
         self.preconditioner = pre.built  # the default M of step (None: M = I)
         self.dtype, self.device, self.noise_dtype = dtype, device, noise_dtype
-        self._validated = validated
+        self._check_step_sizes = check_step_sizes
         weights = check_weights(problem.weights, problem.num_clients)
         self._p = weights.to(device=device, dtype=dtype)
         self._scales = noise_scales(weights, temperature, correlation, device=device, dtype=dtype,
@@ -169,7 +170,7 @@ class FAHMCKernel:
         preconditioner : this round's M (a (d, d) or (d,) array or a preconditioner object; None: I),
             placed and checked once per new object; friction : this round's gamma > 0, or
             :data:`OVERDAMPED` for the overdamped step. Default: the ones given to :func:`build`."""
-        if not self._validated:
+        if self._check_step_sizes:
             step_sizes = check_step_sizes("step_sizes", step_sizes)
         pre = self._current(preconditioner)
         gamma = self.friction if friction is BUILT else _step_friction(friction)
@@ -274,7 +275,6 @@ def build(
     dtype: torch.dtype = torch.float64,
     device: torch.device | str = "cpu",
     noise_dtype: torch.dtype | None = torch.float32,
-    validated: bool = False,
 ) -> FAHMCKernel:
     """Build the FA-HMC round kernel for ``problem`` (see the module docstring).
 
@@ -288,11 +288,21 @@ def build(
     ``"BAOAB"`` or ``"OBABO"``; dtype, device : of the state; noise_dtype : of the standard
     normals (:mod:`fedlangevin.fald.core.noise`).
 
-    Every argument is checked here (``ValueError`` naming it), then the problem's gradient once
-    (:func:`fedlangevin.fald.core.engine.check_gradient`). ``validated=True`` skips the check of each
-    round's step sizes (the runner :class:`fedlangevin.FAHMC` has checked its schedule).
+    Every argument is checked here (:func:`checked_arguments`: ``ValueError`` naming it), then the
+    kernel is :func:`assemble`'s, whose ``step`` checks each round's step sizes.
     """
     check_problem(problem)
+    return assemble(problem, **checked_arguments(problem, temperature, correlation, participation, batch_size, friction,
+                                                 splitting=splitting, dtype=dtype, device=device,
+                                                 noise_dtype=noise_dtype),
+                    preconditioner=preconditioner, check_step_sizes=True)
+
+
+def checked_arguments(problem: FederatedProblem, temperature: Any, correlation: Any, participation: Any,
+                      batch_size: Any, friction: Any, *, splitting: Any, dtype: Any, device: Any,
+                      noise_dtype: Any) -> dict:
+    """:func:`assemble`'s arguments besides the problem and M, checked (``ValueError`` naming the
+    argument): what :func:`build` and a resume (values read from a checkpoint) check."""
     temperature = check_real("temperature", temperature, low=0.0, low_open=True)
     correlation = check_real("correlation", correlation, low=0.0, high=1.0)
     friction = check_real("friction", friction, low=0.0, low_open=True)
@@ -303,10 +313,23 @@ def build(
     dtype = check_dtype("dtype", dtype)
     noise_dtype = None if noise_dtype is None else check_dtype("noise_dtype", noise_dtype)
     device = check_device("device", device)
+    return dict(temperature=temperature, correlation=correlation, rule=rule, batch_size=batch_size,
+                friction=friction, splitting=splitting, dtype=dtype, device=device, noise_dtype=noise_dtype)
+
+
+def assemble(problem: FederatedProblem, *, temperature: float, correlation: float, rule: Participation,
+             batch_size: int | None, friction: float, splitting: str, dtype: torch.dtype, device: torch.device,
+             noise_dtype: torch.dtype | None, preconditioner: Any = None,
+             check_step_sizes: bool = False) -> FAHMCKernel:
+    """The kernel from checked arguments (:func:`checked_arguments`, or the sampler's own checks):
+    none is checked again; M is converted, placed and checked, and the problem's gradient probed
+    once (:func:`fedlangevin.fald.core.engine.check_gradient`). ``check_step_sizes``: ``step``
+    checks each round's step sizes (off for the runner :class:`fedlangevin.FAHMC`, whose schedule is
+    checked)."""
     pre = RoundPreconditioner(preconditioner, lambda given: as_fahmc_preconditioner(given, problem.dim), problem.dim,
                               dtype, device)
     work = problem.to(device=device, dtype=dtype)
     check_gradient(work, dtype, device, batch_size, problem)
     return FAHMCKernel(problem, work, temperature=temperature, correlation=correlation, rule=rule,
                        batch_size=batch_size, friction=friction, splitting=splitting, pre=pre, dtype=dtype,
-                       device=device, noise_dtype=noise_dtype, validated=validated)
+                       device=device, noise_dtype=noise_dtype, check_step_sizes=check_step_sizes)

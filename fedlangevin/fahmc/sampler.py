@@ -19,7 +19,7 @@ from fedlangevin._validation import (
     check_optional_bool, check_path, check_real,
 )
 from fedlangevin.fahmc import warmup as fahmc_warmup
-from fedlangevin.fahmc.kernel import SPLITTINGS, FAHMCKernel, as_fahmc_preconditioner, build
+from fedlangevin.fahmc.kernel import SPLITTINGS, FAHMCKernel, as_fahmc_preconditioner, assemble, checked_arguments
 from fedlangevin.fald.core.participation import Participation, as_participation
 from fedlangevin.fald.core.preconditioning import (
     broadcast_floats, is_identity, preconditioner_from_record, preconditioner_record,
@@ -157,9 +157,9 @@ class FAHMC(Runner):
                    f"d = {problem.dim}", "use fewer chains")
         check_init(init, chains, problem.dim, dtype, device)
         self.friction = DEFAULT_FRICTION if self.given_friction is None else self.given_friction
-        kernel = build(problem, temperature, self.correlation, self.participation, self.batch_size, self.friction,
-                       preconditioner=self.preconditioner, splitting=self.splitting, dtype=dtype, device=device,
-                       noise_dtype=self.noise_dtype, validated=True)
+        kernel = assemble(problem, temperature=temperature, correlation=self.correlation, rule=self.participation,
+                          batch_size=self.batch_size, friction=self.friction, splitting=self.splitting, dtype=dtype,
+                          device=device, noise_dtype=self.noise_dtype, preconditioner=self.preconditioner)
         self.preconditioner = kernel.preconditioner
         self.adapted = False
         super().__init__(kernel, problem, schedule, local_steps=local_steps, chains=chains, init=init, device=device,
@@ -272,10 +272,10 @@ class FAHMC(Runner):
             rule = _stored_rule(stored["participation"], participation)
             pre = (None if stored["preconditioner"] is None
                    else preconditioner_from_record(stored["preconditioner"], preconditioner))
-            kernel = build(problem, stored["temperature"], stored["correlation"], rule, stored["batch_size"],
-                           stored["friction"], preconditioner=pre, splitting=stored["splitting"],
-                           dtype=settings["dtype"], device=new_device, noise_dtype=_dtype(stored["noise_dtype"]),
-                           validated=True)
+            kernel = assemble(problem, **checked_arguments(
+                problem, stored["temperature"], stored["correlation"], rule, stored["batch_size"], stored["friction"],
+                splitting=stored["splitting"], dtype=settings["dtype"], device=new_device,
+                noise_dtype=_dtype(stored["noise_dtype"])), preconditioner=pre)
             current = (None if own["preconditioner"] is None
                        else preconditioner_from_record(own["preconditioner"], preconditioner))
             adapter = (None if own["adaptation"] is None
