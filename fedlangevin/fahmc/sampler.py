@@ -218,7 +218,7 @@ class FAHMC(Runner):
         client: counted), h from the current step on, gamma from the next round on, chains put back,
         the statistics' uploads (in the ledger, and in ``run``'s totals when given), the end of the
         warm-up. Returns the floats of a new M's broadcast."""
-        led, problem, sent = self.ledger, self.problem, 0.0
+        problem, sent = self.problem, 0.0
         if changes.preconditioner is not fahmc_warmup.KEEP:
             self.preconditioner = None if is_identity(changes.preconditioner) else changes.preconditioner
             sent = float(problem.num_clients * broadcast_floats(self.preconditioner, problem.dim))
@@ -227,10 +227,7 @@ class FAHMC(Runner):
         if changes.friction is not None:
             self.friction = changes.friction
         for name, floats in (("setup_floats", sent), ("setup_floats_up", changes.floats_up)):
-            if floats:
-                led[name] += floats
-                if run is not None:
-                    setattr(run, name, getattr(run, name, 0.0) + floats)
+            self._count_setup(run, name, floats)
         if changes.theta is not None:
             self.state = dataclasses.replace(self.state, theta=changes.theta)
         if changes.momentum is not None:

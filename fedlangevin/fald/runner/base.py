@@ -151,6 +151,14 @@ class Runner:
         """Whether the rounds ahead are observed one by one (:meth:`_observe`): an adaptive warm-up."""
         return self.adapter is not None
 
+    def _count_setup(self, run: Run | None, name: str, floats: float) -> None:
+        """Set-up floats outside the rounds (``name``: "setup_floats" down, "setup_floats_up" up) in
+        the ledger and, when ``run`` is given, in that run's totals (a family's warm-up counts here)."""
+        if floats:
+            self.ledger[name] += floats
+            if run is not None:
+                setattr(run, name, getattr(run, name, 0.0) + floats)
+
     def _step_arguments(self) -> dict:
         """The kernel's further ``step`` arguments for the next round (FA-LD: its current M, an
         argument like the step sizes); rounds run in chunks only while every value is None."""

@@ -310,10 +310,7 @@ class FALD(Runner):
             self.schedule.set(self.state.step, changes.step_size)
         for name, floats in (("setup_floats", sent), ("setup_floats", changes.floats_down),
                              ("setup_floats_up", changes.floats_up)):
-            if floats:
-                led[name] += floats
-                if run is not None:
-                    setattr(run, name, getattr(run, name, 0.0) + floats)
+            self._count_setup(run, name, floats)
         for name, rounds in changes.rounds.items():
             led[name] += rounds
         if changes.theta is not None:
