@@ -89,6 +89,18 @@ All chains and clients are updated at once on (R, N, d) buffers: no Python loop 
 clients; randomness comes from the generator passed in, in a fixed order per step (minibatch
 draws, the shared normals, the private normals of all N clients), then the round's participation
 draw; ``step`` never modifies its input state.
+
+Distributed (``transport=``, :data:`fedlangevin.fald.contracts.TRANSPORT`, e.g.
+:class:`fedlangevin.distributed.ProcessGroup`): a process holds the clients ``transport.clients``
+and runs only their local steps; its partial sums sum_{c held} w_c theta_c and sum_{c held} w_c v_c
+are stacked, (2, R, d), and summed over processes by one ``transport.reduce`` (one all-reduce a
+round for both). With ``exact = True`` every process draws every random number as one process does
+(minibatches and private normals of all N clients, participation) and keeps its clients' slice, so
+the samples do not depend on the split (up to the order of the floating-point summation); with
+``exact = False`` the held clients' private normals and minibatches come from
+``transport.private_stream(generator)`` (drawn once per round from the common generator before
+the local steps), the shared normals and the participation from the common generator: the same
+law, fewer draws.
 """
 
 from __future__ import annotations
@@ -106,7 +118,8 @@ from fedlangevin.fald.core.participation import Full, Participation, SchemeI, Sc
 from fedlangevin.fald.core.preconditioning import (
     BUILT, RoundPreconditioner, as_preconditioner, is_identity, preconditioner_matrix, preconditioner_record,
 )
-from fedlangevin.problems.base import FederatedProblem, check_problem, check_weights
+from fedlangevin.fald.contracts import TRANSPORT, check_conforms
+from fedlangevin.problems.base import FederatedProblem, check_client_indices, check_problem, check_weights
 
 __all__ = ["FAHMCKernel", "FAHMCState", "OVERDAMPED", "SPLITTINGS", "as_fahmc_preconditioner", "assemble", "build",
            "checked_arguments"]
@@ -143,7 +156,7 @@ class FAHMCKernel:
     def __init__(self, problem: FederatedProblem, work: FederatedProblem, *, temperature: float, correlation: float,
                  rule: Participation, batch_size: int | None, friction: float, splitting: str,
                  pre: RoundPreconditioner, dtype: torch.dtype, device: torch.device, noise_dtype: torch.dtype | None,
-                 check_step_sizes: bool) -> None:
+                 check_step_sizes: bool, transport: Any = None, held: torch.Tensor | None = None) -> None:
         self.problem, self._work = problem, work
         self.temperature, self.correlation, self.participation = temperature, correlation, rule
         self.batch_size, self.friction, self.splitting = batch_size, friction, splitting
@@ -153,7 +166,12 @@ class FAHMCKernel:
         self._check_step_sizes = check_step_sizes
         weights = check_weights(problem.weights, problem.num_clients)
         self._p = weights.to(device=device, dtype=dtype)
-        self._scales = noise_scales(weights, temperature, correlation, device=device, dtype=dtype,
+        # a distributed run (module docstring): the held clients (None: all), and with exact = False the
+        # transport's per-process stream of their private noise and minibatches (scales of the held only)
+        self._transport, self._held = transport, held
+        self._own_stream = None if held is None or getattr(transport, "exact", True) else transport.private_stream
+        scale_weights = weights if self._own_stream is None else weights.index_select(0, held.cpu())
+        self._scales = noise_scales(scale_weights, temperature, correlation, device=device, dtype=dtype,
                                     noise_dtype=noise_dtype)
 
     # -- the kernel ---------------------------------------------------------------------------------
@@ -177,38 +195,51 @@ class FAHMCKernel:
         overdamped = gamma == OVERDAMPED
         theta, v = state.theta, state.momentum
         r, d = theta.shape
-        n = self.problem.num_clients
-        x = theta.unsqueeze(1).expand(r, n, d).clone()   # the clients' positions (R, N, d)
+        n = self._work.num_clients                        # N, or the clients this process holds
+        x = theta.unsqueeze(1).expand(r, n, d).clone()   # the clients' positions (R, n, d)
         u = v.unsqueeze(1).expand(r, n, d).clone()       # and velocities
+        # exact = False: the held clients' private numbers from the transport's stream of this round
+        own = None if self._own_stream is None else self._own_stream(generator)
         for h in step_sizes:
             h = float(h)
-            force = self._force(x, generator, pre)        # -M grad f~^c (R, N, d): the step's one gradient
+            force = self._force(x, generator if own is None else own, pre)  # -M grad f~^c: the step's one gradient
             if self.splitting == "BAOAB" and not overdamped:  # B(h) A(h/2) O A(h/2)
                 u.add_(force, alpha=h)
                 x.add_(u, alpha=0.5 * h)
-                self._refresh(u, h, gamma, pre, generator)
+                self._refresh(u, h, gamma, pre, generator, own)
                 x.add_(u, alpha=0.5 * h)
             else:                                         # OBABO: B(h/2) O B(h/2) A(h) (and the overdamped step)
                 u.add_(force, alpha=0.5 * h)
-                self._refresh(u, h, gamma, pre, generator)
+                self._refresh(u, h, gamma, pre, generator, own)
                 u.add_(force, alpha=0.5 * h)
                 x.add_(u, alpha=h)
         w = self.participation.weights(self._p, r, generator)
-        new = FAHMCState(theta=synchronize(x, w), momentum=synchronize(u, w), step=state.step + len(step_sizes),
-                         round=state.round + 1)
+        if self._transport is None:
+            theta, v = synchronize(x, w), synchronize(u, w)
+        else:  # the held clients' partial sums of theta and v, summed over processes in one reduce
+            held = w if self._held is None else w.index_select(-1, self._held)
+            total = self._transport.reduce(torch.stack((synchronize(x, held), synchronize(u, held))))
+            theta, v = total[0].clone(), total[1].clone()
+        new = FAHMCState(theta=theta, momentum=v, step=state.step + len(step_sizes), round=state.round + 1)
         return new, RoundInfo(weights=w)
 
     def _force(self, x: torch.Tensor, generator: torch.Generator | None, pre: Any) -> torch.Tensor:
         grad = self._work.grad(x, batch_size=self.batch_size, generator=generator)
         return -(grad if pre is None else pre.drift(grad))
 
-    def _refresh(self, u: torch.Tensor, h: float, gamma: float, pre: Any, generator: torch.Generator | None) -> None:
+    def _refresh(self, u: torch.Tensor, h: float, gamma: float, pre: Any, generator: torch.Generator | None,
+                 own: torch.Generator | None = None) -> None:
         """O of (2), in place: v <- a v + sqrt(tau (1 - a^2)) A (shared + private noise). FA-LD's
         noise for a step of size eta adds sqrt(2 eta tau) (...) (:mod:`fedlangevin.fald.core.noise`):
-        eta = (1 - a^2) / 2 gives this one (a = 0 for the overdamped step: fresh noise)."""
+        eta = (1 - a^2) / 2 gives this one (a = 0 for the overdamped step: fresh noise). ``own``: the
+        held clients' private stream (``exact = False``; the shared normals stay on ``generator``)."""
         u.mul_(math.exp(-gamma * h))
         one_minus_a2 = -math.expm1(-2.0 * gamma * h)
-        add_noise_(u, self._scales, 0.5 * one_minus_a2, generator, transform=None if pre is None else pre.noise)
+        transform = None if pre is None else pre.noise
+        if own is None:
+            add_noise_(u, self._scales, 0.5 * one_minus_a2, generator, clients=self._held, transform=transform)
+        else:
+            add_noise_(u, self._scales, 0.5 * one_minus_a2, own, transform=transform, shared_generator=generator)
 
     # -- what the runner reads ----------------------------------------------------------------------
     def uploads(self, info: RoundInfo) -> float:
@@ -275,6 +306,7 @@ def build(
     dtype: torch.dtype = torch.float64,
     device: torch.device | str = "cpu",
     noise_dtype: torch.dtype | None = torch.float32,
+    transport: Any = None,
 ) -> FAHMCKernel:
     """Build the FA-HMC round kernel for ``problem`` (see the module docstring).
 
@@ -286,16 +318,19 @@ def build(
     multiplies the force (the inverse mass matrix in HMC's terms: pass the posterior covariance).
     M and gamma are ``step``'s defaults (``step`` takes either as an argument). splitting :
     ``"BAOAB"`` or ``"OBABO"``; dtype, device : of the state; noise_dtype : of the standard
-    normals (:mod:`fedlangevin.fald.core.noise`).
+    normals (:mod:`fedlangevin.fald.core.noise`); transport : a distributed run's synchronisation
+    (:data:`fedlangevin.fald.contracts.TRANSPORT`, module docstring; None: one process, every client).
 
     Every argument is checked here (:func:`checked_arguments`: ``ValueError`` naming it), then the
     kernel is :func:`assemble`'s, whose ``step`` checks each round's step sizes.
     """
     check_problem(problem)
+    if transport is not None:
+        check_conforms(transport, TRANSPORT, "transport")
     return assemble(problem, **checked_arguments(problem, temperature, correlation, participation, batch_size, friction,
                                                  splitting=splitting, dtype=dtype, device=device,
                                                  noise_dtype=noise_dtype),
-                    preconditioner=preconditioner, check_step_sizes=True)
+                    preconditioner=preconditioner, check_step_sizes=True, transport=transport)
 
 
 def checked_arguments(problem: FederatedProblem, temperature: Any, correlation: Any, participation: Any,
@@ -320,16 +355,24 @@ def checked_arguments(problem: FederatedProblem, temperature: Any, correlation: 
 def assemble(problem: FederatedProblem, *, temperature: float, correlation: float, rule: Participation,
              batch_size: int | None, friction: float, splitting: str, dtype: torch.dtype, device: torch.device,
              noise_dtype: torch.dtype | None, preconditioner: Any = None,
-             check_step_sizes: bool = False) -> FAHMCKernel:
+             check_step_sizes: bool = False, transport: Any = None) -> FAHMCKernel:
     """The kernel from checked arguments (:func:`checked_arguments`, or the sampler's own checks):
     none is checked again; M is converted, placed and checked, and the problem's gradient probed
     once (:func:`fedlangevin.fald.core.engine.check_gradient`). ``check_step_sizes``: ``step``
     checks each round's step sizes (off for the runner :class:`fedlangevin.FAHMC`, whose schedule is
-    checked)."""
+    checked). ``transport``: checked against the contract by the caller; one with ``bind(N)`` is
+    given the problem's N here, and the kernel then holds its ``clients`` (module docstring)."""
     pre = RoundPreconditioner(preconditioner, lambda given: as_fahmc_preconditioner(given, problem.dim), problem.dim,
                               dtype, device)
+    if transport is not None and callable(getattr(transport, "bind", None)):  # it splits the clients itself
+        transport.bind(problem.num_clients)
+    clients = None if transport is None else transport.clients
+    held = None if clients is None else check_client_indices(clients, problem.num_clients)
     work = problem.to(device=device, dtype=dtype)
+    if held is not None:
+        work, held = work.clients(held.tolist()), held.to(device)
     check_gradient(work, dtype, device, batch_size, problem)
     return FAHMCKernel(problem, work, temperature=temperature, correlation=correlation, rule=rule,
                        batch_size=batch_size, friction=friction, splitting=splitting, pre=pre, dtype=dtype,
-                       device=device, noise_dtype=noise_dtype, check_step_sizes=check_step_sizes)
+                       device=device, noise_dtype=noise_dtype, check_step_sizes=check_step_sizes, transport=transport,
+                       held=held)

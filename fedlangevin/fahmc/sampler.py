@@ -20,6 +20,7 @@ from fedlangevin._validation import (
 )
 from fedlangevin.fahmc import warmup as fahmc_warmup
 from fedlangevin.fahmc.kernel import SPLITTINGS, FAHMCKernel, as_fahmc_preconditioner, assemble, checked_arguments
+from fedlangevin.fald.contracts import TRANSPORT, check_conforms
 from fedlangevin.fald.core.participation import Participation, as_participation
 from fedlangevin.fald.core.preconditioning import (
     broadcast_floats, is_identity, preconditioner_from_record, preconditioner_record,
@@ -77,6 +78,17 @@ class FAHMC(Runner):
     adapt : adapt M in the warm-up (default: with ``step_size="auto"``; ``adapt=False`` adapts h and
         the friction only; ``adapt=True`` needs ``step_size="auto"``).
     splitting : ``"BAOAB"`` (default) or ``"OBABO"``.
+    transport : a distributed run's synchronisation, e.g. :class:`fedlangevin.distributed.ProcessGroup`
+        (``docs/distributed.md``), checked against the transport contract before any work: this process
+        runs the local steps of the transport's clients only, and the partial sums of theta and v go
+        through one all-reduce a round (:mod:`fedlangevin.fahmc.kernel`); with ``exact=True`` the samples
+        are the one-process run's (up to the order of the floating-point summation), with ``exact=False``
+        each rank's private noise and minibatches come from its own stream (the same law). Only the
+        writing process (rank 0) keeps draws, checkpoints and stores. ``step_size="auto"`` works as in one
+        process: its warm-up statistics read the broadcast (theta, v), which every rank holds bit for bit
+        after the all-reduce, and the whole problem, so every rank computes the same M, h and gamma (as
+        FALD's warm-up; each rank then reads every client's energy, gradient and Hessian in the warm-up).
+        ``None`` (default): one process, every client.
     correction, privacy : refused (``None`` only): drift corrections and privacy accounting of
         FA-HMC are not built yet.
 
@@ -124,9 +136,11 @@ class FAHMC(Runner):
         splitting: str = "BAOAB",
         correction: Any = None,
         privacy: Any = None,
+        transport: Any = None,
     ) -> None:
         check_problem(problem)
         _refuse_unbuilt(step_size, init, correction, privacy)
+        self.transport = None if transport is None else check_conforms(transport, TRANSPORT, "transport")
         self.given_friction = None if _is_auto(friction) else check_real("friction", friction, low=0.0, low_open=True)
         local_steps = check_local_steps(local_steps)
         temperature = check_real("temperature", temperature, low=0.0, low_open=True)
@@ -159,7 +173,8 @@ class FAHMC(Runner):
         self.friction = DEFAULT_FRICTION if self.given_friction is None else self.given_friction
         kernel = assemble(problem, temperature=temperature, correlation=self.correlation, rule=self.participation,
                           batch_size=self.batch_size, friction=self.friction, splitting=self.splitting, dtype=dtype,
-                          device=device, noise_dtype=self.noise_dtype, preconditioner=self.preconditioner)
+                          device=device, noise_dtype=self.noise_dtype, preconditioner=self.preconditioner,
+                          transport=self.transport)
         self.preconditioner = kernel.preconditioner
         self.adapted = False
         super().__init__(kernel, problem, schedule, local_steps=local_steps, chains=chains, init=init, device=device,
@@ -240,7 +255,7 @@ class FAHMC(Runner):
     @classmethod
     def resume(cls, path: str | os.PathLike, *, problem: FederatedProblem | None = None, step_size: Any = None,
                participation: Participation | None = None, preconditioner: Any = None, device: Any = None,
-               fallback: bool = False) -> "FAHMC":
+               fallback: bool = False, transport: Any = None) -> "FAHMC":
         """A sampler positioned where the checkpoint at ``path`` left off: chains, momentum, random
         stream, counters, ledger and an unfinished run, so that it continues bit for bit on the same
         device (``run()`` finishes an unfinished run).
@@ -250,8 +265,13 @@ class FAHMC(Runner):
             of your own); given ones are checked against the checkpoint's (a ``step_size`` given here
             replaces the stored schedule, with a warning where it differs). device, fallback : as
             ``FALD.resume``. A warm-up in progress (M, h, friction) continues where it was.
+        transport : of a distributed run, as ``FALD.resume``'s: every process resumes from rank 0's
+            checkpoint (with ``exact=True`` at any number of processes, one included); a process that does
+            not write continues an unfinished run without its draws or checkpoint.
         """
         path, fallback = check_path("path", path), check_bool("fallback", fallback)
+        if transport is not None:
+            check_conforms(transport, TRANSPORT, "transport")
         record, used = ckpt.read_file(path, fallback=fallback)
         settings = check_runner_record(record, used)
         if settings.get("sampler") != "FA-HMC":
@@ -272,7 +292,7 @@ class FAHMC(Runner):
             kernel = assemble(problem, **checked_arguments(
                 problem, stored["temperature"], stored["correlation"], rule, stored["batch_size"], stored["friction"],
                 splitting=stored["splitting"], dtype=settings["dtype"], device=new_device,
-                noise_dtype=_dtype(stored["noise_dtype"])), preconditioner=pre)
+                noise_dtype=_dtype(stored["noise_dtype"])), preconditioner=pre, transport=transport)
             current = (None if own["preconditioner"] is None
                        else preconditioner_from_record(own["preconditioner"], preconditioner))
             adapter = (None if own["adaptation"] is None
@@ -289,12 +309,13 @@ class FAHMC(Runner):
             sampler.adapt_step = isinstance(schedule, AdaptedSteps)
             sampler.step_rule = AutoStep(own["target"]) if sampler.adapt_step else None
             sampler.adapt_matrix, sampler.adapted = bool(own["adapt_matrix"]), bool(own["adapted"])
+            sampler.transport = transport
             Runner.__init__(sampler, kernel, problem, schedule, **kwargs)
             sampler.adapter = adapter
             return sampler
 
         return rs.resume_runner(shell, path, kernel, problem=problem, step_size=step_size, device=device,
-                                fallback=fallback)
+                                fallback=fallback, transport=transport)
 
 
 def _dtype(name: str | None) -> torch.dtype | None:

@@ -107,7 +107,9 @@ def w3_launch(rank: int, world_size: int, path: str) -> dict:
 
 def w2_launch(rank: int, world_size: int, path: str) -> dict:
     return {"equal": equality_cases(rank, world_size), "resume": resume_case(rank, world_size, path),
-            "inexact": inexact_case(rank, world_size)}
+            "inexact": inexact_case(rank, world_size), "hmc": hmc_equality_cases(rank, world_size),
+            "hmc_resume": hmc_resume_case(rank, world_size, path + ".hmc"),
+            "hmc_inexact": hmc_inexact_case(rank, world_size)}
 
 
 INEXACT_CHAINS = 4000
@@ -146,4 +148,106 @@ def nccl_case(rank: int, world_size: int) -> dict:
         trace = sampler(name, pg, device=device).run(ROUNDS)
         out[name] = torch.as_tensor(trace.samples).cpu() if rank == 0 else None
         pg.close()
+    return out
+
+
+# -- FA-HMC (fedlangevin.fahmc) over the same transport -------------------------------------------
+HMC_STEP = 0.03  # h: the Gaussian posterior's precision reaches ~700, stable for h < 2 / sqrt(700) = 0.076
+HMC_AUTO_ROUNDS = 40  # step_size="auto": a warm-up of 20 rounds, both of its phases (overdamped, underdamped)
+
+#: name -> (problem factory, FAHMC keyword arguments): K in {1, 3}, rho in {0, 0.7}, full and partial
+#: participation, minibatches, a preconditioner, both splittings, and the adaptive warm-up
+HMC_CASES = {
+    "hmc_k1_rho0": (gaussian_problem, dict(local_steps=1, correlation=0.0)),
+    "hmc_k1_rho07_minibatch": (logistic_problem, dict(step_size=0.3, local_steps=1, correlation=0.7, batch_size=3)),
+    "hmc_k3_rho0_obabo": (gaussian_problem, dict(local_steps=3, correlation=0.0, splitting="OBABO")),
+    "hmc_k3_rho07_preconditioned": (gaussian_problem, dict(local_steps=3, correlation=0.7,
+                                                           preconditioner=torch.tensor([0.5, 1.5]).double())),
+    "hmc_k3_rho07_schemeI": (gaussian_problem, dict(local_steps=3, correlation=0.7, participation=fl.SchemeI(3))),
+    "hmc_auto": (gaussian_problem, dict(step_size="auto")),
+}
+
+
+def hmc_sampler(name: str, transport=None, **extra) -> fl.FAHMC:
+    factory, kwargs = HMC_CASES[name]
+    return fl.FAHMC(factory(), **{"step_size": HMC_STEP, "chains": CHAINS, "seed": 11, "transport": transport,
+                                  **kwargs, **extra})
+
+
+def hmc_rounds(name: str) -> int:
+    return HMC_AUTO_ROUNDS if name == "hmc_auto" else ROUNDS
+
+
+def hmc_equality_cases(rank: int, world_size: int) -> dict:
+    """Every FA-HMC case at W ranks: rank 0's draws, every rank's final (theta, v), the step and friction."""
+    out = {}
+    for name in HMC_CASES:
+        pg = ProcessGroup(timeout=60, heartbeat=0.3)
+        s = hmc_sampler(name, pg)
+        trace = s.run(hmc_rounds(name))
+        out[name] = {"theta": s.state.theta.clone(), "momentum": s.state.momentum.clone(),
+                     "clients": list(pg.clients), "adapted": (float(s.schedule(s.state.step)), s.friction),
+                     "samples": torch.as_tensor(trace.samples).clone() if rank == 0 else tuple(trace.samples.shape)}
+        pg.close()
+    return out
+
+
+class Stop(Exception):
+    """Raised by every rank in the same round: a run interrupted in all processes at once."""
+
+
+def hmc_resume_case(rank: int, world_size: int, path: str) -> dict:
+    """FA-HMC, W = 2 throughout: (a) 10 rounds with a checkpoint (rank 0 writes it), every rank resumes it
+    and runs 10 more; (b) a 20-round run checkpointed every 5 rounds that every rank stops in round 13,
+    resumed by every rank from the round-10 checkpoint and finished (the unfinished run continues)."""
+    name = "hmc_k3_rho07_preconditioned"
+    pg = ProcessGroup(timeout=60, heartbeat=0.3)
+    first = hmc_sampler(name, pg).run(10, checkpoint=path if rank == 0 else path + f".rank{rank}")
+    torch.distributed.barrier()  # rank 0 has written the checkpoint the others read
+    resumed = fl.FAHMC.resume(path, transport=pg)
+    second = resumed.run(10)
+    out = {"written": os.path.exists(path + f".rank{rank}"), "theta": resumed.state.theta.clone(),
+           "samples": None if rank != 0 else torch.cat([torch.as_tensor(first.samples),
+                                                         torch.as_tensor(second.samples)], dim=1)}
+    stopped = path + ".stopped"
+    s = hmc_sampler(name, pg)
+    reduce, calls = pg.reduce, [0]
+
+    def stops(partial):
+        calls[0] += 1
+        if calls[0] == 13:
+            raise Stop
+        return reduce(partial)
+
+    pg.reduce = stops
+    try:
+        s.run(20, checkpoint=stopped if rank == 0 else stopped + f".rank{rank}", checkpoint_every=5)
+    except Stop:
+        pass
+    pg.reduce = reduce
+    torch.distributed.barrier()
+    again = fl.FAHMC.resume(stopped, transport=pg)
+    out["unfinished_done"] = again.unfinished["done"]
+    trace = again.run()
+    out["finished"] = torch.as_tensor(trace.samples).clone() if rank == 0 else tuple(trace.samples.shape)
+    out["finished_theta"] = again.state.theta.clone()
+    out["stopped_written"] = os.path.exists(stopped + f".rank{rank}")
+    pg.close()
+    return out
+
+
+HMC_INEXACT_STEP = 0.3
+
+
+def hmc_inexact_case(rank: int, world_size: int) -> dict:
+    """FA-HMC with exact=False: per-rank private streams; rank 0 returns the final (theta, v) of many chains."""
+    pg = ProcessGroup(exact=False, timeout=60, heartbeat=0.3)
+    out = {}
+    for name, kwargs in {"full_rho07": dict(correlation=0.7),
+                         "schemeI_rho0": dict(correlation=0.0, participation=fl.SchemeI(2))}.items():
+        s = fl.FAHMC(quadratic_problem(), step_size=HMC_INEXACT_STEP, friction=1.0, local_steps=3,
+                     chains=INEXACT_CHAINS, seed=5, transport=pg, **kwargs)
+        s.run(INEXACT_ROUNDS, keep_samples=False)
+        out[name] = torch.cat([s.state.theta, s.state.momentum], dim=1) if rank == 0 else None
+    pg.close()
     return out

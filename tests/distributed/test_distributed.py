@@ -251,3 +251,101 @@ def test_a_survivor_that_exits_after_seeing_the_failure_is_not_named():
     assert stopped == [2], info
     assert info[1] == "pid 11 on host, saw the failure in round 12" and "last seen in round 0" in info[2], info
     assert "alive" in info[3], info
+
+
+# -- FA-HMC (fedlangevin.fahmc) over torch.distributed: the W = 2 launch runs its cases too ------
+@pytest.fixture(scope="module")
+def hmc_reference() -> dict:
+    torch.set_num_threads(1)
+    out = {}
+    for name in C.HMC_CASES:
+        s = C.hmc_sampler(name)
+        trace = s.run(C.hmc_rounds(name))
+        out[name] = {"samples": torch.as_tensor(trace.samples), "momentum": s.state.momentum.clone(),
+                     "adapted": (float(s.schedule(s.state.step)), s.friction)}
+    return out
+
+
+@pytest.mark.parametrize("name", list(C.HMC_CASES))
+def test_fahmc_two_ranks_equal_the_single_process_run(w2, hmc_reference, name):
+    """Draws and velocities of W = 2 against one process, to TOL (the module docstring's argument: the
+    partial sums of theta and v are added in another order, nothing else differs). With
+    step_size="auto" the warm-up's M, h and gamma are continuous functions of the broadcast (theta, v),
+    which every rank holds bit for bit: every rank adapts the same values, and the single process
+    (whose iterates differ by a few ulp) adapts the same values to TOL."""
+    want = hmc_reference[name]
+    results = [r["hmc"][name] for r in w2]
+    got = results[0]["samples"]
+    assert got.shape == want["samples"].shape
+    torch.testing.assert_close(got, want["samples"], **TOL)
+    torch.testing.assert_close(results[0]["momentum"], want["momentum"], **TOL)
+    np.testing.assert_allclose(results[0]["adapted"], want["adapted"], rtol=1e-12)
+    assert not torch.equal(got[:, 0], got[:, -1])  # the chains move: equality is not trivial
+    for rank, res in enumerate(results):
+        assert res["clients"] == split_clients(6, 2)[rank]
+        assert torch.equal(res["theta"], results[0]["theta"]) and torch.equal(res["momentum"], results[0]["momentum"])
+        assert res["adapted"] == results[0]["adapted"]  # every rank adapted the same h and gamma
+        if rank:
+            assert res["samples"] == (got.shape[0], 0, got.shape[2])
+
+
+def test_fahmc_checkpoint_at_two_ranks_resumes_at_two_ranks(w2):
+    """A checkpoint written at W = 2 and resumed at W = 2 (every rank) continues the uninterrupted
+    one-process run, momentum and random stream included; so does an unfinished run stopped in every
+    rank in round 13 and resumed from the round-10 checkpoint (run() finishes it: rank 0's trace
+    holds the whole run's draws). Only rank 0 writes checkpoints."""
+    name = "hmc_k3_rho07_preconditioned"
+    whole = C.hmc_sampler(name)
+    want = torch.as_tensor(whole.run(20).samples)
+    rank0, rank1 = w2[0]["hmc_resume"], w2[1]["hmc_resume"]
+    torch.testing.assert_close(rank0["samples"], want, **TOL)
+    torch.testing.assert_close(rank0["finished"], want, **TOL)
+    assert rank0["unfinished_done"] == rank1["unfinished_done"] == 10
+    assert rank1["finished"] == (want.shape[0], 0, want.shape[2])  # rank 1 continues without draws
+    assert not rank1["written"] and not rank1["stopped_written"]  # rank 1 wrote no checkpoint
+    assert torch.equal(rank1["theta"], rank0["theta"]) and torch.equal(rank1["finished_theta"], rank0["finished_theta"])
+    torch.testing.assert_close(rank0["finished_theta"], whole.state.theta, **TOL)
+
+
+@pytest.mark.parametrize("name", ["full_rho07", "schemeI_rho0"])
+def test_fahmc_inexact_mode_has_the_exact_law(w2, name):
+    """exact=False at W = 2: mean and covariance of the stacked (theta, v) after 8 rounds match
+    fedlangevin.fahmc.exact's exact moments. Tolerance as test_inexact_mode_has_the_exact_law's:
+    5 Monte Carlo standard errors of each entry from the R = 4000 draws themselves (a mixture under
+    scheme I: no Gaussian formula assumed); each entry fails with probability < 1e-5 if the law is right."""
+    from fedlangevin.fahmc.exact import exact_moments as hmc_moments
+
+    x = w2[0]["hmc_inexact"][name].numpy()
+    kwargs = {"full_rho07": dict(correlation=0.7), "schemeI_rho0": dict(participation=fl.SchemeI(2))}[name]
+    means, covs = hmc_moments(C.quadratic_problem(), [[C.HMC_INEXACT_STEP] * 3] * C.INEXACT_ROUNDS, 1.0, **kwargs)
+    mean, cov = means[-1], covs[-1]
+    r, k = x.shape
+    assert r == C.INEXACT_CHAINS and k == 4
+    se_mean = np.sqrt(x.var(axis=0) / r)
+    assert np.all(np.abs(x.mean(axis=0) - mean) < 5 * se_mean), (x.mean(axis=0), mean, se_mean)
+    centred = x - mean
+    prods = centred[:, :, None] * centred[:, None, :]
+    se_cov = np.sqrt(prods.reshape(r, -1).var(axis=0) / r).reshape(k, k)
+    assert np.all(np.abs(prods.mean(axis=0) - cov) < 5 * se_cov), (prods.mean(axis=0), cov, se_cov)
+    # another stream than the exact mode's (per-rank private noise and minibatches)
+    exact = fl.FAHMC(C.quadratic_problem(), step_size=C.HMC_INEXACT_STEP, friction=1.0, local_steps=3,
+                     chains=C.INEXACT_CHAINS, seed=5, **kwargs)
+    exact.run(C.INEXACT_ROUNDS, keep_samples=False)
+    assert not np.allclose(exact.state.theta.numpy(), x[:, :2])
+
+
+def test_fahmc_refuses_a_bad_transport_before_reading_anything(tmp_path):
+    class Inexact:  # exact = False without a private stream
+        clients, exact = None, False
+
+        def reduce(self, partial):
+            return partial
+
+    problem = C.gaussian_problem()
+    with pytest.raises(ValueError, match=r"transport: object does not implement the transport contract .*"
+                                         r"missing reduce\(partial\)"):
+        fl.FAHMC(problem, step_size=0.03, transport=object())
+    with pytest.raises(ValueError, match="transport: Inexact .* exact = False must have private_stream"):
+        fl.FAHMC(problem, step_size=0.03, transport=Inexact())
+    with pytest.raises(ValueError, match=r"transport: object does not implement the transport contract"):
+        fl.FAHMC.resume(tmp_path / "absent.ckpt", transport=object())  # refused before the file is read

@@ -259,3 +259,52 @@ def test_a_bad_step_friction_is_refused_by_name(value):
         kernel.step(kernel.init(torch.zeros(1, 2, dtype=torch.float64)), [0.1], None, friction=value)
     with pytest.raises(ValueError, match="preconditioner"):
         kernel.step(kernel.init(torch.zeros(1, 2, dtype=torch.float64)), [0.1], None, preconditioner=[1.0, -1.0])
+
+
+class _Holds:
+    """A transport holding some clients whose reduce keeps the partial sums it is given (the sum over
+    processes is then the test's: two such kernels are the two processes of a W = 2 run)."""
+
+    def __init__(self, clients) -> None:
+        self.clients, self.partials = clients, []
+
+    def reduce(self, partial):
+        self.partials.append(partial.clone())
+        return partial
+
+
+@pytest.mark.parametrize("splitting", ["BAOAB", "OBABO"])
+def test_two_kernels_holding_half_the_clients_each_sum_to_the_whole_round(splitting):
+    """With a transport the kernel runs its clients' local steps only and reduces the stacked
+    partial sums (theta, v), (2, R, d), once a round; drawing every random number as one process
+    does (minibatches, private normals, participation), the two halves' partials add up to the
+    one-process round. Tolerance 1e-12: the sums over clients are added in another order (a few ulp
+    of O(1) values), while a wrong draw or slice is O(0.1)."""
+    g = torch.Generator().manual_seed(0)
+    problem = fl.problems.LogisticRegression(
+        [(torch.randn(6, 2, generator=g, dtype=torch.float64), torch.randint(0, 2, (6,), generator=g))
+         for _ in range(5)], num_classes=2)
+    args = dict(correlation=0.6, participation=fl.SchemeI(3), batch_size=2, splitting=splitting,
+                preconditioner=torch.linspace(0.5, 1.5, problem.dim).double())
+    whole = build(problem, **args)
+    halves = [_Holds([0, 1, 2]), _Holds([3, 4])]
+    kernels = [build(problem, transport=t, **args) for t in halves]
+    theta0 = torch.randn(4, problem.dim, generator=g, dtype=torch.float64)
+    state, info = whole.step(whole.init(theta0), [0.2, 0.3], torch.Generator().manual_seed(7))
+    for kernel in kernels:
+        _, got_info = kernel.step(kernel.init(theta0), [0.2, 0.3], torch.Generator().manual_seed(7))
+        assert torch.equal(got_info.weights, info.weights)  # every process draws the same participation
+    assert [tuple(t.partials[0].shape) for t in halves] == [(2, 4, problem.dim)] * 2  # one reduce of (theta, v)
+    total = halves[0].partials[0] + halves[1].partials[0]
+    torch.testing.assert_close(total[0], state.theta, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(total[1], state.momentum, rtol=1e-12, atol=1e-12)
+    assert float((halves[0].partials[0][0] - state.theta).abs().max()) > 0.01  # one half is not the whole sum
+
+
+def test_a_transport_holding_every_client_leaves_the_round_bit_identical():
+    problem = heterogeneous()
+    plain, held = build(problem, correlation=0.5), build(problem, correlation=0.5, transport=_Holds(None))
+    theta0 = torch.randn(3, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    a, _ = plain.step(plain.init(theta0), [0.1, 0.2], torch.Generator().manual_seed(3))
+    b, _ = held.step(held.init(theta0), [0.1, 0.2], torch.Generator().manual_seed(3))
+    assert torch.equal(a.theta, b.theta) and torch.equal(a.momentum, b.momentum)

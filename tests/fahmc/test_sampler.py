@@ -152,6 +152,15 @@ def test_bad_friction_is_refused_by_name_before_any_work(value):
     assert Counting.calls == 0
 
 
+class _NoStream:
+    """A transport with exact = False but no private_stream (the contract's extra check)."""
+
+    clients, exact = None, False
+
+    def reduce(self, partial):
+        return partial
+
+
 @pytest.mark.parametrize("kwargs,match", [
     (dict(step_size="auto", local_steps=2), "step_size='auto' needs local_steps=1 and full participation"),
     (dict(step_size="auto", participation=fl.SchemeI(2)), "step_size='auto' needs local_steps=1 and full"),
@@ -177,6 +186,8 @@ def test_bad_friction_is_refused_by_name_before_any_work(value):
     (dict(batch_size=2), "batch_size"),
     (dict(init=[1.0, 2.0, 3.0]), "init"),
     (dict(seed=-1), "seed"),
+    (dict(transport=object()), r"transport: object does not implement the transport contract .*missing reduce"),
+    (dict(transport=_NoStream()), "transport: _NoStream .* exact = False must have private_stream"),
 ])
 def test_other_bad_arguments_are_refused_by_name_before_any_work(kwargs, match):
     kwargs = {"step_size": 0.1, **kwargs}

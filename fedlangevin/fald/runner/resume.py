@@ -139,11 +139,14 @@ def kernel_record(kernel: Any, state: Any) -> dict:
             "kernel": None if own is None else ckpt.encode(own())}
 
 
-def resume_runner(cls, path, kernel, *, problem=None, step_size=None, device=None, fallback=False, read=None):
+def resume_runner(cls, path, kernel, *, problem=None, step_size=None, device=None, fallback=False, read=None,
+                  transport=None):
     """``Runner.resume(path, kernel, ...)``: the runner rebuilt around ``kernel`` (given again and
     checked against the stored ``record()``), then its state (``kernel.init``'s, with the stored
     tensors), stream, ledger and unfinished run put back. ``read``: the (record, file used) of
-    ``path`` where the caller has read it already (the file is then not read a second time)."""
+    ``path`` where the caller has read it already (the file is then not read a second time).
+    ``transport``: a distributed run's (the kernel's): a process that does not write continues an
+    unfinished run without its draws or checkpoint (:func:`pending_run`)."""
     path, fallback = check_path("path", path), check_bool("fallback", fallback)
     record, used = ckpt.read_file(path, fallback=fallback) if read is None else read
     settings = check_runner_record(record, used)
@@ -176,7 +179,7 @@ def resume_runner(cls, path, kernel, *, problem=None, step_size=None, device=Non
         runner.ledger = Ledger.from_record(ckpt.decode(record["ledger"]))
     main = main_path(used)
     runner._writer.resumed(record, main)
-    runner._pending = pending_run(runner, record["run"], main, used, None)
+    runner._pending = pending_run(runner, record["run"], main, used, transport)
     return runner
 
 
