@@ -1,4 +1,4 @@
-"""FA-LD on ``torch.distributed``: the clients sharded over ranks (processes, GPUs, machines).
+"""FA-LD and FA-HMC on ``torch.distributed``: the clients sharded over ranks (processes, GPUs, machines).
 
 Every rank runs the same program with the same seed::
 
@@ -12,7 +12,8 @@ Every rank runs the same program with the same seed::
 
 :class:`ProcessGroup` holds this rank's block of clients (``torch.tensor_split`` of 0..N-1)
 and all-reduces (SUM) the partial weighted sums of the synchronisation, the only
-cross-client operation of FA-LD. :func:`launch` runs a function in W local processes (tests,
+cross-client operation of FA-LD (``fl.FAHMC(..., transport=...)`` all-reduces its theta and v
+the same way, in one reduce). :func:`launch` runs a function in W local processes (tests,
 benchmarks, one-machine runs from Python); ``torchrun ... -m fedlangevin.distributed`` runs
 a sampler from the command line. See ``docs/distributed.md``.
 """

@@ -6,7 +6,8 @@ q holds the clients C_q and computes the partial sum s_q = sum_{c in C_q} w_rc b
 one ``all_reduce`` (SUM) gives every process theta_new = sum_q s_q. :class:`ProcessGroup` is
 that transport (see :class:`fedlangevin.fald.core.extensions.Transport`): it names the clients of
 this rank (a ``torch.tensor_split`` of 0..N-1 into W contiguous blocks) and sums the partial
-sums. SUM, never AVG: AVG exists only on NCCL, and the weights w_rc already sum to one.
+sums. SUM, never AVG: AVG exists only on NCCL, and the weights w_rc already sum to one. FA-HMC
+(:mod:`fedlangevin.fahmc.kernel`) reduces its partial sums of theta and v stacked, (2, R, d), in one call.
 
 Randomness. With ``exact=True`` (default) every rank draws the round's random numbers
 (participation, shared and private noise, minibatch indices) exactly as one process would
@@ -42,7 +43,7 @@ _MASK64 = (1 << 64) - 1
 
 
 class RankFailure(RuntimeError):
-    """A rank of the process group stopped (or hung) during a distributed FA-LD run."""
+    """A rank of the process group stopped (or hung) during a distributed run (FA-LD or FA-HMC)."""
 
     def __init__(self, message: str, ranks: Sequence[int] = ()) -> None:
         super().__init__(message)
@@ -70,7 +71,7 @@ def _mix(seed: int, rank: int) -> int:
 
 
 class ProcessGroup:
-    """Transport of a distributed FA-LD run: this rank's clients and the all-reduce of the
+    """Transport of a distributed run (FA-LD or FA-HMC): this rank's clients and the all-reduce of the
     partial weighted sums over an initialised ``torch.distributed`` process group.
 
     Create it in every rank after ``torch.distributed.init_process_group`` (or
@@ -175,21 +176,21 @@ class ProcessGroup:
         cause = "" if exc is None else f" ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
         where = f"rank {self.rank}/{self.world_size}, round {self.round}"
         if self._beats is None:
-            return RankFailure(f"distributed FA-LD: the all-reduce failed at {where}; another rank stopped or timed "
+            return RankFailure(f"distributed run: the all-reduce failed at {where}; another rank stopped or timed "
                                f"out after {self.timeout:g} s (no key-value store to name it){cause}")
         try:
             stopped, info = self._beats.stopped(self.world_size)
         except Exception as store_exc:  # noqa: BLE001 - the store's host has gone too
-            return RankFailure(f"distributed FA-LD: the all-reduce failed at {where} and the rendezvous store is "
+            return RankFailure(f"distributed run: the all-reduce failed at {where} and the rendezvous store is "
                                f"unreachable ({type(store_exc).__name__}): rank 0, which hosts a tcp:// store, has "
                                f"probably stopped{cause}", ranks=(0,) if self.rank != 0 else ())
         if stopped:
             names = ", ".join(f"rank {r} ({info[r]})" for r in stopped)
-            return RankFailure(f"distributed FA-LD: {names} stopped; {where} cannot continue{cause}. "
+            return RankFailure(f"distributed run: {names} stopped; {where} cannot continue{cause}. "
                                f"The last checkpoint written by rank 0 is usable: resume with the same W.",
                                ranks=stopped)
         slow = ", ".join(f"rank {r} ({info[r]})" for r in range(self.world_size) if r != self.rank)
-        return RankFailure(f"distributed FA-LD: the all-reduce at {where} failed or timed out after "
+        return RankFailure(f"distributed run: the all-reduce at {where} failed or timed out after "
                            f"{self.timeout:g} s while every rank is alive ({slow}): a rank is hung or far "
                            f"slower than the others, or the ranks run different code{cause}", ranks=())
 
