@@ -1,4 +1,4 @@
-"""``torchrun --nproc-per-node=W -m fedlangevin.distributed ...``: a distributed FA-LD run
+"""``torchrun --nproc-per-node=W -m fedlangevin.distributed ...``: a distributed FA-LD (or FA-HMC) run
 (the command behind ``python -m fedlangevin.distributed``; ``run`` is importable, so the
 processes that ``--nproc`` starts can find it).
 
@@ -7,6 +7,8 @@ regression on bundled MNIST-5k split iid over the clients), holds its block of c
 runs the sampler; rank 0 writes the draws (``--out``, a ``.pt`` file with the samples
 (R, T, d) and the settings) and the checkpoint. ``--nproc W`` starts W local processes
 itself (no torchrun needed). ``--resume`` continues from rank 0's checkpoint (same W).
+``--sampler fahmc`` runs :class:`fedlangevin.FAHMC` instead (``--step-size`` is then its h and
+``--friction`` its gamma; both numeric here).
 
     torchrun --nproc-per-node=2 -m fedlangevin.distributed --problem gaussian --clients 50 \\
         --chains 100 --rounds 200 --step-size 1e-5 --local-steps 10 --out draws.pt
@@ -19,16 +21,19 @@ from __future__ import annotations
 import argparse
 
 PROBLEMS = ("gaussian", "mnist")
+SAMPLERS = ("fald", "fahmc")
 
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m fedlangevin.distributed", description=__doc__.splitlines()[0])
+    ap.add_argument("--sampler", choices=SAMPLERS, default="fald", help="fald (default) or fahmc")
     ap.add_argument("--problem", choices=PROBLEMS, default="gaussian")
     ap.add_argument("--clients", type=int, default=50, help="N (default 50)")
     ap.add_argument("--chains", type=int, default=10, help="R (default 10)")
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--local-steps", type=int, default=10, help="K (default 10)")
     ap.add_argument("--step-size", type=float, default=1e-5)
+    ap.add_argument("--friction", type=float, default=1.0, help="gamma > 0 of --sampler fahmc (default 1.0)")
     ap.add_argument("--correlation", type=float, default=0.0, help="rho in [0, 1]")
     ap.add_argument("--participation", default="full", help="full, I:S or II:S (scheme I / II with S clients)")
     ap.add_argument("--batch-size", type=int, default=None)
@@ -75,15 +80,17 @@ def run(rank: int, world_size: int, args: argparse.Namespace) -> str | None:
 
     device = f"cuda:{torch.cuda.current_device()}" if args.backend == "nccl" else "cpu"
     transport = ProcessGroup(exact=not args.inexact, timeout=args.timeout)
+    family = fl.FAHMC if args.sampler == "fahmc" else fl.FALD
+    extra = {"friction": args.friction} if args.sampler == "fahmc" else {}
     try:
         if args.resume:
-            sampler = fl.FALD.resume(args.checkpoint, transport=transport, device=device)
+            sampler = family.resume(args.checkpoint, transport=transport, device=device)
             trace = sampler.run() if sampler.unfinished else sampler.run(args.rounds, checkpoint=args.checkpoint)
         else:
-            sampler = fl.FALD(_problem(args), step_size=args.step_size, local_steps=args.local_steps,
-                              correlation=args.correlation, participation=_participation(args.participation),
-                              chains=args.chains, batch_size=args.batch_size, seed=args.seed, device=device,
-                              transport=transport)
+            sampler = family(_problem(args), step_size=args.step_size, local_steps=args.local_steps,
+                             correlation=args.correlation, participation=_participation(args.participation),
+                             chains=args.chains, batch_size=args.batch_size, seed=args.seed, device=device,
+                             transport=transport, **extra)
             trace = sampler.run(args.rounds, checkpoint=args.checkpoint)
     finally:
         transport.close()
@@ -107,6 +114,8 @@ def main(argv=None) -> int:
     if args.resume and args.checkpoint is None:
         raise SystemExit("--resume needs --checkpoint")
     _participation(args.participation)  # fail before starting processes
+    if args.sampler == "fahmc" and not (args.friction > 0 and args.friction < float("inf")):
+        raise SystemExit(f"--friction must be a finite number > 0; got {args.friction}")
     from fedlangevin.distributed import init, launch
 
     if args.nproc is not None:

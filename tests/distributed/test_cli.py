@@ -21,23 +21,25 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_the_torchrun_entry_saves_rank_0s_draws(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("sampler", ["fald", "fahmc"])
+def test_the_torchrun_entry_saves_rank_0s_draws(tmp_path, monkeypatch, capsys, sampler):
     for key, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "RANK": "0",
                        "WORLD_SIZE": "1"}.items():
         monkeypatch.setenv(key, value)
     out = tmp_path / "draws.pt"
     try:
-        assert cli.main(["--clients", "6", "--chains", "3", "--rounds", "7", "--local-steps", "2",
-                         "--step-size", "0.01", "--correlation", "0.5", "--participation", "II:3",
-                         "--out", str(out)]) == 0
+        assert cli.main(["--sampler", sampler, "--friction", "0.7", "--clients", "6", "--chains", "3",
+                         "--rounds", "7", "--local-steps", "2", "--step-size", "0.01", "--correlation", "0.5",
+                         "--participation", "II:3", "--out", str(out)]) == 0
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
     assert capsys.readouterr().out == f"1 rank(s), clients split [6], draws (3, 7, 2) -> {out}\n"
     saved = torch.load(out)
     problem = fl.problems.GaussianSimulation(num_clients=6, alpha=1.0, seed=0)
-    want = fl.FALD(problem, step_size=0.01, local_steps=2, correlation=0.5, participation=fl.SchemeII(3),
-                   chains=3, seed=0).run(7).samples
+    family, extra = (fl.FAHMC, {"friction": 0.7}) if sampler == "fahmc" else (fl.FALD, {})
+    want = family(problem, step_size=0.01, local_steps=2, correlation=0.5, participation=fl.SchemeII(3),
+                  chains=3, seed=0, **extra).run(7).samples
     torch.testing.assert_close(saved["samples"], torch.as_tensor(want), rtol=1e-12, atol=1e-12)
     assert saved["world_size"] == 1 and saved["exact"] is True
 
@@ -45,6 +47,9 @@ def test_the_torchrun_entry_saves_rank_0s_draws(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize("argv, match", [
     (["--participation", "III:2"], "--participation must be full, I:S or II:S"),
     (["--resume"], "--resume needs --checkpoint"),
+    (["--sampler", "fahmc", "--friction", "0"], "--friction must be a finite number > 0"),
+    (["--sampler", "fahmc", "--friction", "nan"], "--friction must be a finite number > 0"),
+    (["--sampler", "nuts"], ""),
 ])
 def test_bad_options_fail_before_any_process_starts(argv, match):
     with pytest.raises((SystemExit, ValueError), match=match):
