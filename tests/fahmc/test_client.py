@@ -45,10 +45,13 @@ def test_one_generator_and_one_client_is_the_kernels_round_bit_for_bit(splitting
 
 
 def per_client_rounds(problem, rounds: int, k: int, h: float, chains: int, seed: int, *, rho: float,
-                      participation=None, friction: float = 1.0, splitting: str = "BAOAB") -> np.ndarray:
+                      participation=None, friction: float = 1.0, splitting: str = "BAOAB",
+                      private_seed: int | None = None) -> np.ndarray:
     """(R, rounds, 2d): a server's rounds over per-client streams, by hand: the participation draw of
     (seed, t), each sampled client's client_round from the broadcast (theta, v) with the shared
-    stream of (seed, t) and its private stream of (seed, c, t), theta and v averaged with the weights."""
+    stream of (seed, t) and its private stream of (private_seed, c, t) (default: seed), theta and v
+    averaged with the weights."""
+    private_seed = seed if private_seed is None else private_seed
     rule = fl.fald.core.participation.as_participation(participation)
     n, d = problem.num_clients, problem.dim
     theta = torch.tensor(THETA0, dtype=torch.float64).expand(chains, d).clone()
@@ -63,7 +66,7 @@ def per_client_rounds(problem, rounds: int, k: int, h: float, chains: int, seed:
             xs[:, c], us[:, c] = client_round(problem.clients([c]), theta, v, [h] * k, weight=float(p[c]),
                                               friction=friction, splitting=splitting, correlation=rho,
                                               shared_generator=shared_stream(seed, t),
-                                              private_generator=private_stream(seed, c, t))
+                                              private_generator=private_stream(private_seed, c, t))
         theta, v = synchronize(xs, w), synchronize(us, w)
         out.append(torch.cat([theta, v], 1).numpy())
     return np.stack(out, 1)
