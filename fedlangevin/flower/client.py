@@ -143,7 +143,8 @@ def handle_train(node: NodeProblem, message):
     if sampler == "fahmc":
         v = from_array_record(content.array_records.get(MOMENTUM), MOMENTUM, "train message")
         if v.shape != theta.shape:
-            raise ValueError(f"train message: momentum must have theta's shape {tuple(theta.shape)}; got {tuple(v.shape)}")
+            raise ValueError(f"train message: momentum must have theta's shape {tuple(theta.shape)}; "
+                             f"got {tuple(v.shape)}")
         beta, v_c = fahmc_client_round(problem, theta, v, etas, friction=float(cfg["friction"]),
                                        splitting=str(cfg["splitting"]), **common)
         states = {BETA: beta, MOMENTUM: v_c}
@@ -156,8 +157,9 @@ def handle_train(node: NodeProblem, message):
 
 
 def client_app(load: Callable[[Any], NodeProblem]):
-    """A Flower ``ClientApp`` for FA-LD and FA-HMC (the server's ``FlowerRun(sampler=...)`` chooses). ``load(context) -> NodeProblem`` builds the node's
-    problem from its Flower ``Context`` (e.g. its ``node_config``); it is called once per node."""
+    """A Flower ``ClientApp`` for FA-LD and FA-HMC (the server's ``FlowerRun(sampler=...)`` chooses).
+    ``load(context) -> NodeProblem`` builds the node's problem from its Flower ``Context`` (e.g. its
+    ``node_config``); it is called once per node."""
     from flwr.clientapp import ClientApp
 
     if not callable(load):
