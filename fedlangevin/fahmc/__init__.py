@@ -7,6 +7,8 @@ a second sampler family on the shared runner (``docs/fahmc.md``).
   problems (numpy);
 - :mod:`fedlangevin.fahmc.warmup`: the warm-up that adapts the preconditioner, the step size and
   the friction (``step_size="auto"``), as ``(init, update, final)`` returning values;
+- :mod:`fedlangevin.fahmc.client`: one client's round from the broadcast (theta, v) on its own
+  streams, what a Flower node runs (``fedlangevin.flower``, ``FlowerRun(sampler="fahmc")``);
 - :mod:`fedlangevin.fahmc.sampler`: :class:`FAHMC`, the user-facing runner (checkpoints, resume,
   draws, divergence handling through :class:`fedlangevin.fald.runner.base.Runner`).
 """

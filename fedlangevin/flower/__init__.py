@@ -6,7 +6,9 @@ draws, broadcast of the global iterate and the round seed, weighted average, dra
 checkpoints) and :func:`client_app` (a node's K local steps on its own data) run the sampler of
 :class:`fedlangevin.FALD` over Flower nodes, in Flower's simulation engine or deployed. The
 randomness layout is :mod:`fedlangevin.fald.core.streams`': the same seed gives the samples of
-``FALD(..., streams="per_client")``. See docs/flower.md.
+``FALD(..., streams="per_client")``. ``FlowerRun(sampler="fahmc")`` runs FA-HMC
+(:mod:`fedlangevin.fahmc.client` on the nodes, theta and the velocity averaged on the server). See
+docs/flower.md.
 
 This package imports without Flower; building an app needs it.
 """

@@ -1,4 +1,4 @@
-"""The client side of FA-LD on Flower: a ``ClientApp`` whose train handler runs one client's round.
+"""The client side of FA-LD (and FA-HMC) on Flower: a ``ClientApp`` whose train handler runs one client's round.
 
 Each Flower node holds one client c of the federation: its own data (which never leaves
 it), as a :class:`~fedlangevin.problems.FederatedProblem` with one client. Per round the
@@ -6,7 +6,10 @@ handler receives the global iterate theta (R, d) and runs K local steps of eq. 1
 al.) from it with :func:`fedlangevin.fald.core.engine.client_round`: the shared noise from the
 round seed of the message (every client draws the same normals), its private noise and
 minibatches from its own stream (seeded by the node's private seed, see
-:mod:`fedlangevin.fald.core.streams`), and replies with its local state beta (R, d).
+:mod:`fedlangevin.fald.core.streams`), and replies with its local state beta (R, d). In an FA-HMC
+run the message also carries the global velocity v and the handler runs the K local steps of
+:func:`fedlangevin.fahmc.client.client_round` from (theta, v) on the same streams, replying with
+(theta_c, v_c).
 """
 
 from __future__ import annotations
@@ -18,9 +21,12 @@ from typing import Any, Callable
 
 import torch
 
+from fedlangevin.fahmc.client import client_round as fahmc_client_round
 from fedlangevin.fald.core.engine import client_round
 from fedlangevin.fald.core.streams import private_stream
-from fedlangevin.flower.protocol import BETA, CONFIG, INFO, NOISE_DTYPES, THETA, flwr_app, from_array_record, to_array_record
+from fedlangevin.flower.protocol import (
+    BETA, CONFIG, INFO, MOMENTUM, NOISE_DTYPES, SAMPLERS, THETA, flwr_app, from_array_record, to_array_record,
+)
 from fedlangevin.problems.base import FederatedProblem
 
 __all__ = ["NodeProblem", "client_app", "partitioned", "handle_query", "handle_train"]
@@ -103,7 +109,10 @@ def handle_query(node: NodeProblem, message):
 
 
 def handle_train(node: NodeProblem, message):
-    """Run the client's K local steps from the message's theta; reply with beta (R, d).
+    """Run the client's K local steps from the message's theta; reply with beta (R, d). An FA-HMC
+    message (config ``"sampler": "fahmc"``) also carries the velocity v (R, d): the client runs
+    :func:`fedlangevin.fahmc.client.client_round` from (theta, v) and replies with both its
+    theta_c (``"beta"``) and v_c (``"momentum"``).
 
     Raises ValueError on a malformed message and on a non-finite local state (the client
     refuses to send it; the server then treats the client as dropped for the round).
@@ -116,28 +125,41 @@ def handle_train(node: NodeProblem, message):
         raise ValueError("train message: no config record")
     if theta.dim() != 2 or theta.shape[1] != node.problem.dim:
         raise ValueError(f"train message: theta must have shape (R, d = {node.problem.dim}); got {tuple(theta.shape)}")
+    sampler = cfg["sampler"] if "sampler" in cfg else "fald"
+    if sampler not in SAMPLERS:
+        raise ValueError(f"train message: sampler must be one of {list(SAMPLERS)}; got {sampler!r}")
     problem = node.problem_for(float(cfg["weight"]))
     noise = cfg["noise_dtype"]
     if noise not in NOISE_DTYPES:
         raise ValueError(f"train message: noise_dtype must be one of {sorted(NOISE_DTYPES)}; got {noise!r}")
     batch = int(cfg["batch_size"])
     t = int(cfg["round"])
-    beta = client_round(
-        problem, theta, [float(e) for e in cfg["step_sizes"]], weight=float(problem.weights[0]),
-        temperature=float(cfg["temperature"]), correlation=float(cfg["correlation"]),
-        shared_generator=torch.Generator().manual_seed(int(cfg["round_seed"])),
-        private_generator=private_stream(node.private_seed, node.client, t),
-        batch_size=None if batch == 0 else batch, noise_dtype=NOISE_DTYPES[noise],
-    )
-    if not bool(torch.isfinite(beta).all()):
+    common = dict(weight=float(problem.weights[0]), temperature=float(cfg["temperature"]),
+                  correlation=float(cfg["correlation"]),
+                  shared_generator=torch.Generator().manual_seed(int(cfg["round_seed"])),
+                  private_generator=private_stream(node.private_seed, node.client, t),
+                  batch_size=None if batch == 0 else batch, noise_dtype=NOISE_DTYPES[noise])
+    etas = [float(e) for e in cfg["step_sizes"]]
+    if sampler == "fahmc":
+        v = from_array_record(content.array_records.get(MOMENTUM), MOMENTUM, "train message")
+        if v.shape != theta.shape:
+            raise ValueError(f"train message: momentum must have theta's shape {tuple(theta.shape)}; "
+                             f"got {tuple(v.shape)}")
+        beta, v_c = fahmc_client_round(problem, theta, v, etas, friction=float(cfg["friction"]),
+                                       splitting=str(cfg["splitting"]), **common)
+        states = {BETA: beta, MOMENTUM: v_c}
+    else:
+        states = {BETA: client_round(problem, theta, etas, **common)}
+    if not all(bool(torch.isfinite(x).all()) for x in states.values()):
         raise ValueError(f"client {node.client}, round {t}: the local state is not finite (step size too large for "
                          "this client's curvature?); not sent")
-    return app.Message(app.RecordDict({BETA: to_array_record(BETA, beta)}), reply_to=message)
+    return app.Message(app.RecordDict({k: to_array_record(k, x) for k, x in states.items()}), reply_to=message)
 
 
 def client_app(load: Callable[[Any], NodeProblem]):
-    """A Flower ``ClientApp`` for FA-LD. ``load(context) -> NodeProblem`` builds the node's
-    problem from its Flower ``Context`` (e.g. its ``node_config``); it is called once per node."""
+    """A Flower ``ClientApp`` for FA-LD and FA-HMC (the server's ``FlowerRun(sampler=...)`` chooses).
+    ``load(context) -> NodeProblem`` builds the node's problem from its Flower ``Context`` (e.g. its
+    ``node_config``); it is called once per node."""
     from flwr.clientapp import ClientApp
 
     if not callable(load):

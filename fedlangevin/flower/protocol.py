@@ -11,6 +11,11 @@ Two exchanges (Flower's Message API, ``flwr.app``):
   settings (temperature, correlation, batch size, noise precision); the client replies
   with its local state beta (R, d) after the K local steps.
 
+An FA-HMC run (``FlowerRun(sampler="fahmc")``, :mod:`fedlangevin.fahmc.client`) sends the global
+velocity v (R, d) beside theta (array ``"momentum"``) and its config adds ``"sampler": "fahmc"``,
+the friction gamma and the splitting; the client replies with both its theta_c (``"beta"``) and
+its v_c (``"momentum"``). FA-LD's messages are unchanged (no ``"sampler"`` key: FA-LD).
+
 Communication is counted in bytes as Flower carries them: the serialised size of each
 message's content (:func:`message_bytes`).
 """
@@ -20,10 +25,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["THETA", "BETA", "CONFIG", "INFO", "NOISE_DTYPES", "to_array_record", "from_array_record",
+__all__ = ["THETA", "BETA", "MOMENTUM", "CONFIG", "INFO", "NOISE_DTYPES", "SAMPLERS", "to_array_record", "from_array_record",
            "message_bytes", "flwr_app"]
 
 THETA, BETA, CONFIG, INFO = "theta", "beta", "config", "info"
+#: the velocity of an FA-HMC run: the server's v in a train message, the client's v_c in its reply
+MOMENTUM = "momentum"
+#: the sampler families a Flower run may run (``FlowerRun(sampler=...)``)
+SAMPLERS = ("fald", "fahmc")
 #: noise precisions a train message may name (the client maps the name to the torch dtype)
 NOISE_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 

@@ -27,6 +27,11 @@ drops and the wall time per round (checkpointed with the run), the trace as a
 :class:`~fedlangevin.flower.trace.FlowerTrace`, and :func:`serve`: a run of ``FlowerRun``'s plan,
 started afresh or continued from its checkpoint (a server restarted with the same settings
 draws exactly what the uninterrupted one would have: clients keep no state between rounds).
+
+FA-HMC (``FlowerRun(sampler="fahmc")``): the state is :class:`HMCServerState` (theta and the
+velocity v, zero at the start); v is sent with theta and each client's v_c comes back with its
+theta_c; the server averages both with the same weights (dropped clients as above, for v too: a
+chain with no client left keeps its theta and v), and the runner checkpoints v with theta.
 """
 
 from __future__ import annotations
@@ -47,18 +52,20 @@ from fedlangevin.fald.runner import resume as rs
 from fedlangevin.fald.runner.base import Runner
 from fedlangevin.flower.trace import Federation, FlowerCommunication, FlowerTrace, dropouts_from, dropouts_record, read_record
 
-__all__ = ["FlowerRunner", "Replies", "ServerKernel", "ServerRound", "ServerState", "serve"]
+__all__ = ["FlowerRunner", "HMCServerState", "Replies", "ServerKernel", "ServerRound", "ServerState", "serve"]
 
 
 class Replies(NamedTuple):
     """What an exchange returns for one round: ``betas`` {client: local state (R, d)} of the
-    clients whose update was received, ``refused`` {client: why} of the others, and the bytes
-    sent down and up."""
+    clients whose update was received, ``refused`` {client: why} of the others, the bytes sent
+    down and up, and for FA-HMC ``momenta`` {client: local velocity v_c (R, d)} (the same clients
+    as ``betas``)."""
 
     betas: dict
     refused: dict
     bytes_down: int
     bytes_up: int
+    momenta: dict | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +73,17 @@ class ServerState:
     """The server's iterate theta (R, d) after round ``round`` (local steps so far: ``step``)."""
 
     theta: torch.Tensor
+    step: int = 0
+    round: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class HMCServerState:
+    """The FA-HMC server's iterate theta (R, d) and velocity v (R, d) after round ``round`` (the
+    runner checkpoints ``momentum`` with theta, and keeps its rows with the chains')."""
+
+    theta: torch.Tensor
+    momentum: torch.Tensor
     step: int = 0
     round: int = 0
 
@@ -97,47 +115,45 @@ def _without(w: torch.Tensor, dropped: list[int], normalise: bool = True) -> tor
 
 
 class ServerKernel:
-    """The FA-LD server round over remote clients (module docstring), a
-    :data:`~fedlangevin.fald.contracts.KERNEL`. ``exchange``: the clients' side of a round;
+    """The FA-LD (or FA-HMC: ``run.sampler == "fahmc"``) server round over remote clients (module
+    docstring), a :data:`~fedlangevin.fald.contracts.KERNEL`. ``exchange``: the clients' side of a round;
     ``problem``: the :class:`~fedlangevin.flower.trace.Federation` (p_c); ``run``: the
     :class:`~fedlangevin.flower.server.FlowerRun` (seed, K, tau, rho, participation, ...);
     ``on_round(j)``: called after round j's average (before the runner keeps it). ``step`` does not
     use the runner's generator: its randomness is the (seed, t) streams the clients open too."""
 
-    name = "FA-LD"
-
     def __init__(self, exchange: Any, problem: Federation, run: Any,
                  on_round: Callable[[int], None] | None = None) -> None:
         self.exchange, self.problem, self.run, self.on_round = exchange, problem, run, on_round
         self.p = problem.weights.to(torch.float64)
+        self.hmc = getattr(run, "sampler", "fald") == "fahmc"
+        self.name = "FA-HMC" if self.hmc else "FA-LD"
 
     @property
     def node_ids(self) -> tuple[int, ...]:
         return tuple(int(i) for i in self.exchange.node_ids)
 
-    def init(self, theta0: torch.Tensor) -> ServerState:
+    def init(self, theta0: torch.Tensor):
+        if self.hmc:  # the velocity starts at zero, as FAHMC's
+            return HMCServerState(theta=theta0, momentum=torch.zeros_like(theta0))
         return ServerState(theta=theta0)
 
-    def step(self, state: ServerState, step_sizes, generator=None) -> tuple[ServerState, ServerRound]:
+    def step(self, state, step_sizes, generator=None):
         began = time.perf_counter()
         theta, t = state.theta, int(state.round)
         r, (n, d) = theta.shape[0], (self.problem.num_clients, self.problem.dim)
         w = self.run.participation.weights(self.p, r, participation_stream(self.run.seed, t))
         taking_part = ((w != 0) if w.dim() == 1 else (w != 0).any(dim=0)).nonzero().flatten().tolist()
-        replies = self.exchange.round(t, theta, list(step_sizes), taking_part)
-        beta = torch.zeros(r, n, d, dtype=theta.dtype)
-        for c, got in replies.betas.items():
-            beta[:, c] = got
+        if self.hmc:
+            replies = self.exchange.round(t, theta, list(step_sizes), taking_part, momentum=state.momentum)
+        else:
+            replies = self.exchange.round(t, theta, list(step_sizes), taking_part)
         dropped = sorted(int(c) for c in replies.refused)
         for c in dropped:
             warnings.warn(f"round {t + 1}: client {c} dropped: {replies.refused[c]}", stacklevel=2)
-        if dropped:
-            new_theta = aggregate(beta, theta, _without(w, dropped), None)
-            mass = _without(w, dropped, normalise=False)
-            stuck = (mass.sum(-1) == 0) if mass.dim() == 2 else (mass.sum().expand(r) == 0)
-            new_theta[stuck] = theta[stuck]
-        else:
-            new_theta = aggregate(beta, theta, w, None)
+        new_theta = self._average(replies.betas, theta, w, dropped)
+        if self.hmc:  # v averaged with theta's weights (what FA-HMC averages, fedlangevin.fahmc.kernel)
+            new_v = self._average(replies.momenta or {}, state.momentum, w, dropped)
         if w.dim() == 1:
             uploads = float(len(taking_part) - len(dropped))
         else:
@@ -148,7 +164,24 @@ class ServerKernel:
             self.on_round(t + 1)
         info = ServerRound(t + 1, w, uploads, tuple(dropped), int(replies.bytes_down), int(replies.bytes_up),
                            time.perf_counter() - began)
+        if self.hmc:
+            return HMCServerState(new_theta, new_v, state.step + len(step_sizes), t + 1), info
         return ServerState(new_theta, state.step + len(step_sizes), t + 1), info
+
+    def _average(self, received: dict, current: torch.Tensor, w: torch.Tensor, dropped: list[int]) -> torch.Tensor:
+        """sum_c w_rc x_c over the clients' ``received`` states with the dropped clients' weights
+        removed and renormalised; a chain with no client left keeps ``current``."""
+        r, (n, d) = current.shape[0], (self.problem.num_clients, self.problem.dim)
+        local = torch.zeros(r, n, d, dtype=current.dtype)
+        for c, got in received.items():
+            local[:, c] = got
+        if not dropped:
+            return aggregate(local, current, w, None)
+        new = aggregate(local, current, _without(w, dropped), None)
+        mass = _without(w, dropped, normalise=False)
+        stuck = (mass.sum(-1) == 0) if mass.dim() == 2 else (mass.sum().expand(r) == 0)
+        new[stuck] = current[stuck]
+        return new
 
     def uploads(self, info: ServerRound) -> float:
         return info.uploads
@@ -167,7 +200,8 @@ class ServerKernel:
         return {"seed": int(run.seed), "chains": int(run.chains), "local_steps": int(run.local_steps),
                 "temperature": float(run.temperature), "correlation": float(run.correlation),
                 "participation": repr(run.participation), "batch_size": run.batch_size,
-                "noise_dtype": run.noise_dtype, "client_sizes": [int(s) for s in self.problem.client_sizes.tolist()]}
+                "noise_dtype": run.noise_dtype, "client_sizes": [int(s) for s in self.problem.client_sizes.tolist()],
+                **({"sampler": "fahmc", "friction": float(run.friction), "splitting": run.splitting} if self.hmc else {})}
 
 
 class FlowerRunner(Runner):
@@ -192,6 +226,13 @@ class FlowerRunner(Runner):
         if info.dropped:
             self.dropouts[info.round] = list(info.dropped)
         return info.uploads
+
+    def _per_round_floats(self) -> tuple[float, float]:
+        """FA-HMC: besides theta's d floats per upload and N d down, the velocity's as many (as FAHMC's)."""
+        if not getattr(self._kernel, "hmc", False):
+            return super()._per_round_floats()
+        d = self.problem.dim
+        return float(d), float(self.problem.num_clients * d)
 
     def _record(self) -> dict:
         return {**super()._record(), "flower": {"bytes_up": int(self.bytes_up), "bytes_down": int(self.bytes_down),

@@ -9,7 +9,8 @@ sends the global iterate theta (R, d) and the round seed to the participating cl
 draws, ledger, settings, checkpoints and resume are the runner's, as for ``FALD``; the
 randomness layout is :mod:`fedlangevin.fald.core.streams`', so a run with the same seed gives
 the samples of ``FALD(..., streams="per_client")``. Dropped clients: see
-:mod:`fedlangevin.flower.runner`.
+:mod:`fedlangevin.flower.runner`. ``FlowerRun(sampler="fahmc")`` runs FA-HMC the same way, the
+velocity v travelling and averaged with theta (:mod:`fedlangevin.flower.protocol`).
 """
 
 from __future__ import annotations
@@ -20,10 +21,15 @@ from typing import Any, Callable
 
 import torch
 
+from fedlangevin.fahmc.kernel import SPLITTINGS
+from fedlangevin.fahmc.sampler import DEFAULT_FRICTION
 from fedlangevin.fald.core.participation import Participation, as_participation
 from fedlangevin.fald.core.schedules import as_schedule, check_schedule
 from fedlangevin.fald.core.streams import SHARED, stream_seed
-from fedlangevin.flower.protocol import BETA, CONFIG, INFO, NOISE_DTYPES, THETA, flwr_app, from_array_record, message_bytes, to_array_record
+from fedlangevin.flower.protocol import (
+    BETA, CONFIG, INFO, MOMENTUM, NOISE_DTYPES, SAMPLERS, THETA, flwr_app, from_array_record, message_bytes,
+    to_array_record,
+)
 from fedlangevin.flower.runner import Replies, serve
 from fedlangevin.flower.trace import Federation, FlowerTrace, save_trace
 
@@ -32,7 +38,7 @@ __all__ = ["FlowerExchange", "FlowerRun", "discover", "run_server", "server_app"
 
 @dataclass(frozen=True)
 class FlowerRun:
-    """The settings of a federated FA-LD run on Flower (validated at construction).
+    """The settings of a federated FA-LD or FA-HMC run on Flower (validated at construction).
 
     rounds : communication rounds T >= 1; step_size : eta (a number, a sequence or a
     callable k -> eta_k, as :class:`fedlangevin.FALD`); local_steps : K; temperature : tau;
@@ -45,6 +51,13 @@ class FlowerRun:
     default, no limit); checkpoint : a file the server writes every ``checkpoint_every``
     rounds and at the end, and continues from when it exists (the runner's checkpoint:
     ``<checkpoint>.prev`` and ``<checkpoint>.lock`` beside it; ``docs/long-runs.md``).
+
+    sampler : ``"fald"`` (default) or ``"fahmc"``: FA-HMC's K local steps of underdamped Langevin
+    dynamics (:mod:`fedlangevin.fahmc.kernel`, M = I), the server broadcasting and averaging both
+    theta and the velocity v (zero at the start), which its checkpoints carry too; step_size is
+    then h. friction : gamma > 0 (FA-HMC only; default 1.0); splitting : ``"BAOAB"`` (default) or
+    ``"OBABO"`` (FA-HMC only). The warm-up's ``"auto"`` (of the step size or the friction) is not
+    available on Flower: give numbers (``ValueError`` naming the argument).
     """
 
     rounds: int
@@ -65,9 +78,28 @@ class FlowerRun:
     round_timeout: float | None = None
     checkpoint: str | None = None
     checkpoint_every: int = 10
+    sampler: str = "fald"
+    friction: Any = None
+    splitting: str | None = None
 
     def __post_init__(self) -> None:
-        from fedlangevin._validation import check_checkpoint_path, check_int, check_real, check_seed
+        from fedlangevin._validation import check_checkpoint_path, check_choice, check_int, check_real, check_seed
+
+        check_choice("sampler", self.sampler, SAMPLERS)
+        for name in ("step_size", "friction"):
+            if isinstance(getattr(self, name), str) and getattr(self, name) == "auto":
+                raise ValueError(f"{name}='auto' (adapted in a warm-up) is not available on Flower: give {name} as "
+                                 "a number > 0" + (", a sequence or a callable" if name == "step_size" else ""))
+        if self.sampler == "fahmc":
+            friction = DEFAULT_FRICTION if self.friction is None else self.friction
+            object.__setattr__(self, "friction", check_real("friction", friction, low=0.0, low_open=True))
+            object.__setattr__(self, "splitting", check_choice("splitting", "BAOAB" if self.splitting is None
+                                                               else self.splitting, SPLITTINGS))
+        else:
+            for name in ("friction", "splitting"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name} applies to sampler='fahmc' only; got {name}={getattr(self, name)!r} "
+                                     "with sampler='fald'")
 
         for name, low in (("rounds", 1), ("num_nodes", 1), ("local_steps", 1), ("chains", 1), ("warmup", 0),
                           ("thin", 1), ("checkpoint_every", 1)):
@@ -131,61 +163,72 @@ def discover(grid, node_ids: list[int], timeout: float) -> tuple[tuple[int, ...]
     return tuple(order), Federation([found[i][1] for i in order], dims.pop())
 
 
-def _train_message(app, node: int, theta, t: int, etas, weight: float, run: FlowerRun):
-    config = app.ConfigRecord({
+def _train_message(app, node: int, theta, t: int, etas, weight: float, run: FlowerRun, momentum=None):
+    config = {
         "round": t, "round_seed": stream_seed(run.seed, SHARED, t), "step_sizes": [float(e) for e in etas],
         "weight": weight, "temperature": float(run.temperature), "correlation": float(run.correlation),
         "batch_size": 0 if run.batch_size is None else int(run.batch_size), "noise_dtype": run.noise_dtype,
-    })
-    content = app.RecordDict({THETA: to_array_record(THETA, theta), CONFIG: config})
+    }
+    arrays = {THETA: to_array_record(THETA, theta)}
+    if run.sampler == "fahmc":  # FA-LD's messages stay as they were (no sampler key: FA-LD)
+        config.update(sampler="fahmc", friction=float(run.friction), splitting=run.splitting)
+        arrays[MOMENTUM] = to_array_record(MOMENTUM, momentum)
+    content = app.RecordDict({**arrays, CONFIG: app.ConfigRecord(config)})
     return app.Message(content, dst_node_id=node, message_type=app.MessageType.TRAIN)
 
 
-def _received(reply, shape, client: int) -> tuple[torch.Tensor | None, str]:
-    """The client's beta, or None and why it is refused."""
+def _received(reply, shape, client: int, names=(BETA,)) -> tuple[list | None, str]:
+    """The client's arrays ``names`` (beta; and v for FA-HMC), or None and why they are refused."""
     if reply is None:
         return None, "no reply"
     if reply.has_error():
         return None, f"error reply: {reply.error.reason}"
-    try:
-        beta = from_array_record(reply.content.array_records.get(BETA), BETA, f"reply of client {client}")
-    except ValueError as exc:
-        return None, str(exc)
-    if tuple(beta.shape) != tuple(shape):
-        return None, f"an update of shape {tuple(beta.shape)}, expected {tuple(shape)}"
-    if not bool(torch.isfinite(beta).all()):
-        return None, "a non-finite update (refused)"
-    return beta, ""
+    got = []
+    for name in names:
+        try:
+            array = from_array_record(reply.content.array_records.get(name), name, f"reply of client {client}")
+        except ValueError as exc:
+            return None, str(exc)
+        if tuple(array.shape) != tuple(shape):
+            return None, f"an update of shape {tuple(array.shape)}, expected {tuple(shape)}"
+        if not bool(torch.isfinite(array).all()):
+            return None, "a non-finite update (refused)"
+        got.append(array)
+    return got, ""
 
 
 class FlowerExchange:
     """The clients' side of a server round over a Flower grid (the exchange of
-    :class:`fedlangevin.flower.runner.ServerKernel`): train messages with theta, the round seed,
-    the K step sizes and p_c to the nodes of the participating clients, their replies beta
-    received within ``round_timeout`` and checked (shape (R, d), finite), the bytes counted."""
+    :class:`fedlangevin.flower.runner.ServerKernel`): train messages with theta (and for FA-HMC the
+    velocity v), the round seed, the K step sizes and p_c to the nodes of the participating
+    clients, their replies beta (and v_c) received within ``round_timeout`` and checked (shape
+    (R, d), finite), the bytes counted."""
 
     def __init__(self, grid, node_ids: tuple[int, ...], problem: Federation, run: FlowerRun) -> None:
         self.grid, self.node_ids, self.run = grid, tuple(node_ids), run
         self.weights = [float(p) for p in problem.weights.tolist()]
         self.timeout = 3600.0 if run.round_timeout is None else float(run.round_timeout)
 
-    def round(self, t: int, theta: torch.Tensor, step_sizes, clients) -> Replies:
+    def round(self, t: int, theta: torch.Tensor, step_sizes, clients, momentum: torch.Tensor | None = None) -> Replies:
         app = flwr_app()
-        messages = [_train_message(app, self.node_ids[c], theta, t, step_sizes, self.weights[c], self.run)
+        messages = [_train_message(app, self.node_ids[c], theta, t, step_sizes, self.weights[c], self.run, momentum)
                     for c in clients]
         down = sum(message_bytes(m.content) for m in messages)
         replies = {int(m.metadata.src_node_id): m for m in self.grid.send_and_receive(messages, timeout=self.timeout)}
-        betas, refused, up = {}, {}, 0
+        names = (BETA, MOMENTUM) if self.run.sampler == "fahmc" else (BETA,)
+        betas, momenta, refused, up = {}, {}, {}, 0
         for c in clients:
             reply = replies.get(self.node_ids[c])
             if reply is not None and not reply.has_error():
                 up += message_bytes(reply.content)
-            beta, why = _received(reply, tuple(theta.shape), c)
-            if beta is None:
+            got, why = _received(reply, tuple(theta.shape), c, names)
+            if got is None:
                 refused[c] = f"node {self.node_ids[c]}: {why}"
             else:
-                betas[c] = beta.to(theta.dtype)
-        return Replies(betas, refused, down, up)
+                betas[c] = got[0].to(theta.dtype)
+                if len(got) > 1:
+                    momenta[c] = got[1].to(theta.dtype)
+        return Replies(betas, refused, down, up, momenta)
 
 
 def run_server(grid, run: FlowerRun, *, on_round: Callable[[int], None] | None = None) -> FlowerTrace:

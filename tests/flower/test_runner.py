@@ -12,9 +12,11 @@ from __future__ import annotations
 import os
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
+from fedlangevin.fahmc.client import client_round as fahmc_client_round
 from fedlangevin.fald import FALD, SchemeI, SchemeII
 from fedlangevin.fald.contracts import KERNEL, conformance
 from fedlangevin.fald.core.engine import client_round
@@ -25,6 +27,7 @@ from fedlangevin.flower.runner import Replies, ServerKernel, serve
 from fedlangevin.flower.server import FlowerRun
 from fedlangevin.flower.trace import Federation
 from fedlangevin.problems import GaussianSimulation
+from tests.fahmc.test_client import per_client_rounds
 
 N, R, K, ETA, ROUNDS, SEED = 3, 4, 2, 1e-2, 8, 7
 PROBLEM = GaussianSimulation(num_clients=N, samples_per_client=[10, 14, 20], seed=1)
@@ -241,3 +244,127 @@ def test_flower_run_refuses_bad_settings_before_any_work(tmp_path):
         FED.check_batch_size(11)  # larger than the smallest client (n_c = 10): run_server refuses it
     with pytest.raises(ValueError, match="init must have shape"):
         _serve(_run(init=torch.zeros(PROBLEM.dim + 1)))
+
+
+# -- FA-HMC on the same server (FlowerRun(sampler="fahmc")) -------------------------------------------
+THETA0 = [1.0, -1.0]  # the start of tests/fahmc/test_client.per_client_rounds (the velocity starts at 0)
+
+
+class HMCExchange(LocalExchange):
+    """LocalExchange for FA-HMC: client c runs fahmc.client.client_round from (theta, v) on the
+    shared (seed, t) stream and its private (SEED, c, t) stream, as a Flower node's handler does."""
+
+    def round(self, t, theta, step_sizes, clients, momentum=None) -> Replies:
+        self.calls += 1
+        betas, momenta, refused = {}, {}, {}
+        for c in clients:
+            if (t + 1, c) in self.fail:
+                refused[c] = self.fail[(t + 1, c)]
+                continue
+            betas[c], momenta[c] = fahmc_client_round(
+                PROBLEM.clients([c]), theta, momentum, step_sizes, weight=float(PROBLEM.weights[c]),
+                friction=self.run.friction, splitting=self.run.splitting, temperature=self.run.temperature,
+                correlation=self.run.correlation, shared_generator=shared_stream(self.run.seed, t),
+                private_generator=private_stream(SEED, c, t))
+        return Replies(betas, refused, 100 * len(clients), 10 * len(betas), momenta)
+
+
+def _hmc_run(rounds=ROUNDS, **kw) -> FlowerRun:
+    kw = {"friction": 0.8, "splitting": "BAOAB", **kw}
+    return _run(rounds=rounds, sampler="fahmc", init=THETA0, **kw)
+
+
+def _hmc_serve(run, fail=None, on_round=None):
+    exchange = HMCExchange(run, fail)
+    return serve(exchange, FED, run, on_round), exchange
+
+
+@pytest.mark.filterwarnings("ignore:SchemeII assumes balanced")
+@pytest.mark.parametrize("rule,splitting", [(None, "BAOAB"), (SchemeI(2), "OBABO"),
+                                            (SchemeII(2, allow_unbalanced=True), "BAOAB")], ids=["full", "I", "II"])
+def test_the_fahmc_server_averages_theta_and_v_as_the_hand_built_rounds(rule, splitting):
+    """The server's FA-HMC rounds equal a server written by hand over fahmc.client.client_round
+    (tests/fahmc/test_client.per_client_rounds, whose law is checked against fahmc.exact there),
+    bit for bit: theta (the draws) and v (the final state)."""
+    run = _hmc_run(participation=rule, splitting=splitting)
+    trace, _ = _hmc_serve(run)
+    ref = per_client_rounds(PROBLEM, ROUNDS, K, ETA, R, SEED, rho=0.5, participation=rule, friction=0.8,
+                            splitting=splitting)
+    d = PROBLEM.dim
+    assert np.array_equal(trace.samples.numpy(), ref[:, :, :d])
+    assert trace.settings.sampler == "FA-HMC" and trace.settings.streams == "per_client"
+    comm = trace.communication  # theta and v: 2 d floats per upload, 2 N d down per round
+    assert comm.floats_up == comm.uploads * 2 * d and comm.floats_down == ROUNDS * N * 2 * d
+    with pytest.raises(ValueError, match="privacy accounting is FA-LD's|FA-HMC"):
+        trace.privacy(delta=1e-5, sensitivity=1.0)
+
+
+def test_a_killed_fahmc_server_continues_bit_for_bit_with_its_velocity(tmp_path):
+    path = tmp_path / "server.ckpt"
+    whole, _ = _hmc_serve(_hmc_run(participation=SchemeI(2)))
+    ref = per_client_rounds(PROBLEM, ROUNDS, K, ETA, R, SEED, rho=0.5, participation=SchemeI(2), friction=0.8)
+
+    def dies(j):
+        if j == 7:
+            raise Stop
+
+    with pytest.raises(Stop):
+        _hmc_serve(_hmc_run(participation=SchemeI(2), checkpoint=str(path), checkpoint_every=3), on_round=dies)
+    record, _ = read_file(path)
+    assert record["round"] == 6  # the checkpoint holds round 6's velocity, not zeros
+    assert np.array_equal(record["state"]["momentum"].numpy(), ref[:, 5, PROBLEM.dim:])
+    trace, exchange = _hmc_serve(_hmc_run(participation=SchemeI(2), checkpoint=str(path), checkpoint_every=3))
+    assert exchange.calls == ROUNDS - 6
+    assert torch.equal(trace.samples, whole.samples) and trace.communication == whole.communication
+    record, _ = read_file(path)
+    assert np.array_equal(record["state"]["momentum"].numpy(), ref[:, -1, PROBLEM.dim:])
+
+
+def test_a_dropped_fahmc_client_leaves_theta_and_v_averaged_over_the_others(tmp_path):
+    path = tmp_path / "server.ckpt"
+    with pytest.warns(UserWarning, match=r"round 2: client 1 dropped"):
+        trace, _ = _hmc_serve(_hmc_run(rounds=2, checkpoint=str(path)), fail={(2, 1): "no reply"})
+    assert trace.dropouts == {2: [1]}
+    ref = per_client_rounds(PROBLEM, 1, K, ETA, R, SEED, rho=0.5, friction=0.8)[:, 0]  # round 1, nobody dropped
+    theta, v = torch.from_numpy(ref[:, :2]), torch.from_numpy(ref[:, 2:])
+    assert torch.equal(trace.samples[:, 0], theta)
+    xs, us = torch.zeros(R, N, 2, dtype=torch.float64), torch.zeros(R, N, 2, dtype=torch.float64)
+    for c in (0, 2):  # round 2 by hand: the clients that replied, p_c renormalised over them, for theta and v
+        xs[:, c], us[:, c] = fahmc_client_round(PROBLEM.clients([c]), theta, v, [ETA] * K,
+                                                weight=float(PROBLEM.weights[c]), friction=0.8, correlation=0.5,
+                                                shared_generator=shared_stream(SEED, 1),
+                                                private_generator=private_stream(SEED, c, 1))
+    w = PROBLEM.weights.double().clone()
+    w[1] = 0.0
+    assert torch.equal(trace.samples[:, 1], aggregate(xs, theta, w / w.sum(), None))
+    record, _ = read_file(path)
+    assert torch.equal(record["state"]["momentum"], aggregate(us, v, w / w.sum(), None))
+
+
+def test_a_fald_checkpoint_is_not_continued_as_fahmc_nor_the_other_way(tmp_path):
+    fald_path, hmc_path = str(tmp_path / "fald.ckpt"), str(tmp_path / "hmc.ckpt")
+    _serve(_run(rounds=2, checkpoint=fald_path, init=THETA0))
+    _hmc_serve(_hmc_run(rounds=2, checkpoint=hmc_path))
+    with pytest.raises(ValueError, match="belongs to another run"):
+        _hmc_serve(_hmc_run(checkpoint=fald_path))
+    with pytest.raises(ValueError, match="belongs to another run"):
+        _serve(_run(checkpoint=hmc_path, init=THETA0))
+    with pytest.raises(ValueError, match="belongs to another run"):  # another friction
+        _hmc_serve(_hmc_run(checkpoint=hmc_path, friction=0.9))
+
+
+@pytest.mark.parametrize("kw,name", [
+    ({"sampler": "fahmc", "friction": 0.0}, "friction"), ({"sampler": "fahmc", "friction": -1.0}, "friction"),
+    ({"sampler": "fahmc", "friction": float("nan")}, "friction"),
+    ({"sampler": "fahmc", "friction": float("inf")}, "friction"),
+    ({"sampler": "fahmc", "friction": "1.0"}, "friction"), ({"sampler": "fahmc", "friction": "auto"}, "friction='auto'"),
+    ({"sampler": "fahmc", "step_size": "auto"}, "step_size='auto'"), ({"step_size": "auto"}, "step_size='auto'"),
+    ({"sampler": "fahmc", "splitting": "ABOBA"}, "splitting"), ({"sampler": "hmc"}, "sampler"),
+    ({"friction": 1.0}, "friction applies to sampler='fahmc' only"),
+    ({"splitting": "OBABO"}, "splitting applies to sampler='fahmc' only"),
+])
+def test_flower_run_refuses_bad_fahmc_settings_by_name(kw, name):
+    kw = {"rounds": 3, "step_size": ETA, "num_nodes": N, **kw}
+    with pytest.raises(ValueError, match=name):
+        FlowerRun(**kw)
+    assert FlowerRun(rounds=3, step_size=ETA, num_nodes=N, sampler="fahmc").friction == 1.0  # FAHMC's default

@@ -1,7 +1,10 @@
 """FA-LD in Flower's simulation engine: 10 simulated clients on the Gaussian problem give the
 samples of the in-process engine with the same seed (per-client streams), bit for bit; schemes
 I and II; a client that drops out of a round; a server that resumes from its checkpoint (a
-shorter finished run extended, and a server killed mid-run continued bit for bit).
+shorter finished run extended, and a server killed mid-run continued bit for bit). FA-HMC
+(``FlowerRun(sampler="fahmc")``) over the same nodes: theta and v through Flower's messages give
+the rounds of a server written by hand over ``fahmc.client.client_round`` (whose law is checked
+against ``fahmc.exact`` in tests/fahmc/test_client.py), bit for bit, also with a dropped client.
 
 One ``run_simulation`` (one Ray start, the slow part) serves every run: the ServerApp runs
 them one after the other over the same 10 nodes.
@@ -17,6 +20,7 @@ pytest.importorskip("flwr")
 from flwr.clientapp import ClientApp  # noqa: E402
 from flwr.simulation import run_simulation  # noqa: E402
 
+from fedlangevin.fahmc.client import client_round as fahmc_client_round  # noqa: E402
 from fedlangevin.fald import FALD, SchemeI, SchemeII  # noqa: E402
 from fedlangevin.fald.core.engine import client_round  # noqa: E402
 from fedlangevin.fald.core.kernel import aggregate  # noqa: E402
@@ -24,6 +28,7 @@ from fedlangevin.fald.core.streams import SHARED, build_per_client, participatio
 from fedlangevin.flower import FlowerRun, handle_query, handle_train, partitioned, run_server  # noqa: E402
 from fedlangevin.flower.protocol import CONFIG  # noqa: E402
 from fedlangevin.problems import GaussianSimulation  # noqa: E402
+from tests.fahmc.test_client import THETA0, per_client_rounds  # noqa: E402
 
 N, CHAINS, K, ETA, ROUNDS = 10, 4, 3, 1e-3, 6
 PROBLEM = GaussianSimulation(num_clients=N, samples_per_client=[20 + 2 * c for c in range(N)], seed=1)
@@ -31,6 +36,8 @@ SEED, DROP_SEED, DROP_CLIENT, DROP_ROUND = 7, 8, 3, 2  # DROP_ROUND counts round
 DROP_SEED_I = 11  # with SchemeI(1), chain 2 (only) samples client DROP_CLIENT in round DROP_ROUND
 SCHEMES = {"full": None, "I": SchemeI(4), "II": SchemeII(3, allow_unbalanced=True)}
 KILL_ROUND = 5  # the server dies in this round; its last checkpoint is at round 4
+H, FRICTION = 0.01, 0.8  # FA-HMC's h (stable: h < 2 / sqrt(1450), the clients' largest curvature) and gamma
+HMC_SCHEMES = {"fahmc": None, "fahmc I": SchemeI(4)}
 
 
 class Killed(Exception):
@@ -80,6 +87,9 @@ def traces(tmp_path_factory):
     runs["first half"] = _run(rounds=ROUNDS // 2, checkpoint=ckpt, checkpoint_every=1)
     runs["resumed"] = _run(checkpoint=ckpt, checkpoint_every=1)
     killed = _run(checkpoint=str(tmp_path_factory.mktemp("flower") / "killed.ckpt"), checkpoint_every=2)
+    for name, rule in HMC_SCHEMES.items():
+        runs[name] = _hmc_run(participation=rule)
+    runs["fahmc drop"] = _hmc_run(seed=DROP_SEED)
     out = {}
     server = ServerApp()
 
@@ -104,6 +114,12 @@ def traces(tmp_path_factory):
                    backend_config={"client_resources": {"num_cpus": 1}})
     assert set(runs) | {"killed", "continued"} <= set(out), "the ServerApp did not finish every run"
     return out
+
+
+def _hmc_run(seed=SEED, participation=None):
+    return FlowerRun(rounds=ROUNDS, step_size=H, local_steps=K, num_nodes=N, chains=CHAINS, seed=seed, correlation=0.5,
+                     participation=participation, node_timeout=300, init=THETA0, sampler="fahmc", friction=FRICTION,
+                     splitting="OBABO")
 
 
 def _in_process(participation=None, seed=SEED, rounds=ROUNDS):
@@ -179,3 +195,35 @@ def test_chain_whose_only_sampled_client_dropped_keeps_its_iterate(traces):
     assert torch.equal(after[stuck], before[stuck])
     moved = [c for c in range(CHAINS) if c not in stuck]
     assert (after[moved] != before[moved]).all()
+
+
+@pytest.mark.parametrize("name", sorted(HMC_SCHEMES))
+def test_fahmc_through_flower_equals_the_hand_built_server(traces, name):
+    trace = traces[name]
+    ref = per_client_rounds(PROBLEM, ROUNDS, K, H, CHAINS, SEED, rho=0.5, participation=HMC_SCHEMES[name],
+                            friction=FRICTION, splitting="OBABO")
+    assert torch.equal(trace.samples, torch.from_numpy(ref[:, :, :PROBLEM.dim]))  # theta and v crossed Flower intact
+    assert trace.settings.sampler == "FA-HMC" and trace.dropouts == {}
+    if name == "fahmc":  # theta and v, each (R, d) float64, up from every node each round, plus framing
+        assert trace.communication.bytes_up >= ROUNDS * N * 2 * CHAINS * PROBLEM.dim * 8
+        assert trace.communication.bytes_up > traces["full"].communication.bytes_up
+
+
+def test_a_dropped_fahmc_client_is_left_out_of_theta_and_v(traces):
+    trace, t = traces["fahmc drop"], DROP_ROUND - 1
+    assert trace.dropouts == {DROP_ROUND: [DROP_CLIENT]}
+    before = per_client_rounds(PROBLEM, t, K, H, CHAINS, DROP_SEED, rho=0.5, friction=FRICTION, splitting="OBABO",
+                               private_seed=SEED)[:, -1]
+    theta, v = torch.from_numpy(before[:, :PROBLEM.dim]), torch.from_numpy(before[:, PROBLEM.dim:])
+    assert torch.equal(trace.samples[:, t - 1], theta)
+    xs = torch.zeros(CHAINS, N, PROBLEM.dim, dtype=torch.float64)
+    for c in range(N):
+        if c != DROP_CLIENT:
+            xs[:, c] = fahmc_client_round(PROBLEM.clients([c]), theta, v, [H] * K, weight=float(PROBLEM.weights[c]),
+                                          friction=FRICTION, splitting="OBABO", correlation=0.5,
+                                          shared_generator=shared_stream(DROP_SEED, t),
+                                          private_generator=private_stream(SEED, c, t))[0]
+    w = PROBLEM.weights.clone()
+    w[DROP_CLIENT] = 0.0
+    torch.testing.assert_close(trace.samples[:, t], aggregate(xs, theta, w / w.sum(), None),
+                               rtol=0, atol=1e-14)  # the renormalisation may round differently: 1e-14 >> ulps
