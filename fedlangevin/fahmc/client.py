@@ -18,38 +18,17 @@ normals from one generator, so a per-client run equals it in law, not in bits.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 
 from fedlangevin._validation import check_choice, check_real
-from fedlangevin.fahmc.kernel import SPLITTINGS, as_fahmc_preconditioner
+from fedlangevin.fahmc.kernel import SPLITTINGS, as_fahmc_preconditioner, local_steps_
 from fedlangevin.fald.core.noise import add_noise_, noise_scales
 from fedlangevin.fald.core.preconditioning import RoundPreconditioner
 from fedlangevin.problems.base import FederatedProblem
 
-__all__ = ["client_round", "local_steps_"]
-
-
-def local_steps_(x: torch.Tensor, u: torch.Tensor, step_sizes: Sequence[float], *, splitting: str,
-                 force: Callable[[torch.Tensor], torch.Tensor],
-                 refresh: Callable[[torch.Tensor, float], None]) -> None:
-    """The K = len(step_sizes) local steps of :mod:`fedlangevin.fahmc.kernel`'s splitting on the
-    positions ``x`` and velocities ``u`` (R, n, d), in place. ``force(x)`` is -M grad f~^c at x
-    (the step's one gradient, drawn first); ``refresh(u, h)`` is the O step of eq. (2) in place."""
-    for h in step_sizes:
-        h = float(h)
-        f = force(x)
-        if splitting == "BAOAB":        # B(h) A(h/2) O A(h/2)
-            u.add_(f, alpha=h)
-            x.add_(u, alpha=0.5 * h)
-            refresh(u, h)
-            x.add_(u, alpha=0.5 * h)
-        else:                           # OBABO: B(h/2) O B(h/2) A(h)
-            u.add_(f, alpha=0.5 * h)
-            refresh(u, h)
-            u.add_(f, alpha=0.5 * h)
-            x.add_(u, alpha=h)
+__all__ = ["client_round"]
 
 
 def client_round(

@@ -107,7 +107,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -122,7 +122,7 @@ from fedlangevin.fald.contracts import TRANSPORT, check_conforms
 from fedlangevin.problems.base import FederatedProblem, check_client_indices, check_problem, check_weights
 
 __all__ = ["FAHMCKernel", "FAHMCState", "OVERDAMPED", "SPLITTINGS", "as_fahmc_preconditioner", "assemble", "build",
-           "checked_arguments"]
+           "checked_arguments", "local_steps_"]
 
 #: the splittings of a local step (module docstring)
 SPLITTINGS = ("BAOAB", "OBABO")
@@ -200,19 +200,10 @@ class FAHMCKernel:
         u = v.unsqueeze(1).expand(r, n, d).clone()       # and velocities
         # exact = False: the held clients' private numbers from the transport's stream of this round
         own = None if self._own_stream is None else self._own_stream(generator)
-        for h in step_sizes:
-            h = float(h)
-            force = self._force(x, generator if own is None else own, pre)  # -M grad f~^c: the step's one gradient
-            if self.splitting == "BAOAB" and not overdamped:  # B(h) A(h/2) O A(h/2)
-                u.add_(force, alpha=h)
-                x.add_(u, alpha=0.5 * h)
-                self._refresh(u, h, gamma, pre, generator, own)
-                x.add_(u, alpha=0.5 * h)
-            else:                                         # OBABO: B(h/2) O B(h/2) A(h) (and the overdamped step)
-                u.add_(force, alpha=0.5 * h)
-                self._refresh(u, h, gamma, pre, generator, own)
-                u.add_(force, alpha=0.5 * h)
-                x.add_(u, alpha=h)
+        private = generator if own is None else own
+        local_steps_(x, u, step_sizes, splitting="OBABO" if overdamped else self.splitting,  # overdamped: O is a fresh draw
+                     force=lambda x: self._force(x, private, pre),
+                     refresh=lambda u, h: self._refresh(u, h, gamma, pre, generator, own))
         w = self.participation.weights(self._p, r, generator)
         if self._transport is None:
             theta, v = synchronize(x, w), synchronize(u, w)
@@ -291,6 +282,28 @@ def _step_friction(friction: Any) -> float:
     if isinstance(friction, float) and friction == OVERDAMPED:
         return OVERDAMPED
     return check_real("friction", friction, low=0.0, low_open=True)
+
+
+def local_steps_(x: torch.Tensor, u: torch.Tensor, step_sizes: Sequence[float], *, splitting: str,
+                 force: Callable[[torch.Tensor], torch.Tensor],
+                 refresh: Callable[[torch.Tensor, float], None]) -> None:
+    """The K = len(step_sizes) local steps of :mod:`fedlangevin.fahmc.kernel`'s splitting on the
+    positions ``x`` and velocities ``u`` (R, n, d), in place. ``force(x)`` is -M grad f~^c at x
+    (the step's one gradient, drawn first); ``refresh(u, h)`` is the O step of eq. (2) in place."""
+    for h in step_sizes:
+        h = float(h)
+        f = force(x)
+        if splitting == "BAOAB":        # B(h) A(h/2) O A(h/2)
+            u.add_(f, alpha=h)
+            x.add_(u, alpha=0.5 * h)
+            refresh(u, h)
+            x.add_(u, alpha=0.5 * h)
+        else:                           # OBABO: B(h/2) O B(h/2) A(h)
+            u.add_(f, alpha=0.5 * h)
+            refresh(u, h)
+            u.add_(f, alpha=0.5 * h)
+            x.add_(u, alpha=h)
+
 
 
 def build(
