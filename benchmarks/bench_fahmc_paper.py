@@ -131,7 +131,8 @@ def at(w2: np.ndarray, warmup: int, r: int) -> str:
 
 def table(rows, level: float, checkpoints) -> str:
     head = ["sampler", "step", *[f"W2 @ {r}" for r in checkpoints], f"rounds to W2 <= {level:.3f}",
-            "final W2 (mean of last 100)", "max \\|mean err\\| / sd", "sd ratios", "ESS per chain-round", "seconds", "note"]
+            "final W2 (mean of last 100)", "max \\|mean err\\| / sd", "sd ratios", "ESS per chain-round", "seconds",
+            "note"]
     out = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for row in rows:
         if row["w2"] is None:
@@ -142,8 +143,8 @@ def table(rows, level: float, checkpoints) -> str:
             hit = first_below(w2, wu, level)
             cells = [row["label"], str(row["step"]), *[at(w2, wu, r) for r in checkpoints],
                      "not reached" if hit is None else f"{hit:,}", f"{w2[-100:].mean():.3f}",
-                     f"{row['mean_err']:.2f}", "{:.2f}-{:.2f}".format(*row["sd_ratios"]), f"{row['ess']:.3g}", f"{row['seconds']:.0f}",
-                     row["note"]]
+                     f"{row['mean_err']:.2f}", "{:.2f}-{:.2f}".format(*row["sd_ratios"]), f"{row['ess']:.3g}",
+                     f"{row['seconds']:.0f}", row["note"]]
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 
