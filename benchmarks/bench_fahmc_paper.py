@@ -27,7 +27,7 @@ settings are stand-ins, stated here and in docs/fahmc.md:
 Prints a table (W2 at a few rounds, rounds until the chains' W2 is within 1.5x the exact-draw
 floor's 95 % quantile, final W2, wall time) and writes docs/img/fahmc_paper.png (matplotlib).
 
-    nice python benchmarks/bench_fahmc_paper.py                 # the table of docs/fahmc.md (~4 min on 2 loaded cores)
+    nice python benchmarks/bench_fahmc_paper.py                 # the table of docs/fahmc.md (~5 min on 2 loaded cores)
     nice python benchmarks/bench_fahmc_paper.py --quick         # a smoke run (tiny budgets; not a measurement)
 """
 
