@@ -198,6 +198,12 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
     if etas.size == 0:
         raise ValueError("this trace has no local steps to account for")
     t = int(etas.size)
+    bias = getattr(trace, "local_step_bias", None)
+    if bias is not None and not bias.auto and bias.rounds > 0:
+        raise ValueError(
+            "trace.privacy: the check of the local-step bias ran K = 1 companion chains beside this run's on the same "
+            "data (their iterates released like the sampler's), a second mechanism the accountant does not cover; "
+            "account a run with check_local_bias=False")
     rounds = getattr(getattr(trace, "communication", None), "rounds", None)
     if isinstance(rounds, int) and rounds * k != t:
         raise ValueError(

@@ -178,6 +178,9 @@ class Runner:
     def _before_rounds(self) -> None:
         """A family's one-off set-up before the first round (FA-LD: a drift correction's)."""
 
+    def _end_run(self, run: Run) -> None:
+        """After a run's last round, before its final checkpoint and trace (FA-LD: the companions' verdict)."""
+
     def _check_run(self, checkpoint: Any) -> None:
         """Refuse a run the family cannot do (before any work)."""
 
@@ -285,6 +288,7 @@ class Runner:
             self.state = released(self.state)
             if bar is not None:
                 bar.close()
+        self._end_run(run)
         run.finished = True
         if run.checkpoint is not None:
             self._writer.write(run.checkpoint, self, run)

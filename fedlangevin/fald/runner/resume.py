@@ -25,7 +25,7 @@ import torch
 from fedlangevin._validation import check_bool, check_device, check_path
 from fedlangevin.fald.io import checkpoint as ckpt
 from fedlangevin.fald.corrections import drift
-from fedlangevin.fald.warmup import local_steps, session
+from fedlangevin.fald.warmup import companions, local_steps, session
 from fedlangevin.fald.core.participation import Participation, as_participation
 from fedlangevin.fald.core.preconditioning import preconditioner_from_record, preconditioner_record
 from fedlangevin.fald.io.records import RECORD_KIND, RECORD_VERSION, RUNNER_KIND, RUNNER_VERSION, check_fald_record, check_runner_record
@@ -118,7 +118,7 @@ def fald_record(sampler: Any) -> dict:
         "adapted": bool(sampler.adapted),
         "adaptation": None if sampler.adapter is None else ckpt.encode(sampler.adapter.record()),
         "correction": ckpt.encode(drift.record(sampler.correction, sampler.state.correction)),
-        "local_bias": ckpt.encode(local_steps.record(sampler)),
+        "local_bias": ckpt.encode({**local_steps.record(sampler), "companions": companions.record(sampler)}),
     }
 
 
@@ -412,6 +412,7 @@ def resume_sampler(cls, path, *, problem=None, step_size=None, participation=Non
         (sampler.preconditioner, sampler.adapted, sampler.preconditioner_norm,
          sampler.adapter) = session.restore(problem, stored, settings, preconditioner, privacy=sampler.privacy)
         k, anchor, sampler.measurement, sampler.local_step_bias = local_steps.restore(stored_steps)
+        sampler.companions = companions.restore((stored_steps or {}).get("companions"), sampler.device, sampler.dtype)
         sampler.local_steps = sampler.local_steps if k is None else k
         sampler.anchor = (0, 0) if anchor is None else anchor
     main = main_path(used)

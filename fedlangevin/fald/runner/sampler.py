@@ -32,6 +32,7 @@ from fedlangevin.fald.runner.base import Runner
 from fedlangevin.fald.runner.config import Config
 from fedlangevin.fald.runner.replay import diagnose, where
 from fedlangevin.fald.runner.runs import Run
+from fedlangevin.fald.warmup import companions as kcheck
 from fedlangevin.fald.warmup import local_steps as kphase
 from fedlangevin.fald.warmup import session
 from fedlangevin.fald.warmup.mode import resolve_init
@@ -96,10 +97,13 @@ class FALD(Runner):
         with ``step_size="auto"`` only, and not with ``streams="per_client"``).
     correction : a drift correction against heterogeneous clients (``docs/drift.md``):
         ``"control_variates"``, ``"conducive"``, ``"qlsd++"`` or their settings records.
-    check_local_bias : with a fixed K > 1 (default True), the run's warm-up (its second half, at
-        least 60 rounds, with chains >= 2) measures the bias of K against K = 1 from the broadcast
-        iterates and warns (``UserWarning``) where it exceeds 0.1 posterior sd on evidence; the
-        evidence is ``trace.local_step_bias``. False: no measurement (e.g. a paper's fixed K).
+    check_local_bias : with a fixed K > 1 (default True, chains >= 2), R companion chains at K = 1
+        with step K eta run beside the sampler's once M and eta are frozen (after the warm-up, which
+        adapts as without the check; the sampler's draws are the same bits): at the end of every
+        run with 50 or more kept rounds, a ``UserWarning`` where K's mean shift against them
+        exceeds 0.1 posterior sd on evidence (:mod:`fedlangevin.fald.warmup.companions`; the
+        evidence is ``trace.local_step_bias``). Doubles the sampling's work. False: no check
+        (e.g. a paper's fixed K).
     privacy : :class:`fedlangevin.privacy.RecordLevel` or :class:`~fedlangevin.privacy.ClientLevel`
         (``docs/privacy.md``): every local step's likelihood gradient is clipped (per example, or
         each client's sum) and minibatches are drawn without replacement, so the sensitivity the
@@ -128,6 +132,7 @@ class FALD(Runner):
     built_correction: Any              #: the correction's kernel side, what its build() returned (None without one)
     measurement: Any                   #: the local-step phase in progress (fald.warmup.local_steps), or None
     local_step_bias: Any               #: its record once made (trace.local_step_bias), or None
+    companions: Any                    #: a fixed K's companion chains (fald.warmup.companions), or None
     _work_problem: FederatedProblem    #: the problem on the run's device and dtype
 
     def __init__(
@@ -170,6 +175,7 @@ class FALD(Runner):
         self.preconditioner_norm = spectral_norm(config.preconditioner, problem.dim)
         self.adapter, self.adapted = None, False
         self.measurement, self.local_step_bias, self.anchor = None, None, (0, 0)
+        self.companions, self._companion_kernel = None, None
         init, self.map_result = resolve_init(init, problem)  # map_result: init="map"'s mode search
         initial = check_init(init, self.chains, problem.dim, self.dtype, self.device)
         #: what the kernel queries: the problem itself, or in a private run only its clipped gradients
@@ -229,11 +235,18 @@ class FALD(Runner):
         return kphase.round_bound(self)
 
     def _observing(self) -> bool:
-        return self.adapter is not None or self.measurement is not None
+        return self.adapter is not None or self.measurement is not None or self.companions is not None
 
     def _observe(self, run: Run, theta: torch.Tensor) -> None:
+        if self.companions is not None:  # a round beside the sampler's (M and eta frozen)
+            if self._companion_kernel is None:
+                self._companion_kernel = kcheck.build(self)
+            self._apply(kcheck.update(self.companions, self._companion_kernel, theta, self.preconditioner,
+                                      self.participation.uploads, self.problem.num_clients), run)
         if self.adapter is not None:
             self._apply(session.update(self.adapter, theta, self.preconditioner), run)
+            if kcheck.due(self):  # the warm-up ended here: the companions start at its last iterates
+                self._apply(kcheck.start(self), run)
         if self.measurement is not None:
             self._apply(kphase.update(self.measurement, theta, self._stability), run)
 
@@ -264,6 +277,13 @@ class FALD(Runner):
         """A correction's one-off set-up, before the first round (a resumed sampler has its state)."""
         if self.built_correction is not None and self.state.correction is None:
             self._apply(drift.init(self.built_correction, self.state.theta, self.map_result))
+        if kcheck.due(self):  # nothing adapts: the companions start with the first round
+            self._apply(kcheck.start(self))
+
+    def _end_run(self, run: Run) -> None:
+        """The companions' verdict (and its warning) from everything kept so far."""
+        if self.companions is not None:
+            self._apply(session.Changes(local_bias=kcheck.verdict(self.companions)))
 
     def _check_run(self, checkpoint) -> None:
         if checkpoint is not None and self.upload is not None:
@@ -321,6 +341,8 @@ class FALD(Runner):
             self.adapter, self.adapted = None, True
         if changes.measurement is not session.KEEP:
             self.measurement = changes.measurement
+        if changes.companions is not session.KEEP:
+            self.companions = changes.companions
         if changes.local_steps is not None:  # every round from here runs K: the trace's steps count from here
             self.local_steps, self.anchor = int(changes.local_steps), (int(self.state.round), int(self.state.step))
         if changes.local_bias is not None:

@@ -347,12 +347,12 @@ def bias_final(state: BiasState) -> tuple[BiasEstimate, ...]:
 
 
 # -- verdicts -------------------------------------------------------------------------------------
-def _quantile(estimate: BiasEstimate, confidence: float) -> float:
+def _quantile(estimate: BiasEstimate, confidence: float, sd: bool = True) -> float:
     """Student's t quantile (R - 1 degrees of freedom) of one of the 2 d one-sided tests at the
-    Bonferroni level (1 - confidence) / (2 d)."""
+    Bonferroni level (1 - confidence) / (2 d) (d tests of the means alone where not ``sd``)."""
     from scipy.stats import t
 
-    tests = 2 * len(estimate.mean_shift)
+    tests = (2 if sd else 1) * len(estimate.mean_shift)
     return float(t.ppf(1.0 - (1.0 - confidence) / tests, estimate.chains - 1))
 
 
@@ -364,30 +364,34 @@ def _checked(estimate: Any, tolerance: Any, confidence: Any) -> tuple[float, flo
     return tolerance, confidence
 
 
-def _deviations(estimate: BiasEstimate):
-    """(|deviation|, standard error) of the 2 d quantities: the mean shifts and sd ratios - 1."""
-    devs = [abs(v) for v in estimate.mean_shift] + [abs(v - 1.0) for v in estimate.sd_ratio]
-    return zip(devs, list(estimate.mean_shift_se) + list(estimate.sd_ratio_se))
+def _deviations(estimate: BiasEstimate, sd: bool = True):
+    """(|deviation|, standard error) of the 2 d quantities: the mean shifts and sd ratios - 1 (the
+    mean shifts alone where not ``sd``)."""
+    devs = [abs(v) for v in estimate.mean_shift] + ([abs(v - 1.0) for v in estimate.sd_ratio] if sd else [])
+    return zip(devs, list(estimate.mean_shift_se) + (list(estimate.sd_ratio_se) if sd else []))
 
 
-def margins(estimate: BiasEstimate, confidence: float = 0.95) -> tuple[tuple[str, int, float, float], ...]:
+def margins(estimate: BiasEstimate, confidence: float = 0.95, *,
+            sd: bool = True) -> tuple[tuple[str, int, float, float], ...]:
     """The 2 d tests of :func:`exceeds` and :func:`within` one by one: (``"mean"`` or ``"sd"``, the
     coordinate, |mean shift| or |sd ratio - 1|, its margin: the t quantile times the standard error,
     simultaneous at ``confidence``). A test exceeds a tolerance where deviation - margin > tolerance
-    and is within it where deviation + margin <= tolerance (what a warning names)."""
+    and is within it where deviation + margin <= tolerance (what a warning names). ``sd=False``:
+    the d tests of the means alone (the companions' check, :mod:`~fedlangevin.fald.warmup.companions`)."""
     _, confidence = _checked(estimate, 1.0, confidence)
-    q, d = _quantile(estimate, confidence), len(estimate.mean_shift)
-    return tuple((("mean", "sd")[j // d], j % d, dev, q * se) for j, (dev, se) in enumerate(_deviations(estimate)))
+    q, d = _quantile(estimate, confidence, sd), len(estimate.mean_shift)
+    return tuple((("mean", "sd")[j // d], j % d, dev, q * se) for j, (dev, se) in enumerate(_deviations(estimate, sd)))
 
 
-def exceeds(estimate: BiasEstimate, tolerance: float = 0.1, confidence: float = 0.95) -> bool:
+def exceeds(estimate: BiasEstimate, tolerance: float = 0.1, confidence: float = 0.95, *, sd: bool = True) -> bool:
     """True when the measured bias exceeds ``tolerance`` (> 0, in K = 1 sds) at ``confidence`` (in
     (0, 1)): on some coordinate |mean shift| or |sd ratio - 1| is above the tolerance by more than
     its standard error times the t quantile of :func:`_quantile` (simultaneous over the 2 d tests).
-    The warning's test: a fixed K is called biased only on evidence."""
+    The warning's test: a fixed K is called biased only on evidence. ``sd=False``: the d mean
+    shifts alone (Bonferroni over d)."""
     tolerance, confidence = _checked(estimate, tolerance, confidence)
-    q = _quantile(estimate, confidence)
-    return any(dev - q * se > tolerance for dev, se in _deviations(estimate))
+    q = _quantile(estimate, confidence, sd)
+    return any(dev - q * se > tolerance for dev, se in _deviations(estimate, sd))
 
 
 def within(estimate: BiasEstimate, tolerance: float = 0.1, confidence: float = 0.95) -> bool:

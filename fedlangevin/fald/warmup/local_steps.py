@@ -1,4 +1,4 @@
-"""The local-step phase of FA-LD's warm-up: ``local_steps="auto"`` and the check of a fixed K (issue 27).
+"""The local-step phase of FA-LD's warm-up: ``local_steps="auto"`` (issue 27); the record of both checks.
 
 :mod:`~fedlangevin.fald.warmup.local_bias` measures how far K local steps move the stationary law
 of the broadcast iterate from K = 1's; this module runs that measurement inside a run's warm-up,
@@ -7,13 +7,13 @@ plans it at the start of a run, :func:`update` takes each round's broadcast iter
 a :class:`~fedlangevin.fald.warmup.session.Changes` value (the K of the rounds ahead, the
 finished record, the phase's new state) that ``FALD._apply`` applies in one place; its final
 steps the measurement's last steps (the pilot's end plans it, the plan's end decides). Nothing
-here assigns to the sampler.
+here assigns to the sampler. A fixed K > 1 is checked after the warm-up by companion chains
+(:mod:`~fedlangevin.fald.warmup.companions`); its record is this module's :class:`LocalStepBias`.
 
-**Where in the warm-up.** A run that measures gives the second half of its warm-up, W_b = W // 2
-rounds (at least :data:`MIN_ROUNDS`), to the measurement; the first W - W_b rounds run as before
-(an adaptive warm-up adapts M and eta there: at K = 1 for ``"auto"``, where the acceptance rule
-applies with full participation, at the K given otherwise; with a step size of your own they run
-at K). With M and eta frozen, the measurement runs
+**Where in the warm-up.** ``"auto"`` gives the second half of its warm-up, W_b = W // 2 rounds
+(at least :data:`MIN_ROUNDS`), to the measurement; the first W - W_b rounds run as before (an
+adaptive warm-up adapts M and eta there at K = 1, where the acceptance rule applies with full
+participation). With M and eta frozen, the measurement runs
 
 1. a *pilot* of P = max(:data:`MIN_PILOT`, W_b // 4) rounds at K = 1: the K = 1 chains' e-folding
    time tau_e (:func:`~fedlangevin.fald.warmup.local_bias.decay_rounds`; a transient left from the
@@ -26,17 +26,14 @@ at K). With M and eta frozen, the measurement runs
    last segment's) before the first kept draw. The warm-up's remaining rounds, if any, run at
    that K too.
 
-**The decision.** ``"auto"`` (:class:`AutoLocalSteps`): the candidates are the ladder's K > 1;
-the run goes on with :func:`~fedlangevin.fald.warmup.local_bias.choose_local_steps`' K (the
+**The decision.** The candidates are the ladder's K > 1; the run goes on with :func:`~fedlangevin.fald.warmup.local_bias.choose_local_steps`' K (the
 largest K of the ladder that, with every K below it, is within the tolerance at the confidence).
 K > 1 is only tried where every client's local steps are stable at the frozen eta: eta
 lambda_max(M H_c) <= :data:`STABLE` at the chains' iterates (power iteration on the clients'
 Hessian-vector products, as the curvature step rule; the module docstring of ``local_bias``
-assumes it). A fixed K (``check_local_bias=True``, the default): the run goes on with K, and a
-``UserWarning`` names the measured bias, the tolerance and what to do where
-:func:`~fedlangevin.fald.warmup.local_bias.exceeds` (biased on evidence).
+assumes it).
 
-What a measurement needs (:func:`eligible`; ``"auto"`` refuses the rest before any work): two or
+What a measurement needs (both checks) (:func:`eligible`; ``"auto"`` refuses the rest before any work): two or
 more chains (the standard errors are the jackknife over chains; every participation rule draws
 per chain, so the chains stay independent), a step size constant over the warm-up's end
 (``"auto"`` or a number), one process with exact uploads and no drift correction, and a run that
@@ -62,7 +59,7 @@ from fedlangevin.fald.core.schedules import AdaptedSteps, Constant, step_sizes
 from fedlangevin.fald.warmup.curvature import max_curvature
 from fedlangevin.fald.warmup.local_bias import (
     DEFAULT_LADDER, KEPT_PER_BURN_IN, TRANSIENT, BiasEstimate, BiasPlan, BiasState, LocalStepsChoice, bias_final,
-    bias_init, bias_update, check_ladder, choose_local_steps, decay_rounds, exceeds, margins,
+    bias_init, bias_update, check_ladder, choose_local_steps, decay_rounds, margins,
 )
 from fedlangevin.fald.warmup.session import Changes
 
@@ -144,13 +141,9 @@ def eligible(config) -> str:
 
 
 def due(sampler) -> bool:
-    """Whether ``sampler``'s next run measures: ``"auto"`` until it has chosen, a fixed K > 1 with
-    ``check_local_bias`` until it has been measured, where :func:`eligible`."""
-    config, done = sampler.config, sampler.local_step_bias
-    if config.auto_local_steps is not None:
-        return done is None
-    return config.check_local_bias and config.local_steps > 1 and (done is None or not done.measured) \
-        and not eligible(config)
+    """Whether ``sampler``'s next run measures in warm-up: ``"auto"`` until it has chosen (a fixed
+    K is checked by companions: :func:`fedlangevin.fald.warmup.companions.due`)."""
+    return sampler.config.auto_local_steps is not None and sampler.local_step_bias is None
 
 
 def default_warmup(sampler, rounds, warmup):
@@ -180,8 +173,10 @@ class LocalStepBias:
     :class:`~fedlangevin.fald.warmup.local_bias.BiasEstimate` per K measured against K = 1;
     choice : ``"auto"``'s :class:`~fedlangevin.fald.warmup.local_bias.LocalStepsChoice` (its evidence);
     exceeds : a fixed K's verdict (biased beyond the tolerance on evidence: the warning);
-    decay : the pilot's tau_e (rounds); stability : ``"auto"``'s eta lambda_max(M H_c);
-    plan : the plan run; rounds : the measurement's rounds (pilot and plan)."""
+    decay : the pilot's tau_e (rounds); stability : ``"auto"``'s eta lambda_max(M H_c) (the
+    companions': K eta lambda_max(M H)); plan : the plan run; rounds : the measurement's rounds
+    (pilot and plan; the companions' rounds); companions : measured by companion chains (the
+    verdict tests the mean shifts only: :mod:`~fedlangevin.fald.warmup.companions`)."""
 
     auto: bool
     local_steps: int
@@ -196,6 +191,7 @@ class LocalStepBias:
     stability: float | None = None
     plan: BiasPlan | None = None
     rounds: int = 0
+    companions: bool = False
 
     @property
     def worst(self) -> float | None:
@@ -209,7 +205,8 @@ class LocalStepBias:
                 "estimates": [e.record() for e in self.estimates],
                 "choice": None if self.choice is None else self.choice.record(), "exceeds": self.exceeds,
                 "decay": self.decay, "stability": self.stability,
-                "plan": None if self.plan is None else self.plan.record(), "rounds": self.rounds}
+                "plan": None if self.plan is None else self.plan.record(), "rounds": self.rounds,
+                "companions": self.companions}
 
     @classmethod
     def from_record(cls, rec: dict) -> "LocalStepBias":
@@ -219,11 +216,12 @@ class LocalStepBias:
                    tuple(BiasEstimate.from_record(e) for e in rec["estimates"]),
                    None if rec["choice"] is None else LocalStepsChoice.from_record(rec["choice"]),
                    bool(rec["exceeds"]), opt(rec["decay"]), opt(rec["stability"]),
-                   None if rec["plan"] is None else BiasPlan.from_record(rec["plan"]), int(rec["rounds"]))
+                   None if rec["plan"] is None else BiasPlan.from_record(rec["plan"]), int(rec["rounds"]),
+                   bool(rec.get("companions", False)))
 
     def summary(self) -> str:
         """One line per K measured: worst point estimate, verdict."""
-        head = (f"local_steps={'auto' if self.auto else self.local_steps}: K = {self.local_steps} after warm-up"
+        head = (f"local_steps={'auto' if self.auto else self.local_steps}: K = {self.local_steps}"
                 f" (tolerance {self.tolerance:g} sd at {self.confidence:.0%})")
         if not self.measured:
             return f"{head}; not measured: {self.note}"
@@ -244,18 +242,19 @@ class LocalStepBias:
         if not self.exceeds:
             return None
         (est,) = self.estimates
-        kind, i, dev, margin = max(margins(est, self.confidence), key=lambda m: m[2] - m[3])
+        kind, i, dev, margin = max(margins(est, self.confidence, sd=not self.companions), key=lambda m: m[2] - m[3])
         name = names[i] if names is not None and i < len(names) else f"theta[{i}]"
         what = (f"its mean moves by {est.mean_shift[i]:+.2g} K = 1 posterior sds" if kind == "mean"
                 else f"its sd is {est.sd_ratio[i]:.3g} times K = 1's")
-        return (f"local_steps={self.local_steps}: the local-step bias measured in warm-up is {dev:.2g} posterior sd on "
+        where = "against K = 1 companion chains" if self.companions else "in warm-up"
+        return (f"local_steps={self.local_steps}: the local-step bias measured {where} is {dev:.2g} posterior sd on "
                 f"{name} ({what}; at least {dev - margin:.2g} at {self.confidence:.0%} confidence), above the "
                 f"tolerance {self.tolerance:g}: K = {self.local_steps} samples another law than K = 1 on this model "
                 "and split. Use a smaller K, local_steps='auto' (the largest K of a ladder within the tolerance, "
                 "measured in warm-up), or the corrected recipe correction='control_variates', correlation=1.0 (no "
                 "privacy: rho = 1 shares one noise vector between the clients and the control variates release "
                 "noiseless gradients). The evidence is trace.local_step_bias; check_local_bias=False turns the "
-                "check off")
+                "check (and its companion chains, which double the sampling's work) off")
 
 
 def _not_measured(rule: AutoLocalSteps | None, k: int, note: str, **more) -> LocalStepBias:
@@ -266,8 +265,7 @@ def _not_measured(rule: AutoLocalSteps | None, k: int, note: str, **more) -> Loc
 # -- the phase -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Measurement:
-    """A measurement in progress (checkpointed with the sampler): ``rule`` (``"auto"``'s, None for
-    a fixed K), ``start`` the K of the rounds before the pilot, ``wait`` those rounds, ``budget``
+    """A measurement in progress (checkpointed with the sampler): ``rule`` (``"auto"``'s), ``start`` the K of the rounds before the pilot, ``wait`` those rounds, ``budget``
     the measuring rounds W_b, ``pilot`` P, ``done`` the rounds observed, ``phase`` ("wait",
     "pilot", "plan", "settle"), ``thetas`` the pilot's iterates (P', R', d), ``bias`` the plan's
     estimator state, ``decay`` and ``stability`` once known, ``settle`` the settling rounds left
@@ -318,8 +316,7 @@ def init(sampler, warmup: int) -> tuple[int, Changes]:
         return warmup, Changes(local_steps=k, local_bias=_not_measured(rule, k, note))
     pilot = max(MIN_PILOT, measuring // 4)
     wait = warmup - measuring
-    phase = Measurement(rule, k, wait, measuring, pilot, phase="wait" if wait > 0 else "pilot",
-                        final=1 if rule is not None else k)
+    phase = Measurement(rule, k, wait, measuring, pilot, phase="wait" if wait > 0 else "pilot")
     return wait, Changes(measurement=phase)
 
 
@@ -367,12 +364,10 @@ def update(phase: Measurement, theta: torch.Tensor, stability_of: Callable[[torc
 
 
 def _ended(phase: Measurement, note: str, **more) -> Changes:
-    """The measurement stops without a verdict: K = 1 for "auto", the K given otherwise."""
-    k = 1 if phase.rule is not None else phase.start
-    rounds = phase.done - phase.wait
-    return Changes(local_steps=k, measurement=None,
-                   local_bias=_not_measured(phase.rule, k, note, decay=phase.decay, stability=phase.stability,
-                                            rounds=rounds, **more))
+    """The measurement stops without a verdict: K = 1."""
+    return Changes(local_steps=1, measurement=None,
+                   local_bias=_not_measured(phase.rule, 1, note, decay=phase.decay, stability=phase.stability,
+                                            rounds=phase.done - phase.wait, **more))
 
 
 def _planned(phase: Measurement, x: torch.Tensor, stability_of) -> Changes:
@@ -383,16 +378,15 @@ def _planned(phase: Measurement, x: torch.Tensor, stability_of) -> Changes:
         return _ended(phase, f"the pilot's iterates: {exc}")
     phase = replace(phase, decay=decay, thetas=None)
     burn_in = math.ceil(decay * math.log(1.0 / TRANSIENT))
-    candidates = (phase.start,) if phase.rule is None else phase.rule.ladder[1:]
-    if phase.rule is not None:
-        try:
-            s = float(stability_of(x))
-        except ValueError:
-            s = math.inf
-        phase = replace(phase, stability=s)
-        if not s <= STABLE:
-            return _ended(phase, f"eta lambda_max(M H_c) = {s:.3g} > {STABLE:g} on some client: K > 1 local steps are "
-                                 "not stable at this step size, K = 1 is kept")
+    candidates = phase.rule.ladder[1:]
+    try:
+        s = float(stability_of(x))
+    except ValueError:
+        s = math.inf
+    phase = replace(phase, stability=s)
+    if not s <= STABLE:
+        return _ended(phase, f"eta lambda_max(M H_c) = {s:.3g} > {STABLE:g} on some client: K > 1 local steps are "
+                             "not stable at this step size, K = 1 is kept")
     plan = fit_plan(candidates, burn_in, phase.budget - phase.pilot - burn_in)
     if plan is None:
         return _ended(phase, f"the K = 1 chains' decay time is {decay:.3g} rounds (burn-in {burn_in}); "
@@ -410,16 +404,10 @@ def _decided(phase: Measurement) -> Changes:
     plan, rule = phase.bias.plan, phase.rule
     common = dict(estimates=estimates, decay=phase.decay, stability=phase.stability, plan=plan,
                   rounds=phase.pilot + plan.rounds)
-    if rule is not None:
-        choice = choose_local_steps(estimates, rule.tolerance, rule.confidence, rule.ladder)
-        k = choice.local_steps
-        note = "" if plan.candidates == rule.ladder[1:] else (
-            f"only K <= {plan.candidates[-1]} fitted in the measuring rounds")
-        record = LocalStepBias(True, k, True, note, rule.tolerance, rule.confidence, choice=choice, **common)
-    else:
-        k = phase.start
-        record = LocalStepBias(False, k, True, "", TOLERANCE, CONFIDENCE,
-                               exceeds=exceeds(estimates[0], TOLERANCE, CONFIDENCE), **common)
+    choice = choose_local_steps(estimates, rule.tolerance, rule.confidence, rule.ladder)
+    k = choice.local_steps
+    note = "" if plan.candidates == rule.ladder[1:] else f"only K <= {plan.candidates[-1]} fitted in the measuring rounds"
+    record = LocalStepBias(True, k, True, note, rule.tolerance, rule.confidence, choice=choice, **common)
     settled = replace(phase, phase="settle", bias=None, final=k)
     return Changes(local_steps=k, local_bias=record, measurement=settled if phase.settle > 0 else None)
 

@@ -42,7 +42,8 @@ class Changes(NamedTuple):
     local_steps : K from the next round on (None: unchanged; every round from here runs it);
     measurement : the local-step phase's new state (:mod:`~fedlangevin.fald.warmup.local_steps`;
     :data:`KEEP`: unchanged, None: ended); local_bias : its finished record
-    (``trace.local_step_bias``; None: none new)."""
+    (``trace.local_step_bias``; None: none new); companions : the companion chains' new state
+    (:mod:`~fedlangevin.fald.warmup.companions`; :data:`KEEP`: unchanged, None: ended)."""
 
     preconditioner: Any = KEEP
     step_size: float | None = None
@@ -55,6 +56,7 @@ class Changes(NamedTuple):
     local_steps: int | None = None
     measurement: Any = KEEP
     local_bias: Any = None
+    companions: Any = KEEP
 
 
 def auto_schedule(step_size, problem):

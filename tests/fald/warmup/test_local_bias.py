@@ -209,6 +209,19 @@ def test_verdicts_on_given_estimates():
     assert lb.exceeds(_estimate(2, 0.15), tolerance=0.1) and not lb.exceeds(_estimate(2, 0.15), tolerance=0.2)
 
 
+def test_the_means_only_verdict_of_the_companions():
+    """sd=False (the companions' check): d = 2 tests of the means, q = t(1 - 0.025, 31) = 2.04; an sd
+    ratio far off does not count, and the margins name only means."""
+    from scipy.stats import t
+
+    q = t.ppf(1 - 0.05 / 2, 31)
+    assert lb.exceeds(_estimate(2, 0.1 + q * 0.01 + 1e-6), sd=False)
+    assert not lb.exceeds(_estimate(2, 0.1 + q * 0.01 - 1e-6), sd=False)
+    assert not lb.exceeds(_estimate(2, 0.0, ratio=0.5), sd=False) and lb.exceeds(_estimate(2, 0.0, ratio=0.5))
+    tests = lb.margins(_estimate(2, 0.05), 0.95, sd=False)
+    assert [kind for kind, *_ in tests] == ["mean", "mean"] and tests[0][3] == pytest.approx(q * 0.01)
+
+
 def test_choose_walks_up_the_ladder_and_stops_at_the_first_k_not_within():
     ok, bad = 0.0, 0.5
     pick = lambda shifts: lb.choose_local_steps([_estimate(k, s) for k, s in shifts]).local_steps  # noqa: E731

@@ -1,0 +1,86 @@
+"""The companion chains of a fixed K's check (fedlangevin.fald.warmup.companions): their law against
+FA-LD's exact K = 1 law on a Gaussian (fedlangevin.experiments.exact), and checkpoints mid-measurement."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import fedlangevin as fl
+from fedlangevin.experiments.exact import stationary_moments
+from fedlangevin.fald.warmup import companions
+from fedlangevin.problems import QuadraticProblem
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+SHIFTS = [[2.0, -1.0], [-1.0, 2.0], [0.5, 0.5]]
+WEIGHTS = [0.3, 0.3, 0.4]
+
+
+def _heterogeneous() -> QuadraticProblem:
+    """Three clients with different (non-diagonal) curvatures (tests/fald/warmup/test_local_bias.py's)."""
+    a = [[[4.0, 1.0], [1.0, 1.0]], [[1.0, -0.5], [-0.5, 3.0]], [[0.5, 0.0], [0.0, 0.5]]]
+    return QuadraticProblem(torch.tensor(a, dtype=torch.float64), torch.tensor(SHIFTS, dtype=torch.float64),
+                            torch.tensor(WEIGHTS, dtype=torch.float64))
+
+
+def test_the_companions_have_the_exact_k1_law_at_step_k_eta():
+    """K = 5 at eta = 0.05 (companion step 0.25, K eta lambda_max(H) about 0.5): after 1,000 rounds of 128
+    chains the companions' kept iterates have the mean and sds of FA-LD's exact K = 1 law at step
+    0.25, within 4 standard errors (from the 128 chain means / chain variances across chains)."""
+    k, eta, chains = 5, 0.05, 128
+    problem = _heterogeneous()
+    sampler = fl.FALD(problem, step_size=eta, local_steps=k, chains=chains, seed=4)
+    sampler.run(1000, warmup=100, progress=False)
+    phase = sampler.companions
+    assert phase is not None and phase.kept >= 1000 - 2 * companions.PILOT and phase.stability <= 1.0
+    mean_c = phase.sums[0] / phase.kept + phase.shift  # (R, d) per-chain means
+    var_c = phase.squares[0] / phase.kept - (phase.sums[0] / phase.kept) ** 2  # per-chain variances
+    m1, c1 = stationary_moments(problem, [k * eta])
+    mean_se = mean_c.std(0) / chains ** 0.5
+    assert torch.all((mean_c.mean(0) - torch.tensor(m1)).abs() <= 4 * mean_se)
+    # the pooled variance: mean of chain variances + variance of chain means (about the grand mean)
+    var = var_c.mean(0) + mean_c.var(0, unbiased=False)
+    # its standard error: the chain variances' mean, sd / sqrt(R); the chain means' spread s^2, about
+    # s^2 sqrt(2 / R) (a chi-square's), bounded by 2 s^2 / sqrt(R)
+    var_se = var_c.std(0) / chains ** 0.5 + 2 * mean_c.std(0) ** 2 / chains ** 0.5
+    assert torch.all((var - torch.tensor(np.diag(c1))).abs() <= 4 * var_se)
+    # and they are not the K chains' law: K = 5's exact mean differs by several standard errors
+    mk, _ = stationary_moments(problem, [eta] * k)
+    assert np.abs(mk - m1).max() > 8 * float(mean_se.max())
+
+
+def test_a_checkpoint_mid_measurement_resumes_bit_for_bit(tmp_path):
+    """Checkpoints every 150 rounds of a 400-round run whose companions run from round 1: the one at
+    round 150 (c.prev, as if the process died after it) holds the companions (iterates, generator,
+    sums); resumed, the run ends on the same draws, the same companions' state, record and ledger."""
+    kw = dict(step_size=0.02, local_steps=10, chains=16, seed=3)
+    problem = _heterogeneous()
+    whole = fl.FALD(problem, **kw)
+    reference = whole.run(400, warmup=50, progress=False)
+    first = fl.FALD(problem, **kw)
+    first.run(400, warmup=50, progress=False, checkpoint=tmp_path / "c", checkpoint_every=150)
+    resumed = fl.FALD.resume(tmp_path / "c.prev")
+    assert resumed.unfinished["done"] == 300 and resumed.companions is not None
+    assert resumed.companions.done == 300 and resumed.companions.kept > 0
+    trace = resumed.run()
+    assert torch.equal(trace.samples, reference.samples)
+    for name in ("theta", "generator", "sums", "squares", "shift"):
+        assert torch.equal(getattr(resumed.companions, name).cpu(), getattr(whole.companions, name).cpu()), name
+    assert trace.local_step_bias == reference.local_step_bias and trace.local_step_bias.measured
+    assert dict(resumed.ledger) == dict(whole.ledger)
+    assert trace.communication == reference.communication
+
+
+def test_dropped_chains_end_the_companions_with_a_note():
+    """on_divergence='drop' leaves fewer sampler chains than companions: the check ends, saying why."""
+    sampler = fl.FALD(_heterogeneous(), step_size=0.02, local_steps=10, chains=8, seed=0)
+    sampler.run(60, progress=False)
+    assert sampler.companions is not None
+    sampler.state = type(sampler.state)(theta=sampler.state.theta[:6].clone(), step=sampler.state.step,
+                                        round=sampler.state.round, correction=None)
+    sampler.active = sampler.active[:6]
+    trace = sampler.run(5, progress=False)
+    assert sampler.companions is None and not trace.local_step_bias.measured
+    assert "dropped" in trace.local_step_bias.note
