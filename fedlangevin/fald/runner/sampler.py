@@ -102,7 +102,8 @@ class FALD(Runner):
         adapts as without the check; the sampler's draws are the same bits): at the end of every
         run with 50 or more kept rounds, a ``UserWarning`` where K's mean shift against them
         exceeds 0.1 posterior sd on evidence (:mod:`fedlangevin.fald.warmup.companions`; the
-        evidence is ``trace.local_step_bias``). Doubles the sampling's work. False: no check
+        evidence is ``trace.local_step_bias``). Adds 1/K to the sampling's gradient work and doubles its
+        floats per round. False: no check
         (e.g. a paper's fixed K).
     privacy : :class:`fedlangevin.privacy.RecordLevel` or :class:`~fedlangevin.privacy.ClientLevel`
         (``docs/privacy.md``): every local step's likelihood gradient is clipped (per example, or

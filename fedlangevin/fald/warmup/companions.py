@@ -36,9 +36,9 @@ only lengthens it: conservative); rounds up to B = max(PILOT, ceil(tau_e ln(1 / 
 discarded, which leaves at most TRANSIENT of the start's offset (the companions start in the K
 chains' law). The sums of both groups' kept iterates and squares then accumulate round by round;
 at the end of every ``run()`` with at least :data:`MIN_KEPT` kept rounds the verdict is made
-(and warned) from everything kept so far. The companions cost as much as the sampler's chains:
-a run with the check does twice the sampling's gradient work and sends R d floats more up and
-down per client and round (counted in the ledger's set-up floats: the trace's communication
+(and warned) from everything kept so far. The companions cost one gradient per client and chain a
+round, 1/K of the sampler's K (a K = 10 run does 10 % more gradient work), and send as many floats
+as the sampler's chains: R d more up and down per client and round (counted in the ledger's set-up floats: the trace's communication
 totals include them; rounds are unchanged).
 """
 

@@ -254,7 +254,7 @@ class LocalStepBias:
                 "measured in warm-up), or the corrected recipe correction='control_variates', correlation=1.0 (no "
                 "privacy: rho = 1 shares one noise vector between the clients and the control variates release "
                 "noiseless gradients). The evidence is trace.local_step_bias; check_local_bias=False turns the "
-                "check (and its companion chains, which double the sampling's work) off")
+                "check (and its companion chains: 1/K more gradient work, twice the floats per round) off")
 
 
 def _not_measured(rule: AutoLocalSteps | None, k: int, note: str, **more) -> LocalStepBias:
