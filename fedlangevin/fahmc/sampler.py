@@ -18,6 +18,7 @@ from fedlangevin._validation import (
     check_bool, check_choice, check_device, check_dtype, check_fits, check_init, check_int, check_local_steps,
     check_optional_bool, check_path, check_real,
 )
+from fedlangevin.fahmc import local_bias as hcheck
 from fedlangevin.fahmc import warmup as fahmc_warmup
 from fedlangevin.fahmc.kernel import SPLITTINGS, FAHMCKernel, as_fahmc_preconditioner, assemble, checked_arguments
 from fedlangevin.fald.contracts import TRANSPORT, check_conforms
@@ -32,6 +33,7 @@ from fedlangevin.fald.runner.base import Runner
 from fedlangevin.fald.warmup import session as fald_session
 from fedlangevin.fald.core.schedules import AdaptedSteps
 from fedlangevin.fald.warmup.acceptance import AutoStep
+from fedlangevin.fald.warmup.local_steps import warn as warn_local_bias
 from fedlangevin.fald.warmup.session import auto_schedule
 from fedlangevin.problems.base import FederatedProblem, check_problem, check_weights
 
@@ -91,6 +93,13 @@ class FAHMC(Runner):
         ``None`` (default): one process, every client.
     correction, privacy : refused (``None`` only): drift corrections and privacy accounting of
         FA-HMC are not built yet.
+    check_local_bias : with a fixed K > 1 (default True, chains >= 2), R companion chains of FA-HMC at
+        K = 1 with the same h run beside the sampler's (their own generator: the sampler's draws are the
+        same bits), and the end of every run warns where the K chains' means or sds differ from theirs by
+        more than 0.1 posterior sd on evidence (:mod:`fedlangevin.fahmc.local_bias`; the evidence is
+        ``trace.local_step_bias``). Adds 1/K to the sampling's gradient work and doubles its floats per
+        round (counted); False turns it off. Not run (a note in ``trace.local_step_bias``) with one
+        chain, a transport or a step size that varies with the step.
 
     Every argument is checked before any work (``ValueError`` naming it). Communication per
     client and round: 2 d floats up (theta and v) and 2 d down (``trace.communication`` counts
@@ -113,6 +122,9 @@ class FAHMC(Runner):
     step_rule: AutoStep | None         #: its target acceptance (None: a given h)
     adapt_matrix: bool                 #: M adapted in that warm-up
     adapted: bool                      #: the warm-up has finished (M, h and gamma frozen)
+    check_local_bias: bool             #: a fixed K > 1 is checked by K = 1 companions (fahmc.local_bias)
+    companions: Any = None             #: their state while they run (fahmc.local_bias.HMCCompanions), or None
+    _companion_kernel: Any = None      #: their kernel, built once on first use
 
     def __init__(
         self,
@@ -137,9 +149,11 @@ class FAHMC(Runner):
         correction: Any = None,
         privacy: Any = None,
         transport: Any = None,
+        check_local_bias: bool = True,
     ) -> None:
         check_problem(problem)
         _refuse_unbuilt(step_size, init, correction, privacy)
+        self.check_local_bias = check_bool("check_local_bias", check_local_bias)
         self.transport = None if transport is None else check_conforms(transport, TRANSPORT, "transport")
         self.given_friction = None if _is_auto(friction) else check_real("friction", friction, low=0.0, low_open=True)
         local_steps = check_local_steps(local_steps)
@@ -188,7 +202,8 @@ class FAHMC(Runner):
         own = super()._kernel_settings()
         pre = getattr(self, "preconditioner", None)
         own.update(preconditioner="none" if pre is None else repr(pre), adapt=bool(getattr(self, "adapt_matrix", False)),
-                   auto_step_size=bool(getattr(self, "adapt_step", False)))
+                   auto_step_size=bool(getattr(self, "adapt_step", False)),
+                   check_local_bias=bool(getattr(self, "check_local_bias", False)))
         return own
 
     def _fixed_uploads(self) -> float | None:
@@ -216,8 +231,28 @@ class FAHMC(Runner):
         self.adapter, changes = fahmc_warmup.init(self, warmup)
         return self._apply(changes)
 
+    def _observing(self) -> bool:
+        return self.adapter is not None or self.companions is not None
+
     def _observe(self, run, theta: torch.Tensor) -> None:
-        self._apply(fahmc_warmup.update(self.adapter, theta, self.state.momentum, self.preconditioner), run)
+        if self.companions is not None:  # a round beside the sampler's (h, M and gamma frozen)
+            if self._companion_kernel is None:
+                self._companion_kernel = hcheck.build(self)
+            self._apply_check(hcheck.update(self.companions, self._companion_kernel, theta, self.preconditioner,
+                                            self.friction, self.participation.uploads, self.problem.num_clients), run)
+        if self.adapter is not None:
+            self._apply(fahmc_warmup.update(self.adapter, theta, self.state.momentum, self.preconditioner), run)
+            if hcheck.due(self):  # the warm-up ended here: the companions start at its last (theta, v)
+                self._apply_check(hcheck.start(self), run)
+
+    def _before_rounds(self) -> None:
+        if hcheck.due(self):  # nothing adapts: the companions start with the first round
+            self._apply_check(hcheck.start(self))
+
+    def _end_run(self, run) -> None:
+        """The companions' verdict (and its warning) from everything kept so far."""
+        if self.companions is not None:
+            self._apply_check(hcheck.Changes(local_bias=hcheck.verdict(self.companions)))
 
     def _record(self) -> dict:
         """The runner's entries and FA-HMC's own: the current M and gamma, the warm-up in progress."""
@@ -225,7 +260,8 @@ class FAHMC(Runner):
             "preconditioner": None if self.preconditioner is None else preconditioner_record(self.preconditioner),
             "friction": self.friction, "given_friction": self.given_friction, "adapt_matrix": self.adapt_matrix,
             "target": None if self.step_rule is None else self.step_rule.target_accept, "adapted": self.adapted,
-            "adaptation": None if self.adapter is None else self.adapter.record()})}
+            "adaptation": None if self.adapter is None else self.adapter.record(),
+            "local_bias": hcheck.record(self)})}
 
     # -- the one place the warm-up's values are applied ---------------------------------------------
     def _apply(self, changes: fahmc_warmup.Changes, run=None) -> float:
@@ -250,6 +286,17 @@ class FAHMC(Runner):
         if changes.finished:
             self.adapter, self.adapted = None, True
         return sent
+
+    def _apply_check(self, changes: hcheck.Changes, run=None) -> None:
+        """Apply what :mod:`~fedlangevin.fahmc.local_bias` returned: the companions' state, their floats
+        (set-up floats, in the ledger and ``run``'s totals), a record (and its warning)."""
+        if changes.companions is not hcheck.KEEP:
+            self.companions = changes.companions
+        self._count_setup(run, "setup_floats", changes.floats_down)
+        self._count_setup(run, "setup_floats_up", changes.floats_up)
+        if changes.local_bias is not None:
+            self.local_step_bias = changes.local_bias
+            warn_local_bias(changes.local_bias, self.problem.parameter_names())
 
     # -- resuming -----------------------------------------------------------------------------------
     @classmethod
@@ -310,8 +357,13 @@ class FAHMC(Runner):
             sampler.step_rule = AutoStep(own["target"]) if sampler.adapt_step else None
             sampler.adapt_matrix, sampler.adapted = bool(own["adapt_matrix"]), bool(own["adapted"])
             sampler.transport = transport
+            stored_check = own.get("local_bias")  # None: a checkpoint written before the check (it ran without)
+            sampler.check_local_bias = bool(stored_check is not None and stored_check["check"])
             Runner.__init__(sampler, kernel, problem, schedule, **kwargs)
             sampler.adapter = adapter
+            with rs.reading(used, values=True):
+                _, sampler.companions, sampler.local_step_bias = hcheck.restore(stored_check, sampler.device,
+                                                                                 sampler.dtype)
             return sampler
 
         return rs.resume_runner(shell, path, kernel, problem=problem, step_size=step_size, device=device,

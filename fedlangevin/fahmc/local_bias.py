@@ -1,0 +1,280 @@
+"""FA-HMC's check of a fixed K > 1 against K = 1 companion chains (issue 27, items 2 and 3).
+
+FA-HMC with K > 1 local steps on heterogeneous clients samples another law than K = 1 (whose
+round is exactly one centralised BAOAB or OBABO step: :mod:`fedlangevin.fahmc.kernel`), by an
+amount that depends on the model and the split (docs/fahmc.md: 0.21 sd at K = 10 on the paper
+stand-in). A run with a fixed ``local_steps`` K > 1 and ``check_local_bias=True`` (the default)
+measures it, as FA-LD's companions do (:mod:`fedlangevin.fald.warmup.companions`, the twin of
+this module), and warns at the end of a run where it exceeds 0.1 posterior sd on evidence.
+
+**The companions.** R chains (R = the sampler's ``chains``) of FA-HMC at **K = 1 with the same h**,
+friction, splitting, M, problem, temperature, correlation, participation and minibatches, built
+by :func:`fedlangevin.fahmc.kernel.assemble` (a pure ``(init, step)`` kernel over their own
+:class:`~fedlangevin.fahmc.kernel.FAHMCState`, momentum included), drawing from their own generator
+seeded from the run's seed (the sampler's chains draw exactly the numbers they draw with the
+check off), started at the sampler's (theta, v) once h, M and gamma are frozen (the end of an
+adaptive warm-up; the first round where nothing adapts, which is every K > 1 run: FA-HMC's
+warm-up needs K = 1). Why the same h, where FA-LD's companions take one step of K eta: BAOAB's h
+is already near its stability limit (h omega_max < 2 on a Gaussian mode of frequency omega; the
+warm-up's h* = 0.48 with M the posterior covariance), so K h is not a stable step; and a K = 1
+FA-HMC chain mixes fast per round anyway (ESS per chain-round 0.05-0.15 on the validation
+posteriors, docs/fahmc.md), so K = 1 at h has power within a few hundred rounds. The companions
+run only where h sqrt(lambda_max(M H)) < :data:`STABLE` at the sampler's iterates (H the global
+energy's Hessian; power iteration on gradient differences, as FA-LD's curvature step rule),
+else the record says why.
+
+**What is compared.** Both groups run at the same h, so their laws differ by K alone: the means
+*and* the sds are tested (FA-LD's companions test the means only, their step K eta inflating their
+sds by itself). Per coordinate, (E_K - E_1) / sd_1 and sd_K / sd_1 of the broadcast theta
+(:func:`~fedlangevin.fald.warmup.local_bias.bias_final`: two groups of R independent chains,
+jackknife standard errors over chains), and the verdict
+:func:`~fedlangevin.fald.warmup.local_bias.exceeds` over the 2 d tests (Bonferroni, Student's t with
+R - 1 degrees of freedom) at 95 % with the tolerance 0.1 sd. On a Gaussian the K = 1 law's theta
+marginal is exact for BAOAB at any stable h (:mod:`fedlangevin.fahmc.exact`): the reference is
+then the posterior itself.
+
+**Burn-in and the verdict** are the twin's: a :data:`~fedlangevin.fald.warmup.companions.PILOT`-round
+pilot gives both groups' decay time tau_e, B = max(PILOT, ceil(tau_e ln(1 / TRANSIENT))) rounds are
+dropped, the kept iterates' sums accumulate, and at the end of every ``run()`` with at least
+:data:`~fedlangevin.fald.warmup.companions.MIN_KEPT` kept rounds the verdict is made from all kept
+so far (the companions go on in the sampler's next runs). **Cost**: a companion takes one
+gradient per client and round, 1/K of a sampler chain's K, and sends as many floats as a sampler
+chain: 2 d up (theta and v) and 2 d down per client and round (counted as set-up floats in the
+trace's and ledger's communication totals); rounds are unchanged. No check (and a note in the
+record) with one chain, a transport, or a step size that varies with the step; Flower's runner
+(:mod:`fedlangevin.flower.runner`) is a separate runner without it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+from typing import Any, NamedTuple
+
+import torch
+
+from fedlangevin.fahmc.kernel import FAHMCKernel, FAHMCState, assemble
+from fedlangevin.fald.core.preconditioning import is_identity, placed
+from fedlangevin.fald.core.schedules import AdaptedSteps, Constant, step_sizes
+from fedlangevin.fald.warmup.companions import MIN_KEPT, PILOT, PILOT_NUMBERS, Companions
+from fedlangevin.fald.warmup.curvature import max_curvature
+from fedlangevin.fald.warmup.local_bias import TRANSIENT, BiasPlan, BiasState, bias_final, decay_rounds, exceeds, margins
+from fedlangevin.fald.warmup.local_steps import CONFIDENCE, TOLERANCE, LocalStepBias
+
+__all__ = ["KEEP", "STABLE", "Changes", "HMCCompanions", "HMCLocalStepBias", "build", "due", "record", "restore",
+           "start", "update", "verdict"]
+
+#: the companions run where h sqrt(lambda_max(M H)) < STABLE: BAOAB's and OBABO's stability limit on a
+#: Gaussian mode of frequency omega is h omega < 2
+STABLE = 2.0
+#: a :class:`Changes` field left as it is
+KEEP: Any = object()
+
+
+class Changes(NamedTuple):
+    """What :func:`start`, :func:`update` and :func:`verdict`'s caller apply in ``FAHMC._apply_check``:
+    the companions' new state (:data:`KEEP`: unchanged, None: ended), a record for
+    ``trace.local_step_bias`` (None: none new; warned where it says so), the floats the round sent."""
+
+    companions: Any = KEEP
+    local_bias: Any = None
+    floats_down: float = 0.0
+    floats_up: float = 0.0
+
+
+@dataclass(frozen=True)
+class HMCLocalStepBias(LocalStepBias):
+    """FA-LD's :class:`~fedlangevin.fald.warmup.local_steps.LocalStepBias` record (the same fields and
+    ``record()``), with FA-HMC's verdict (means and sd ratios: both groups run at h) and remedies."""
+
+    def warning(self, names=None) -> str | None:
+        """The ``UserWarning``'s text where the measured bias exceeds the tolerance on evidence, else None."""
+        if not self.exceeds:
+            return None
+        (est,) = self.estimates
+        kind, i, dev, margin = max(margins(est, self.confidence, sd=True), key=lambda m: m[2] - m[3])
+        name = names[i] if names is not None and i < len(names) else f"theta[{i}]"
+        what = (f"its mean moves by {est.mean_shift[i]:+.2g} K = 1 posterior sds" if kind == "mean"
+                else f"its sd is {est.sd_ratio[i]:.3g} times K = 1's")
+        return (f"FA-HMC local_steps={self.local_steps}: the local-step bias measured against K = 1 companion chains "
+                f"(FA-HMC at the same h) is {dev:.2g} posterior sd on {name} ({what}; at least {dev - margin:.2g} "
+                f"at {self.confidence:.0%} confidence), above the tolerance {self.tolerance:g}: "
+                f"K = {self.local_steps} samples another law than K = 1 on this model and split. Use a smaller K, or "
+                "K = 1 with FA-HMC's warm-up (step_size='auto': M, h and the friction adapted; a K = 1 round is "
+                "one centralised step). The evidence is trace.local_step_bias; check_local_bias=False turns the "
+                "check (and its companion chains: 1/K more gradient work, twice the floats per round) off")
+
+
+@dataclass(frozen=True)
+class HMCCompanions(Companions):
+    """FA-LD's :class:`~fedlangevin.fald.warmup.companions.Companions` (``step_size`` is h, the
+    sampler's and the companions'; ``stability`` h sqrt(lambda_max(M H))) with the companions'
+    velocities ``momentum`` (R, d)."""
+
+    momentum: torch.Tensor | None = None
+
+    def record(self) -> dict:
+        return {**super().record(), "momentum": self.momentum.detach().cpu().clone()}
+
+    @classmethod
+    def from_record(cls, rec: dict, device, dtype) -> "HMCCompanions":
+        base = Companions.from_record(rec, device, dtype)
+        values = {f.name: getattr(base, f.name) for f in fields(Companions)}
+        return cls(**values, momentum=torch.as_tensor(rec["momentum"]).to(device=device, dtype=dtype).clone())
+
+
+def _not_measured(k: int, note: str, **more) -> HMCLocalStepBias:
+    return HMCLocalStepBias(False, k, False, note, TOLERANCE, CONFIDENCE, companions=True, **more)
+
+
+def _ineligible(sampler) -> str:
+    """Why ``sampler`` cannot run companions ("" when it can)."""
+    if len(sampler.active) < 2:
+        return (f"chains={len(sampler.active)}: the check compares independent chains (at least 2; 32 or more give "
+                "useful standard errors)")
+    if sampler.transport is not None:
+        return "a transport (the companions run in one process)"
+    if not isinstance(sampler.schedule, (Constant, AdaptedSteps)):
+        return "a step size that varies with the step (K = 1 and K are compared at one h: a number)"
+    return ""
+
+
+def due(sampler) -> bool:
+    """Whether the check starts now: ``check_local_bias`` with a fixed K > 1, not started, refused or
+    measured before, with h, M and gamma frozen (no adaptive warm-up in progress or to come)."""
+    return (sampler.check_local_bias and sampler.local_steps > 1 and sampler.companions is None
+            and sampler.local_step_bias is None and sampler.adapter is None
+            and (sampler.adapted or not (sampler.adapt_step or sampler.adapt_matrix)))
+
+
+def build(sampler) -> FAHMCKernel:
+    """The companions' kernel: the sampler's FA-HMC (problem, temperature, correlation, participation,
+    minibatches, splitting), M and gamma given per round; built once per sampler."""
+    return assemble(sampler.problem, temperature=sampler.temperature, correlation=sampler.correlation,
+                    rule=sampler.participation, batch_size=sampler.batch_size, friction=sampler.friction,
+                    splitting=sampler.splitting, dtype=sampler.dtype, device=sampler.device,
+                    noise_dtype=sampler.noise_dtype, preconditioner=sampler.preconditioner)
+
+
+def _seed(seed: int) -> int:
+    # the twin's (fedlangevin.fald.warmup.companions._seed): the companions' stream, apart from the sampler's
+    return (int(seed) * 1_000_033 + 7_919) % 2**63
+
+
+def start(sampler) -> Changes:
+    """Start the companions at the sampler's (theta, v) (h, M and gamma frozen): the phase, or where the
+    check cannot run, the record saying why."""
+    k = sampler.local_steps
+    why = _ineligible(sampler)
+    if why:
+        return Changes(local_bias=_not_measured(k, f"not checked: {why}"))
+    h = float(step_sizes(sampler.schedule, sampler.state.step, 1)[0])
+    theta = sampler.state.theta.detach()
+    x = theta.to(dtype=torch.float64)
+    pre = None if is_identity(sampler.preconditioner) else placed(sampler.preconditioner, x.device, torch.float64)
+    work = sampler.problem.to(device=x.device, dtype=torch.float64)
+    gen = torch.Generator().manual_seed(_seed(sampler.seed) + 1)
+    try:
+        s = h * math.sqrt(max_curvature(work, x, pre, per_client=False, generator=gen))
+    except ValueError:
+        s = math.inf
+    if not s < STABLE:
+        note = (f"h sqrt(lambda_max(M H)) = {s:.3g} >= {STABLE:g}: h = {h:.3g} is not a stable K = 1 step at the "
+                "chains' iterates; no companion ran")
+        return Changes(local_bias=_not_measured(k, note, stability=s))
+    own = torch.Generator(device=sampler.device).manual_seed(_seed(sampler.seed))
+    phase = HMCCompanions(k, h, s, theta.clone(), own.get_state(), momentum=sampler.state.momentum.detach().clone())
+    return Changes(companions=phase)
+
+
+def _ended(phase: HMCCompanions, note: str, **floats) -> Changes:
+    return Changes(companions=None, local_bias=_not_measured(phase.local_steps, note, decay=phase.decay,
+                                                             stability=phase.stability, rounds=phase.done), **floats)
+
+
+def update(phase: HMCCompanions, kernel: FAHMCKernel, theta: torch.Tensor, preconditioner: Any, friction: float,
+           uploads_of, num_clients: int) -> Changes:
+    """After a round of the sampler whose broadcast iterates are ``theta`` (R, d): one companion round
+    (K = 1 at h, M ``preconditioner`` and gamma ``friction``, from their own generator), the pilot, the
+    burn-in or the sums, and the floats the round sent (``uploads_of(weights)``: uploads per chain;
+    2 d floats each, 2 N d down)."""
+    gen = torch.Generator(device=phase.theta.device)
+    gen.set_state(phase.generator)
+    state = FAHMCState(theta=phase.theta, momentum=phase.momentum, step=0, round=0)
+    new, info = kernel.step(state, [phase.step_size], gen, preconditioner=preconditioner, friction=friction)
+    d = theta.shape[1]
+    floats = dict(floats_down=float(2 * num_clients * d), floats_up=2.0 * float(uploads_of(info.weights)) * d)
+    if not (bool(torch.isfinite(new.theta).all()) and bool(torch.isfinite(new.momentum).all())):
+        return _ended(phase, f"the companions became non-finite in their round {phase.done + 1} (K = 1 at "
+                             f"h = {phase.step_size:.3g})", **floats)
+    if theta.shape != phase.theta.shape:
+        return _ended(phase, "chains were dropped (on_divergence='drop'): the two groups are no longer paired",
+                      **floats)
+    pair = torch.stack([new.theta, theta.detach()]).to(device="cpu", dtype=torch.float64)  # (2, R, d): K = 1 first
+    phase = replace(phase, theta=new.theta, momentum=new.momentum, generator=gen.get_state(), done=phase.done + 1)
+    phase, note = _observed(phase, pair)
+    return Changes(companions=phase, **floats) if note is None else _ended(phase, note, **floats)
+
+
+def _observed(phase: HMCCompanions, pair: torch.Tensor) -> tuple[HMCCompanions, str | None]:
+    """The pilot, the burn-in or the sums after a round whose iterates are ``pair`` (2, R, d), and a note
+    where the check ends. The twin of the second half of fedlangevin.fald.warmup.companions.update
+    (the same pilot, burn-in and sums; to merge once that takes the family's companion step as a callable)."""
+    d = pair.shape[-1]
+    if phase.burn_in is None:
+        keep = max(2, min(pair.shape[1], PILOT_NUMBERS // max(1, 2 * PILOT * d)))
+        row = pair[None, :, :keep]
+        phase = replace(phase, pilot=row if phase.pilot is None else torch.cat([phase.pilot, row]))
+        if phase.done == PILOT:
+            try:
+                decay = max(decay_rounds(phase.pilot[:, 0]), decay_rounds(phase.pilot[:, 1]))
+            except ValueError as exc:
+                return phase, f"the pilot's iterates: {exc}"
+            burn_in = max(PILOT, math.ceil(decay * math.log(1.0 / TRANSIENT)))
+            phase = replace(phase, pilot=None, decay=decay, burn_in=burn_in)
+        return phase, None
+    if phase.done <= phase.burn_in:
+        return phase, None
+    shift = pair[1].mean(0) if phase.shift is None else phase.shift
+    y = pair - shift
+    sums = y.clone() if phase.sums is None else phase.sums + y
+    squares = y * y if phase.squares is None else phase.squares + y * y
+    return replace(phase, shift=shift, sums=sums, squares=squares, kept=phase.kept + 1), None
+
+
+def verdict(phase: HMCCompanions) -> HMCLocalStepBias:
+    """The record from everything kept so far (a run's end): measured once ``MIN_KEPT`` rounds were
+    kept, with the estimate and whether the mean shift or the sd ratio exceeds the tolerance on evidence."""
+    k = phase.local_steps
+    common = dict(decay=phase.decay, stability=phase.stability, rounds=phase.done)
+    if phase.kept < MIN_KEPT:
+        burn = f"burn-in {phase.burn_in}" if phase.burn_in is not None else f"a pilot of {PILOT} rounds"
+        note = (f"{phase.kept} rounds kept after {burn}; the verdict needs {MIN_KEPT} (run more rounds: the "
+                "companions go on in the sampler's next runs)")
+        return _not_measured(k, note, **common)
+    plan = BiasPlan((k,), phase.burn_in, phase.kept, 1)
+    state = BiasState(plan, phase.done, phase.shift, phase.sums, phase.squares, (phase.kept, phase.kept))
+    try:
+        (estimate,) = bias_final(state)
+    except ValueError as exc:
+        return _not_measured(k, str(exc), **common)
+    reference = f"K = 1 FA-HMC companion chains at the same h = {phase.step_size:.4g}"
+    return HMCLocalStepBias(False, k, True, reference, TOLERANCE, CONFIDENCE, estimates=(estimate,),
+                            exceeds=exceeds(estimate, TOLERANCE, CONFIDENCE, sd=True), companions=True, **common)
+
+
+def record(sampler) -> dict:
+    """The check's checkpoint entries: the flag, the companions in progress, the record."""
+    return {"check": bool(sampler.check_local_bias),
+            "companions": None if sampler.companions is None else sampler.companions.record(),
+            "result": None if sampler.local_step_bias is None else sampler.local_step_bias.record()}
+
+
+def restore(rec: dict | None, device, dtype) -> tuple[bool, HMCCompanions | None, HMCLocalStepBias | None]:
+    """(check_local_bias, companions, record) from a checkpoint's entries (a checkpoint written before the
+    check: off, none, none; that run continues as it was)."""
+    if rec is None:
+        return False, None, None
+    companions = None if rec["companions"] is None else HMCCompanions.from_record(rec["companions"], device, dtype)
+    result = None if rec["result"] is None else HMCLocalStepBias.from_record(rec["result"])
+    return bool(rec["check"]), companions, result
