@@ -100,6 +100,8 @@ ARGS = [
     Arg("step_size", lambda v: fl.FAHMC(PROBLEM, v).schedule, "real", 1e-2, 0.0, None, True, sequence_ok=True),
     Arg("temperature", lambda v: fl.FAHMC(PROBLEM, 1e-2, temperature=v).temperature, "real", 1.0, 0.0, None, True),
     Arg("correlation", lambda v: fl.FAHMC(PROBLEM, 1e-2, correlation=v).correlation, "real", 0.5, 0.0, 1.0),
+    Arg("check_local_bias", lambda v: fl.FAHMC(PROBLEM, 1e-2, local_steps=2, check_local_bias=v).settings.check_local_bias,
+        "bool", False),
     Arg("keep_samples", lambda v: _run(keep_samples=v), "bool", True, optional=True),
     Arg("num_sampled", lambda v: fl.SchemeI(v).num_sampled, "int", 2, 1, 2**24),
     Arg("a", lambda v: fl.Polynomial(v).a, "real", 1e-3, 0.0, None, True),

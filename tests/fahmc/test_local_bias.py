@@ -88,6 +88,7 @@ def test_a_biased_fixed_k_warns_near_the_exact_bias_and_equal_curvatures_do_not(
     assert np.all(np.abs(np.array(est.sd_ratio) - 1) <= 4 * np.array(est.sd_ratio_se))
 
 
+@pytest.mark.filterwarnings("ignore:SchemeII assumes balanced")  # its law is not what this test is about
 def test_the_chains_draw_the_same_numbers_with_the_check_on_and_off():
     """The sampler's draws, velocities, generator, step sizes, rounds and steps are the same bits with the
     check on and off (the companions have their own generator); the companions' floats are counted:
@@ -112,6 +113,7 @@ def test_the_chains_draw_the_same_numbers_with_the_check_on_and_off():
     assert without.communication.floats_up == 120 * 2 * 2 * d  # the sampler's own: the same
 
 
+@pytest.mark.filterwarnings("ignore:FA-HMC local_steps=5")  # the biased problem's warning (the first test's)
 def test_a_checkpoint_mid_measurement_resumes_bit_for_bit(tmp_path):
     """A 300-round run checkpointed every 100 rounds dies in round 170: its round-100 checkpoint (plain values,
     read weights-only) holds the companions in their kept rounds (iterates, velocities, generator, sums);
