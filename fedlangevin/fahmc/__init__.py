@@ -9,6 +9,8 @@ a second sampler family on the shared runner (``docs/fahmc.md``).
   the friction (``step_size="auto"``), as ``(init, update, final)`` returning values;
 - :mod:`fedlangevin.fahmc.client`: one client's round from the broadcast (theta, v) on its own
   streams, what a Flower node runs (``fedlangevin.flower``, ``FlowerRun(sampler="fahmc")``);
+- :mod:`fedlangevin.fahmc.local_bias`: the check of a fixed K > 1 against K = 1 companion chains
+  (``check_local_bias``), with FA-LD's estimator;
 - :mod:`fedlangevin.fahmc.sampler`: :class:`FAHMC`, the user-facing runner (checkpoints, resume,
   draws, divergence handling through :class:`fedlangevin.fald.runner.base.Runner`).
 """
