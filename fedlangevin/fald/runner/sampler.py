@@ -249,7 +249,7 @@ class FALD(Runner):
             if kcheck.due(self):  # the warm-up ended here: the companions start at its last iterates
                 self._apply(kcheck.start(self), run)
         if self.measurement is not None:  # "auto": its companions start, or decide, here
-            self._apply(kphase.update(self.measurement, self), run)
+            self._apply(kcheck.measure(self.measurement, self), run)
 
     def _plan_warmup(self, rounds, warmup):
         if self.measurement is not None:  # a run stopped in the measurement: the next one starts afresh

@@ -64,12 +64,12 @@ from fedlangevin.fald.warmup.local_bias import (
     TRANSIENT, BiasPlan, BiasState, bias_final, choose_local_steps, decay_rounds, exceeds,
 )
 from fedlangevin.fald.warmup.local_steps import (
-    CONFIDENCE, STABLE, TOLERANCE, AutoLocalSteps, LocalStepBias, eligible, stability,
+    CONFIDENCE, STABLE, TOLERANCE, AutoLocalSteps, LocalStepBias, Measurement, eligible, stability,
 )
 from fedlangevin.fald.warmup.session import Changes
 
-__all__ = ["LOOK", "MIN_KEPT", "PILOT", "Companions", "build", "choice", "due", "record", "restore", "start",
-           "start_auto", "update", "verdict"]
+__all__ = ["LOOK", "MIN_KEPT", "PILOT", "Companions", "build", "choice", "due", "measure", "record", "restore",
+           "start", "start_auto", "update", "verdict"]
 
 #: rounds whose iterates give the decay time (never kept)
 PILOT = 50
@@ -363,6 +363,25 @@ def choice(phase: Companions) -> Changes:
     return Changes(companions=None, measurement=None, local_steps=chosen.local_steps, local_bias=LocalStepBias(
         True, chosen.local_steps, True, note, rule.tolerance, rule.confidence, estimates=estimates, choice=chosen,
         decay=phase.decay, stability=phase.stability, rounds=phase.done, companions=True))
+
+
+def measure(phase: Measurement, sampler) -> Changes:
+    """After a round of "auto"'s measurement ``phase`` (``sampler``'s companions, if any, have seen
+    it): the phase's new state; at the warm-up's first half's end the companions' start
+    (:func:`start_auto`, M and eta_1 frozen); at the measurement's end, or once no group is left to
+    run, the K of the rounds ahead and the record (:func:`choice`). Reads the sampler only."""
+    phase = replace(phase, done=phase.done + 1)
+    if phase.phase == "wait":
+        if phase.done < phase.wait:
+            return Changes(measurement=phase)
+        begun = start_auto(sampler, phase.rule, phase.budget)
+        return begun if begun.local_bias is not None else begun._replace(measurement=replace(phase, phase="measure"))
+    group = sampler.companions
+    if group is None:  # ended (the record is there)
+        return Changes(measurement=None)
+    if phase.done >= phase.wait + phase.budget or idle(group):
+        return choice(group)
+    return Changes(measurement=phase)
 
 
 def verdict(phase: Companions) -> LocalStepBias:

@@ -41,7 +41,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -57,7 +57,7 @@ from fedlangevin.fald.warmup.session import Changes
 
 __all__ = ["MIN_ROUNDS", "STABLE", "AutoLocalSteps", "LocalStepBias", "Measurement", "as_local_steps",
            "default_warmup", "due", "eligible", "init", "record", "restore", "round_bound", "round_etas", "stability",
-           "update", "warn"]
+           "warn"]
 
 #: the measuring part of a warm-up (its second half) has at least this many rounds: the companions'
 #: pilot (50), burn-in (>= 50) and kept rounds before a verdict (50)
@@ -259,7 +259,8 @@ class Measurement:
     """``"auto"``'s measurement in progress (checkpointed with the sampler): ``rule``, ``start`` the K
     of the rounds before it (1), ``wait`` the rounds of the warm-up's first half, ``budget`` the
     measuring rounds W_b, ``done`` the rounds observed, ``phase`` ("wait", then "measure": the
-    companion groups of :mod:`~fedlangevin.fald.warmup.companions` run beside the sampler's)."""
+    companion groups of :mod:`~fedlangevin.fald.warmup.companions` run beside the sampler's;
+    :func:`~fedlangevin.fald.warmup.companions.measure` moves it on)."""
 
     rule: AutoLocalSteps | None
     start: int
@@ -300,28 +301,6 @@ def round_etas(sampler):
     is not None: K = 1 (the sampler's chains are the reference; eta from the frozen schedule)."""
     while sampler.measurement is not None:
         yield step_sizes(sampler.schedule, sampler.state.step, sampler.measurement.start)
-
-
-def update(phase: Measurement, sampler) -> Changes:
-    """After a round of the measurement ``phase`` (``sampler``'s companions, if any, have seen it):
-    the phase's new state; at the first half's end the companions' start
-    (:func:`~fedlangevin.fald.warmup.companions.start_auto`, M and eta_1 frozen); at the
-    measurement's end, or once no group is left to run, the K of the rounds ahead and the record
-    (:func:`~fedlangevin.fald.warmup.companions.choice`). Reads the sampler, assigns nothing."""
-    from fedlangevin.fald.warmup import companions  # it builds on this module's record
-
-    phase = replace(phase, done=phase.done + 1)
-    if phase.phase == "wait":
-        if phase.done < phase.wait:
-            return Changes(measurement=phase)
-        begun = companions.start_auto(sampler, phase.rule, phase.budget)
-        return begun if begun.local_bias is not None else begun._replace(measurement=replace(phase, phase="measure"))
-    group = sampler.companions
-    if group is None:  # ended (the record is there)
-        return Changes(measurement=None)
-    if phase.done >= phase.wait + phase.budget or companions.idle(group):
-        return companions.choice(group)
-    return Changes(measurement=phase)
 
 
 def stability(problem, theta: torch.Tensor, preconditioner: Any, eta: float, seed: int) -> float:
