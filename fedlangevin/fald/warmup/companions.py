@@ -28,8 +28,10 @@ are tested (:func:`~fedlangevin.fald.warmup.local_bias.exceeds` / ``within`` wit
 The groups start one after another (:func:`update`): the smallest candidate with the
 measurement; the next one once the newest has :data:`MIN_KEPT` kept rounds and is not biased on
 evidence, while a burn-in and :data:`MIN_KEPT` kept rounds still fit in the measurement; every
-:data:`LOOK` kept rounds each running group is tested and a group biased on evidence stops with
-every larger one (and no larger K starts): a larger K passing after a smaller one failed would
+:data:`LOOK` kept rounds each running group is tested, at confidence 1 - (1 - c) / L for the L
+looks the measurement has room for (Bonferroni over the looks: repeated looks do not raise the
+chance of a false stop above 1 - c), and a group biased on evidence stops with every larger one
+(and no larger K starts): a larger K passing after a smaller one failed would
 not be chosen. So the gradient work is that of the Ks running (at most the sum of the
 candidates' K per chain and round; where K = 2 is biased, 2 per round for a few hundred rounds).
 
@@ -305,11 +307,14 @@ def _looked(phase: Companions, theta: torch.Tensor) -> Companions:
     K); the next candidate starts at the sampler's iterates ``theta`` once the newest group has
     :data:`MIN_KEPT` kept rounds, is running, and a burn-in and MIN_KEPT rounds still fit."""
     rule = phase.rule
+    # a group is looked at up to `looks` times: each look's test is at 1 - (1 - confidence) / looks
+    # (Bonferroni over the looks), so that stopping at any look is a false stop at most 1 - confidence
     for g in phase.running:
         n = phase.kept[g + 1]
         if n >= MIN_KEPT and (n - MIN_KEPT) % LOOK == 0:
+            looks = max(1, 1 + (phase.budget - phase.burn_in - MIN_KEPT) // LOOK)
             (estimate,) = _estimates(phase, (g,))
-            if exceeds(estimate, rule.tolerance, rule.confidence, sd=True):
+            if exceeds(estimate, rule.tolerance, 1.0 - (1.0 - rule.confidence) / looks, sd=True):
                 phase = _stop(phase, g, "biased")
                 break
     newest = len(phase.local_steps) - 1
