@@ -199,11 +199,17 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
         raise ValueError("this trace has no local steps to account for")
     t = int(etas.size)
     bias = getattr(trace, "local_step_bias", None)
-    if bias is not None and not bias.auto and bias.rounds > 0:
+    ledger = getattr(trace, "ledger", None) or {}
+    comm_rounds = getattr(getattr(trace, "communication", None), "rounds", None)
+    first = (int(ledger["rounds"]) - int(comm_rounds)) if "rounds" in ledger and isinstance(comm_rounds, int) else None
+    # a fixed K's companions run in every run; "auto"'s only in the run that measured (it ended after its first round)
+    ran = bias is not None and bias.rounds > 0 and (not bias.auto or bias.companions and (
+        bias.round is None or first is None or bias.round > first))
+    if ran:
         raise ValueError(
-            "trace.privacy: the check of the local-step bias ran K = 1 companion chains beside this run's on the same "
+            "trace.privacy: the measurement of the local-step bias ran companion chains beside this run's on the same "
             "data (their iterates released like the sampler's), a second mechanism the accountant does not cover; "
-            "account a run with check_local_bias=False")
+            "account a run with check_local_bias=False, or a later run of a sampler whose local_steps='auto' has chosen")
     rounds = getattr(getattr(trace, "communication", None), "rounds", None)
     if isinstance(rounds, int) and rounds * k != t:
         raise ValueError(

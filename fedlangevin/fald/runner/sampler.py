@@ -248,17 +248,12 @@ class FALD(Runner):
             self._apply(session.update(self.adapter, theta, self.preconditioner), run)
             if kcheck.due(self):  # the warm-up ended here: the companions start at its last iterates
                 self._apply(kcheck.start(self), run)
-        if self.measurement is not None:
-            self._apply(kphase.update(self.measurement, theta, self._stability), run)
-
-    def _stability(self, theta: torch.Tensor) -> float:
-        """eta lambda_max(M H_c) at ``theta``, the largest over the clients ("auto"'s check of K > 1)."""
-        return kphase.stability(self.problem, theta, self.preconditioner, self.schedule(self.state.step),
-                                     self.seed)
+        if self.measurement is not None:  # "auto": its companions start, or decide, here
+            self._apply(kcheck.measure(self.measurement, self), run)
 
     def _plan_warmup(self, rounds, warmup):
         if self.measurement is not None:  # a run stopped in the measurement: the next one starts afresh
-            self._apply(session.Changes(measurement=None, local_steps=self.local_steps))
+            self._apply(session.Changes(measurement=None, companions=None, local_steps=self.local_steps))
         adapting, warmup = session.default_warmup(self, rounds, kphase.default_warmup(self, rounds, warmup))
         return adapting or kphase.due(self), warmup
 
@@ -283,7 +278,7 @@ class FALD(Runner):
 
     def _end_run(self, run: Run) -> None:
         """The companions' verdict (and its warning) from everything kept so far."""
-        if self.companions is not None:
+        if self.companions is not None and self.companions.rule is None:
             self._apply(session.Changes(local_bias=kcheck.verdict(self.companions)))
 
     def _check_run(self, checkpoint) -> None:
@@ -347,7 +342,7 @@ class FALD(Runner):
         if changes.local_steps is not None:  # every round from here runs K: the trace's steps count from here
             self.local_steps, self.anchor = int(changes.local_steps), (int(self.state.round), int(self.state.step))
         if changes.local_bias is not None:
-            self.local_step_bias = changes.local_bias
+            self.local_step_bias = dataclasses.replace(changes.local_bias, round=int(self.state.round))
             kphase.warn(changes.local_bias, self.problem.parameter_names())
         return sent
 

@@ -1,45 +1,53 @@
-"""Companion chains: the check of a fixed K > 1 against K = 1, run beside the sampler (issue 27).
+"""Companion chains beside the sampler's: the check of a fixed K > 1, and ``local_steps="auto"``'s measurement (issue 27).
 
-A run with a fixed ``local_steps`` K > 1 and ``check_local_bias=True`` (the default) measures the
-bias of its K against K = 1 *after* its warm-up, with R companion chains (R = the sampler's
-chains) that run beside the sampler's from the rounds where M and eta are frozen (the end of an
-adaptive warm-up; from the first round where nothing adapts). The warm-up adapts M and eta over
-its whole length, exactly as with ``check_local_bias=False``, and the sampler's chains draw
-exactly the same numbers: the companions have their own generator, seeded from the run's seed.
+Both compare the stationary law of the broadcast iterate at K local steps with its law at K = 1,
+from chains that run *beside* the sampler's on their own generator (seeded from the run's seed),
+so that the sampler's chains draw exactly the numbers they draw without them. The companions are
+FA-LD with the sampler's problem, temperature, correlation, participation, minibatches and M,
+built by the package's engine (:func:`~fedlangevin.fald.core.engine.assemble`, a pure
+``(init, step)`` kernel over their own state), started at the sampler's iterates.
 
-**The companions.** FA-LD with the sampler's problem, temperature, correlation, participation,
-minibatches and M, built by the package's engine (:func:`~fedlangevin.fald.core.engine.assemble`,
-a pure ``(init, step)`` kernel over their own state), with **one local step of K eta** per
-round, started at the sampler's iterates. A round of the sampler moves K eta of Langevin time,
-and so does a companion round: the two groups decorrelate about equally fast per round, so a
-round of both gives the K = 1 reference as much information as the K chains (a K = 1 chain at
-eta would need K times the rounds: the power problem of the interleaved measurement, whose
-K = 1 chains decorrelated in 40-60 rounds at K = 10's eta). The price: the companions' law has
-the discretisation bias of a step K eta, so K eta must be a step K = 1 can take:
-``K eta lambda_max(M H) <= STABLE`` at the chains' iterates (H the global energy's Hessian,
-power iteration on Hessian-vector products, as the curvature step rule), else no companion
-runs and the record says why. Where M is the adapted posterior covariance, K eta is about the
-eta the acceptance rule would give K = 1, whose bias it bounds.
+**A fixed K's check** (``check_local_bias=True``, the default) runs one group of R companion
+chains (R = the sampler's chains) from the rounds where M and eta are frozen (the end of an
+adaptive warm-up; from the first round where nothing adapts), with **one local step of K eta**
+per round: a round of the sampler moves K eta of Langevin time, and so does a companion round,
+so the two groups decorrelate about equally fast per round (a K = 1 chain at eta would need K
+times the rounds: the power problem of an interleaved measurement). The price: the companions'
+law has the discretisation bias of a step K eta, so K eta must be a step K = 1 can take,
+``K eta lambda_max(M H) <= STABLE`` at the chains' iterates (H the global energy's Hessian, power
+iteration on Hessian-vector products, as the curvature step rule), else no companion runs and the
+record says why. Only the *means* are tested: one Langevin step of h inflates a Gaussian's
+variance by 1 / (1 - h lambda / 2), so the companions' sds are wide whatever K does; the sd
+ratios are recorded.
 
-**What is compared.** The stationary *means* of the broadcast iterate, (E_K - E_1) / sd_1 per
-coordinate, in companion sds (:mod:`~fedlangevin.fald.warmup.local_bias`' estimator on two groups
-of R independent chains: standard errors from the chain means across chains, the Bonferroni
-verdict :func:`~fedlangevin.fald.warmup.local_bias.exceeds` over the d means). The sd ratios are
-measured and recorded but not tested: one Langevin step of h inflates a Gaussian's variance by
-1 / (1 - h lambda / 2) (lambda the curvature in M's units), so at K eta lambda = 0.5 the
-companions' sds are 15 % wide whatever K does (kidiq at the default warm-up's eta), while their
-means stay exact on a Gaussian.
+**"auto"** (:mod:`~fedlangevin.fald.warmup.local_steps` starts it in the second half of its
+warm-up, M and eta_1 frozen) runs the sampler's chains at K = 1 and one group of R companions
+per candidate K of the ladder, each running **K local steps of eta_1** per round: the law "auto"
+would sample at that K. Both groups use the same step per local step, so means *and* sd ratios
+are tested (:func:`~fedlangevin.fald.warmup.local_bias.exceeds` / ``within`` with ``sd=True``).
+The groups start one after another (:func:`update`): the smallest candidate with the
+measurement; the next one once the newest has :data:`MIN_KEPT` kept rounds and is not biased on
+evidence, while a burn-in and :data:`MIN_KEPT` kept rounds still fit in the measurement; every
+:data:`LOOK` kept rounds each running group is tested, at confidence 1 - (1 - c) / L for the L
+looks the measurement has room for (Bonferroni over the looks: repeated looks do not raise the
+chance of a false stop above 1 - c), and a group biased on evidence stops with every larger one
+(and no larger K starts): a larger K passing after a smaller one failed would
+not be chosen. So the gradient work is that of the Ks running (at most the sum of the
+candidates' K per chain and round; where K = 2 is biased, 2 per round for a few hundred rounds).
 
-**Burn-in** (never kept, both groups): the first :data:`PILOT` rounds give the decay time tau_e
-of both groups (:func:`~fedlangevin.fald.warmup.local_bias.decay_rounds`, the larger; a transient
-only lengthens it: conservative); rounds up to B = max(PILOT, ceil(tau_e ln(1 / TRANSIENT))) are
-discarded, which leaves at most TRANSIENT of the start's offset (the companions start in the K
-chains' law). The sums of both groups' kept iterates and squares then accumulate round by round;
-at the end of every ``run()`` with at least :data:`MIN_KEPT` kept rounds the verdict is made
-(and warned) from everything kept so far. The companions cost one gradient per client and chain a
-round, 1/K of the sampler's K (a K = 10 run does 10 % more gradient work), and send as many floats
-as the sampler's chains: R d more up and down per client and round (counted in the ledger's set-up floats: the trace's communication
-totals include them; rounds are unchanged).
+**Burn-in** (never kept): the first :data:`PILOT` rounds give the decay time tau_e of the
+sampler's chains and the first group (:func:`~fedlangevin.fald.warmup.local_bias.decay_rounds`,
+the larger; a transient only lengthens it: conservative); a group's first B = max(PILOT,
+ceil(tau_e ln(1 / TRANSIENT))) rounds after its start are discarded (a round of K steps contracts
+at least as fast as a round of one: the module docstring of ``local_bias``), which leaves at most
+TRANSIENT of the start's offset. The sums of every group's kept iterates and squares then
+accumulate round by round (:mod:`~fedlangevin.fald.warmup.local_bias`' estimator: standard
+errors from the per-chain summaries across chains, paired by chain, Bonferroni over the tests).
+
+**Cost.** A group sends as many floats as the sampler's chains: R d more up and down per client,
+group and round (counted in the ledger's set-up floats: the trace's communication totals include
+them; rounds are unchanged). Gradients: K per chain and client a round for an "auto" group, one
+for a fixed K's companions (1/K of the sampler's K).
 """
 
 from __future__ import annotations
@@ -54,34 +62,52 @@ from fedlangevin.fald.core.kernel import FALDState
 from fedlangevin.fald.core.preconditioning import is_identity, placed
 from fedlangevin.fald.core.schedules import step_sizes
 from fedlangevin.fald.warmup.curvature import max_curvature
-from fedlangevin.fald.warmup.local_bias import TRANSIENT, BiasPlan, BiasState, bias_final, decay_rounds, exceeds
-from fedlangevin.fald.warmup.local_steps import CONFIDENCE, STABLE, TOLERANCE, LocalStepBias, eligible
+from fedlangevin.fald.warmup.local_bias import (
+    TRANSIENT, BiasPlan, BiasState, bias_final, choose_local_steps, decay_rounds, exceeds,
+)
+from fedlangevin.fald.warmup.local_steps import (
+    CONFIDENCE, STABLE, TOLERANCE, AutoLocalSteps, LocalStepBias, Measurement, eligible, stability,
+)
 from fedlangevin.fald.warmup.session import Changes
 
-__all__ = ["MIN_KEPT", "PILOT", "Companions", "build", "due", "record", "restore", "start", "update", "verdict"]
+__all__ = ["LOOK", "MIN_KEPT", "PILOT", "Companions", "build", "choice", "due", "measure", "record", "restore",
+           "start", "start_auto", "update", "verdict"]
 
 #: rounds whose iterates give the decay time (never kept)
 PILOT = 50
-#: kept rounds (per chain and group) before a verdict
+#: kept rounds (per chain and group) before a verdict (and before "auto"'s next group starts)
 MIN_KEPT = 50
+#: "auto" tests every running group each LOOK kept rounds past MIN_KEPT (a biased one stops)
+LOOK = 25
 #: the pilot keeps at most this many numbers (rounds x 2 groups x chains x d): fewer chains beyond
 PILOT_NUMBERS = 1 << 22
 
 
 @dataclass(frozen=True)
 class Companions:
-    """The companions in progress (checkpointed with the sampler): ``local_steps`` K, ``step_size``
-    eta (the sampler's; a companion step is K eta), ``stability`` K eta lambda_max(M H),
-    ``theta`` (R, d) their iterates, ``generator`` their generator's state, ``done`` the rounds
-    run, ``pilot`` the first rounds' iterates (P, 2, R', d), ``decay`` tau_e and ``burn_in`` B once
-    known, ``shift`` (d,) the sums are taken about, ``sums`` and ``squares`` (2, R, d) float64 of
-    the kept iterates (companions first, then the sampler's chains) and ``kept`` their rounds."""
+    """The companions in progress (checkpointed with the sampler).
 
-    local_steps: int
+    local_steps : K of every group started, in order; step_size : eta (the sampler's); stability :
+    the check's (K eta lambda_max(M H); "auto": eta lambda_max(M H_c)); theta : (G, R, d) the
+    groups' iterates; generator : their generator's state; rule : "auto"'s
+    :class:`~fedlangevin.fald.warmup.local_steps.AutoLocalSteps` (None: a fixed K's check, whose one
+    group runs one step of K eta); pending : candidates not started yet; budget : "auto"'s
+    measuring rounds; started : the round (of ``done``) after which each group started; status :
+    per group "running", "biased" (stopped on evidence), "stopped" (a smaller K was biased) or
+    "diverged"; done : rounds run; pilot : the first rounds' iterates (P, 2, R', d); decay, burn_in
+    once known; shift (d,) the sums are taken about; sums, squares : (1 + G, R, d) float64 of the
+    kept iterates (the sampler's chains first, then the groups); kept : their kept rounds."""
+
+    local_steps: tuple[int, ...]
     step_size: float
     stability: float
     theta: torch.Tensor
     generator: torch.Tensor
+    rule: AutoLocalSteps | None = None
+    pending: tuple[int, ...] = ()
+    budget: int | None = None
+    started: tuple[int, ...] = (0,)
+    status: tuple[str, ...] = ("running",)
     done: int = 0
     pilot: torch.Tensor | None = None
     decay: float | None = None
@@ -89,28 +115,50 @@ class Companions:
     shift: torch.Tensor | None = None
     sums: torch.Tensor | None = None
     squares: torch.Tensor | None = None
-    kept: int = 0
+    kept: tuple[int, ...] = (0, 0)
 
     def record(self) -> dict:
         opt = lambda t: None if t is None else t.detach().cpu().clone()  # noqa: E731
-        return {"local_steps": self.local_steps, "step_size": self.step_size, "stability": self.stability,
-                "theta": opt(self.theta), "generator": self.generator.clone(), "done": self.done,
-                "pilot": opt(self.pilot), "decay": self.decay, "burn_in": self.burn_in, "shift": opt(self.shift),
-                "sums": opt(self.sums), "squares": opt(self.squares), "kept": self.kept}
+        return {"local_steps": list(self.local_steps), "step_size": self.step_size, "stability": self.stability,
+                "theta": opt(self.theta), "generator": self.generator.clone(),
+                "rule": None if self.rule is None else self.rule.record(), "pending": list(self.pending),
+                "budget": self.budget, "started": list(self.started), "status": list(self.status),
+                "done": self.done, "pilot": opt(self.pilot), "decay": self.decay, "burn_in": self.burn_in,
+                "shift": opt(self.shift), "sums": opt(self.sums), "squares": opt(self.squares),
+                "kept": list(self.kept)}
 
     @classmethod
     def from_record(cls, rec: dict, device, dtype) -> "Companions":
         f64 = lambda t: None if t is None else torch.as_tensor(t, dtype=torch.float64).clone()  # noqa: E731
-        return cls(int(rec["local_steps"]), float(rec["step_size"]), float(rec["stability"]),
-                   torch.as_tensor(rec["theta"]).to(device=device, dtype=dtype).clone(),
-                   torch.as_tensor(rec["generator"], dtype=torch.uint8).clone(), int(rec["done"]), f64(rec["pilot"]),
-                   None if rec["decay"] is None else float(rec["decay"]),
-                   None if rec["burn_in"] is None else int(rec["burn_in"]), f64(rec["shift"]), f64(rec["sums"]),
-                   f64(rec["squares"]), int(rec["kept"]))
+        opt = lambda v, f: None if v is None else f(v)  # noqa: E731
+        ints = lambda v: tuple(int(x) for x in v)  # noqa: E731
+        theta = torch.as_tensor(rec["theta"]).to(device=device, dtype=dtype).clone()
+        if "status" not in rec:  # a checkpoint of a fixed K's check before "auto" used companions: one group
+            return cls((int(rec["local_steps"]),), float(rec["step_size"]), float(rec["stability"]), theta[None],
+                       torch.as_tensor(rec["generator"], dtype=torch.uint8).clone(), done=int(rec["done"]),
+                       pilot=f64(rec["pilot"]), decay=opt(rec["decay"], float), burn_in=opt(rec["burn_in"], int),
+                       shift=f64(rec["shift"]), sums=opt(rec["sums"], lambda s: f64(s).flip(0)),
+                       squares=opt(rec["squares"], lambda s: f64(s).flip(0)),
+                       kept=(int(rec["kept"]), int(rec["kept"])))
+        return cls(ints(rec["local_steps"]), float(rec["step_size"]), float(rec["stability"]), theta,
+                   torch.as_tensor(rec["generator"], dtype=torch.uint8).clone(),
+                   opt(rec["rule"], AutoLocalSteps.from_record), ints(rec["pending"]), opt(rec["budget"], int),
+                   ints(rec["started"]), tuple(str(s) for s in rec["status"]), int(rec["done"]), f64(rec["pilot"]),
+                   opt(rec["decay"], float), opt(rec["burn_in"], int), f64(rec["shift"]), f64(rec["sums"]),
+                   f64(rec["squares"]), ints(rec["kept"]))
+
+    def etas(self, g: int) -> list[float]:
+        """The local step sizes of group ``g``'s rounds: K of eta ("auto"), one of K eta (a fixed K)."""
+        k = self.local_steps[g]
+        return [self.step_size] * k if self.rule is not None else [k * self.step_size]
+
+    @property
+    def running(self) -> tuple[int, ...]:
+        return tuple(g for g, s in enumerate(self.status) if s == "running")
 
 
 def due(sampler) -> bool:
-    """Whether companions start now: a fixed K > 1 with ``check_local_bias``, measurable
+    """Whether a fixed K's companions start now: a fixed K > 1 with ``check_local_bias``, measurable
     (:func:`~fedlangevin.fald.warmup.local_steps.eligible`), not started or refused before, with
     M and eta frozen (no adaptive warm-up in progress)."""
     config = sampler.config
@@ -130,11 +178,14 @@ def _seed(seed: int) -> int:
     return (int(seed) * 1_000_033 + 7_919) % 2**63
 
 
+def _frozen_eta(sampler) -> float:
+    return float(step_sizes(sampler.schedule, sampler.state.step, 1)[0])
+
+
 def start(sampler) -> Changes:
-    """Start the companions at the sampler's iterates (M and eta frozen): the phase, or where K eta
-    is not a stable K = 1 step, the record saying so."""
-    k = sampler.local_steps
-    eta = float(step_sizes(sampler.schedule, sampler.state.step, 1)[0])
+    """Start a fixed K's companions at the sampler's iterates (M and eta frozen): the phase, or where
+    K eta is not a stable K = 1 step, the record saying so."""
+    k, eta = sampler.local_steps, _frozen_eta(sampler)
     theta = sampler.state.theta.detach()
     x = theta.to(dtype=torch.float64)
     pre = None if is_identity(sampler.preconditioner) else placed(sampler.preconditioner, x.device, torch.float64)
@@ -149,35 +200,76 @@ def start(sampler) -> Changes:
                 "K = 1 reference at the same Langevin time per round, is not a stable step; no companion ran")
         return Changes(local_bias=LocalStepBias(False, k, False, note, TOLERANCE, CONFIDENCE, stability=s))
     own = torch.Generator(device=sampler.device).manual_seed(_seed(sampler.seed))
-    return Changes(companions=Companions(k, eta, s, theta.clone(), own.get_state()))
+    return Changes(companions=Companions((k,), eta, s, theta.clone()[None], own.get_state()))
+
+
+def start_auto(sampler, rule: AutoLocalSteps, budget: int) -> Changes:
+    """Start "auto"'s measurement of ``budget`` rounds at the sampler's iterates (M and eta_1 frozen):
+    the first candidate's group, or where K > 1 local steps are not stable at eta_1 on some client
+    (eta lambda_max(M H_c) > STABLE), the record saying so (K = 1, the measurement ends)."""
+    eta = _frozen_eta(sampler)
+    theta = sampler.state.theta.detach()
+    try:
+        s = stability(sampler.problem, theta, sampler.preconditioner, eta, sampler.seed)
+    except ValueError:
+        s = math.inf
+    if not s <= STABLE:
+        note = (f"eta lambda_max(M H_c) = {s:.3g} > {STABLE:g} on some client: K > 1 local steps are not stable at "
+                "this step size, K = 1 is kept")
+        return Changes(local_steps=1, measurement=None, local_bias=LocalStepBias(
+            True, 1, False, note, rule.tolerance, rule.confidence, stability=s))
+    own = torch.Generator(device=sampler.device).manual_seed(_seed(sampler.seed) + 2)
+    first, *rest = rule.ladder[1:]
+    return Changes(companions=Companions((first,), eta, s, theta.clone()[None], own.get_state(), rule=rule,
+                                         pending=tuple(rest), budget=int(budget)))
 
 
 def _ended(phase: Companions, note: str) -> Changes:
+    """The companions end without a verdict (a fixed K's: no warning; "auto": K = 1)."""
+    if phase.rule is not None:
+        return Changes(companions=None, measurement=None, local_steps=1, local_bias=LocalStepBias(
+            True, 1, False, note, phase.rule.tolerance, phase.rule.confidence, decay=phase.decay,
+            stability=phase.stability, rounds=phase.done, companions=True))
     return Changes(companions=None, local_bias=LocalStepBias(
-        False, phase.local_steps, False, note, TOLERANCE, CONFIDENCE, decay=phase.decay, stability=phase.stability,
-        rounds=phase.done))
+        False, phase.local_steps[0], False, note, TOLERANCE, CONFIDENCE, decay=phase.decay,
+        stability=phase.stability, rounds=phase.done))
+
+
+def _stop(phase: Companions, g: int, why: str) -> Companions:
+    """Group ``g`` stops (``why``: "biased" or "diverged"), every later group and candidate with it."""
+    status = tuple(s if i < g or s != "running" else (why if i == g else "stopped")
+                   for i, s in enumerate(phase.status))
+    return replace(phase, status=status, pending=())
 
 
 def update(phase: Companions, kernel, theta: torch.Tensor, preconditioner, uploads_of, num_clients: int) -> Changes:
-    """After a round of the sampler whose broadcast iterates are ``theta`` (R, d): one companion round
-    (one step of K eta from their own generator), the burn-in or the sums, and the floats the round
-    sent (``uploads_of(weights)``: uploads per chain; d floats each, N d down)."""
+    """After a round of the sampler whose broadcast iterates are ``theta`` (R, d): one round of every
+    running group (from their own generator), the burn-in or the sums, "auto"'s tests and next
+    group, and the floats the round sent (``uploads_of(weights)``: uploads per chain; d floats
+    each, N d down, per group)."""
+    if theta.shape != phase.theta.shape[1:]:
+        return _ended(phase, "chains were dropped (on_divergence='drop'): the groups are no longer paired")
     gen = torch.Generator(device=phase.theta.device)
     gen.set_state(phase.generator)
-    state = FALDState(theta=phase.theta, step=0, round=0, correction=None)
-    new, info = kernel.step(state, [phase.local_steps * phase.step_size], gen, preconditioner=preconditioner)
-    d = theta.shape[1]
-    floats = dict(floats_down=float(num_clients * d), floats_up=float(uploads_of(info.weights)) * d)
-    if not bool(torch.isfinite(new.theta).all()):
-        return _ended(phase, f"the companions became non-finite in their round {phase.done + 1} (one step of "
-                             f"K eta = {phase.local_steps * phase.step_size:.3g})")._replace(**floats)
-    if theta.shape != phase.theta.shape:
-        return _ended(phase, "chains were dropped (on_divergence='drop'): the two groups are no longer paired")
-    pair = torch.stack([new.theta, theta.detach()]).to(device="cpu", dtype=torch.float64)  # (2, R, d)
-    phase = replace(phase, theta=new.theta, generator=gen.get_state(), done=phase.done + 1)
+    d, rows, up, running = theta.shape[1], list(phase.theta.unbind(0)), 0.0, phase.running
+    for g in running:
+        state = FALDState(theta=phase.theta[g], step=0, round=0, correction=None)
+        new, info = kernel.step(state, phase.etas(g), gen, preconditioner=preconditioner)
+        up += float(uploads_of(info.weights))
+        rows[g] = new.theta
+    floats = dict(floats_down=float(len(running) * num_clients * d), floats_up=up * d)
+    phase = replace(phase, theta=torch.stack(rows), generator=gen.get_state(), done=phase.done + 1)
+    for g in running:
+        if not bool(torch.isfinite(rows[g]).all()):
+            if phase.rule is None:
+                return _ended(phase, f"the companions became non-finite in their round {phase.done} (one step of "
+                                     f"K eta = {phase.local_steps[0] * phase.step_size:.3g})")._replace(**floats)
+            phase = _stop(phase, g, "diverged")
+            break
+    x = torch.cat([theta.detach()[None], phase.theta]).to(device="cpu", dtype=torch.float64)  # (1 + G, R, d)
     if phase.burn_in is None:
-        keep = max(2, min(pair.shape[1], PILOT_NUMBERS // max(1, 2 * PILOT * d)))
-        row = pair[None, :, :keep]
+        keep = max(2, min(x.shape[1], PILOT_NUMBERS // max(1, 2 * PILOT * d)))
+        row = x[None, :2, :keep]
         pilot = row if phase.pilot is None else torch.cat([phase.pilot, row])
         phase = replace(phase, pilot=pilot)
         if phase.done == PILOT:
@@ -188,28 +280,129 @@ def update(phase: Companions, kernel, theta: torch.Tensor, preconditioner, uploa
             burn_in = max(PILOT, math.ceil(decay * math.log(1.0 / TRANSIENT)))
             phase = replace(phase, pilot=None, decay=decay, burn_in=burn_in)
         return Changes(companions=phase, **floats)
-    if phase.done <= phase.burn_in:
-        return Changes(companions=phase, **floats)
-    shift = pair[1].mean(0) if phase.shift is None else phase.shift
-    y = pair - shift
-    sums = y.clone() if phase.sums is None else phase.sums + y
-    squares = y * y if phase.squares is None else phase.squares + y * y
-    return Changes(companions=replace(phase, shift=shift, sums=sums, squares=squares, kept=phase.kept + 1), **floats)
+    return Changes(companions=_kept(phase, x), **floats)
+
+
+def _kept(phase: Companions, x: torch.Tensor) -> Companions:
+    """Add the round's iterates ``x`` (1 + G, R, d) to the sums of every class past its burn-in;
+    "auto": its tests and its next group."""
+    starts = (0,) + phase.started
+    live = [c for c in range(x.shape[0]) if (c == 0 or phase.status[c - 1] == "running")
+            and phase.done - starts[c] > phase.burn_in]
+    if not live:
+        return phase
+    shift = x[0].mean(0) if phase.shift is None else phase.shift
+    sums = torch.zeros_like(x) if phase.sums is None else phase.sums.clone()
+    squares = torch.zeros_like(x) if phase.squares is None else phase.squares.clone()
+    y = x[live] - shift
+    sums[live] += y
+    squares[live] += y * y
+    kept = tuple(k + (c in live) for c, k in enumerate(phase.kept))
+    phase = replace(phase, shift=shift, sums=sums, squares=squares, kept=kept)
+    return phase if phase.rule is None else _looked(phase, x[0])
+
+
+def _looked(phase: Companions, theta: torch.Tensor) -> Companions:
+    """"auto": every running group at a look is tested (biased on evidence: it stops, with every larger
+    K); the next candidate starts at the sampler's iterates ``theta`` once the newest group has
+    :data:`MIN_KEPT` kept rounds, is running, and a burn-in and MIN_KEPT rounds still fit."""
+    rule = phase.rule
+    # a group is looked at up to `looks` times: each look's test is at 1 - (1 - confidence) / looks
+    # (Bonferroni over the looks), so that stopping at any look is a false stop at most 1 - confidence
+    for g in phase.running:
+        n = phase.kept[g + 1]
+        if n >= MIN_KEPT and (n - MIN_KEPT) % LOOK == 0:
+            looks = max(1, 1 + (phase.budget - phase.burn_in - MIN_KEPT) // LOOK)
+            (estimate,) = _estimates(phase, (g,))
+            if exceeds(estimate, rule.tolerance, 1.0 - (1.0 - rule.confidence) / looks, sd=True):
+                phase = _stop(phase, g, "biased")
+                break
+    newest = len(phase.local_steps) - 1
+    if (phase.pending and phase.status[newest] == "running" and phase.kept[newest + 1] >= MIN_KEPT
+            and phase.budget - phase.done >= phase.burn_in + MIN_KEPT + 1):
+        zero = torch.zeros_like(phase.sums[:1])
+        phase = replace(phase, local_steps=phase.local_steps + phase.pending[:1], pending=phase.pending[1:],
+                        theta=torch.cat([phase.theta, theta.to(phase.theta)[None]]),
+                        started=phase.started + (phase.done,), status=phase.status + ("running",),
+                        sums=torch.cat([phase.sums, zero]), squares=torch.cat([phase.squares, zero]),
+                        kept=phase.kept + (0,))
+    return phase
+
+
+def _estimates(phase: Companions, groups) -> tuple:
+    """The :class:`~fedlangevin.fald.warmup.local_bias.BiasEstimate` of ``groups`` against the
+    sampler's K = 1 chains ("auto"), in order (their K increasing)."""
+    classes = [0] + [g + 1 for g in groups]
+    plan = BiasPlan(tuple(phase.local_steps[g] for g in groups), phase.burn_in, max(1, phase.kept[0]), 1)
+    state = BiasState(plan, phase.done, phase.shift, phase.sums[classes], phase.squares[classes],
+                      tuple(phase.kept[c] for c in classes))
+    return bias_final(state)
+
+
+def idle(phase: Companions) -> bool:
+    """"auto" has nothing left to measure: no group running and no candidate to start."""
+    return not phase.running and not phase.pending
+
+
+def choice(phase: Companions) -> Changes:
+    """"auto"'s decision at the measurement's end: the estimates of every group with
+    :data:`MIN_KEPT` kept rounds that did not diverge, :func:`~fedlangevin.fald.warmup.local_bias.choose_local_steps`'
+    K and the record (K = 1 where nothing was measured, saying why)."""
+    rule = phase.rule
+    groups = [g for g, s in enumerate(phase.status) if s != "diverged" and phase.kept[g + 1] >= MIN_KEPT]
+    notes = [f"K = {phase.local_steps[g]} {s}" for g, s in enumerate(phase.status) if s not in ("running",)]
+    notes += [f"K = {phase.local_steps[g]} kept only {phase.kept[g + 1]} rounds (< {MIN_KEPT})"
+              for g in range(len(phase.status)) if g not in groups and phase.status[g] != "diverged"]
+    if phase.pending:
+        notes.append(f"K = {list(phase.pending)} not started (no room for a burn-in and {MIN_KEPT} kept rounds)")
+    note = "; ".join(notes)
+    if not groups or phase.kept[0] < MIN_KEPT:
+        why = (f"{phase.kept[0]} K = 1 rounds kept after {'the pilot' if phase.burn_in is None else phase.burn_in}"
+               f" (the verdict needs {MIN_KEPT}); a longer warm-up lets it measure") if not groups else note
+        return _ended(phase, why)
+    try:
+        estimates = _estimates(phase, groups)
+    except ValueError as exc:
+        return _ended(phase, str(exc))
+    chosen = choose_local_steps(estimates, rule.tolerance, rule.confidence, rule.ladder)
+    return Changes(companions=None, measurement=None, local_steps=chosen.local_steps, local_bias=LocalStepBias(
+        True, chosen.local_steps, True, note, rule.tolerance, rule.confidence, estimates=estimates, choice=chosen,
+        decay=phase.decay, stability=phase.stability, rounds=phase.done, companions=True))
+
+
+def measure(phase: Measurement, sampler) -> Changes:
+    """After a round of "auto"'s measurement ``phase`` (``sampler``'s companions, if any, have seen
+    it): the phase's new state; at the warm-up's first half's end the companions' start
+    (:func:`start_auto`, M and eta_1 frozen); at the measurement's end, or once no group is left to
+    run, the K of the rounds ahead and the record (:func:`choice`). Reads the sampler only."""
+    phase = replace(phase, done=phase.done + 1)
+    if phase.phase == "wait":
+        if phase.done < phase.wait:
+            return Changes(measurement=phase)
+        begun = start_auto(sampler, phase.rule, phase.budget)
+        return begun if begun.local_bias is not None else begun._replace(measurement=replace(phase, phase="measure"))
+    group = sampler.companions
+    if group is None:  # ended (the record is there)
+        return Changes(measurement=None)
+    if phase.done >= phase.wait + phase.budget or idle(group):
+        return choice(group)
+    return Changes(measurement=phase)
 
 
 def verdict(phase: Companions) -> LocalStepBias:
-    """The record from everything kept so far (a run's end): measured once :data:`MIN_KEPT` rounds
-    were kept, with the estimate and whether the mean shift exceeds the tolerance on evidence."""
-    k = phase.local_steps
+    """A fixed K's record from everything kept so far (a run's end): measured once :data:`MIN_KEPT`
+    rounds were kept, with the estimate and whether the mean shift exceeds the tolerance on evidence."""
+    (k,) = phase.local_steps
     reference = f"K = 1 companion chains at one step of K eta = {k * phase.step_size:.4g}"
     common = dict(decay=phase.decay, stability=phase.stability, rounds=phase.done)
-    if phase.kept < MIN_KEPT:
+    kept = phase.kept[0]
+    if kept < MIN_KEPT:
         burn = f"burn-in {phase.burn_in}" if phase.burn_in is not None else f"a pilot of {PILOT} rounds"
-        note = (f"{phase.kept} rounds kept after {burn}; the verdict needs {MIN_KEPT} (run more rounds: the "
+        note = (f"{kept} rounds kept after {burn}; the verdict needs {MIN_KEPT} (run more rounds: the "
                 "companions go on in the sampler's next runs)")
         return LocalStepBias(False, k, False, note, TOLERANCE, CONFIDENCE, **common)
-    plan = BiasPlan((k,), phase.burn_in, phase.kept, 1)
-    state = BiasState(plan, phase.done, phase.shift, phase.sums, phase.squares, (phase.kept, phase.kept))
+    plan = BiasPlan((k,), phase.burn_in, kept, 1)  # the companions are the reference, the sampler's chains K
+    state = BiasState(plan, phase.done, phase.shift, phase.sums.flip(0), phase.squares.flip(0), (kept, kept))
     try:
         (estimate,) = bias_final(state)
     except ValueError as exc:

@@ -12,26 +12,20 @@ here assigns to the sampler. A fixed K > 1 is checked after the warm-up by compa
 
 **Where in the warm-up.** ``"auto"`` gives the second half of its warm-up, W_b = W // 2 rounds
 (at least :data:`MIN_ROUNDS`), to the measurement; the first W - W_b rounds run as before (an
-adaptive warm-up adapts M and eta there at K = 1, where the acceptance rule applies with full
-participation). With M and eta frozen, the measurement runs
+adaptive warm-up adapts M and eta_1 there at K = 1, where the acceptance rule applies with full
+participation). With M and eta_1 frozen, the sampler's chains go on at K = 1 (the reference) and
+beside them companion groups of R chains each run K local steps of eta_1 per round, one group
+per candidate K of the ladder, started one after another
+(:mod:`~fedlangevin.fald.warmup.companions`: their pilot, burn-in, sums, tests and order; their
+own generator, so the sampler's chains draw the numbers they draw without them).
 
-1. a *pilot* of P = max(:data:`MIN_PILOT`, W_b // 4) rounds at K = 1: the K = 1 chains' e-folding
-   time tau_e (:func:`~fedlangevin.fald.warmup.local_bias.decay_rounds`; a transient left from the
-   rounds before only lengthens it, which lengthens the burn-in: conservative);
-2. the *plan* (:class:`~fedlangevin.fald.warmup.local_bias.BiasPlan`): interleaved K = 1 and
-   candidate-K segments with burn-in B = ceil(tau_e ln(1 / TRANSIENT)), as many cycles (at most
-   4) and kept rounds as fit in W_b - P - B rounds (:func:`fit_plan`; the largest candidates are
-   dropped first where not even one cycle with kept rounds >= B fits);
-3. B *settling* rounds at the K the run goes on with, so that the chains have its law (not the
-   last segment's) before the first kept draw. The warm-up's remaining rounds, if any, run at
-   that K too.
-
-**The decision.** The candidates are the ladder's K > 1; the run goes on with :func:`~fedlangevin.fald.warmup.local_bias.choose_local_steps`' K (the
-largest K of the ladder that, with every K below it, is within the tolerance at the confidence).
-K > 1 is only tried where every client's local steps are stable at the frozen eta: eta
-lambda_max(M H_c) <= :data:`STABLE` at the chains' iterates (power iteration on the clients'
-Hessian-vector products, as the curvature step rule; the module docstring of ``local_bias``
-assumes it).
+**The decision.** At the warm-up's end (or once every group has stopped) the run goes on with
+:func:`~fedlangevin.fald.warmup.local_bias.choose_local_steps`' K (the largest K of the ladder
+that, with every K below it, is within the tolerance at the confidence: means and sd ratios),
+each local step eta_1, as every K = 1 round before it. K > 1 is only tried where every client's
+local steps are stable at eta_1: eta lambda_max(M H_c) <= :data:`STABLE` at the chains' iterates
+(power iteration on the clients' Hessian-vector products, as the curvature step rule; the module
+docstring of ``local_bias`` assumes it).
 
 What a measurement needs (both checks) (:func:`eligible`; ``"auto"`` refuses the rest before any work): two or
 more chains (the standard errors are the jackknife over chains; every participation rule draws
@@ -44,12 +38,11 @@ iterates only; the stability check of ``"auto"`` reads the clients' curvature, a
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import warnings
-from dataclasses import dataclass, replace
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -58,23 +51,19 @@ from fedlangevin.fald.core.preconditioning import is_identity, placed
 from fedlangevin.fald.core.schedules import AdaptedSteps, Constant, step_sizes
 from fedlangevin.fald.warmup.curvature import max_curvature
 from fedlangevin.fald.warmup.local_bias import (
-    DEFAULT_LADDER, KEPT_PER_BURN_IN, TRANSIENT, BiasEstimate, BiasPlan, BiasState, LocalStepsChoice, bias_final,
-    bias_init, bias_update, check_ladder, choose_local_steps, decay_rounds, margins,
+    DEFAULT_LADDER, BiasEstimate, BiasPlan, LocalStepsChoice, check_ladder, margins,
 )
 from fedlangevin.fald.warmup.session import Changes
 
-__all__ = ["MIN_PILOT", "MIN_ROUNDS", "STABLE", "AutoLocalSteps", "LocalStepBias", "Measurement", "as_local_steps",
-           "default_warmup", "due", "eligible", "fit_plan", "init", "next_local_steps", "record", "restore",
-           "round_bound", "round_etas", "stability", "update", "warn"]
+__all__ = ["MIN_ROUNDS", "STABLE", "AutoLocalSteps", "LocalStepBias", "Measurement", "as_local_steps",
+           "default_warmup", "due", "eligible", "init", "record", "restore", "round_bound", "round_etas", "stability",
+           "warn"]
 
-#: the measuring part of a warm-up (its second half) has at least this many rounds
-MIN_ROUNDS = 60
-#: the pilot's rounds at least (then a quarter of the measuring rounds)
-MIN_PILOT = 20
+#: the measuring part of a warm-up (its second half) has at least this many rounds: the companions'
+#: pilot (50), burn-in (>= 50) and kept rounds before a verdict (50)
+MIN_ROUNDS = 150
 #: "auto" tries K > 1 only where eta lambda_max(M H_c) <= STABLE on every client
 STABLE = 1.0
-#: the pilot keeps at most this many numbers (rounds x chains x d): fewer chains beyond
-PILOT_NUMBERS = 1 << 22
 #: a fixed K's check: the tolerance (K = 1 posterior sds) and confidence of the warning
 TOLERANCE, CONFIDENCE = 0.1, 0.95
 
@@ -175,8 +164,9 @@ class LocalStepBias:
     exceeds : a fixed K's verdict (biased beyond the tolerance on evidence: the warning);
     decay : the pilot's tau_e (rounds); stability : ``"auto"``'s eta lambda_max(M H_c) (the
     companions': K eta lambda_max(M H)); plan : the plan run; rounds : the measurement's rounds
-    (pilot and plan; the companions' rounds); companions : measured by companion chains (the
-    verdict tests the mean shifts only: :mod:`~fedlangevin.fald.warmup.companions`)."""
+    (the companions' rounds); companions : measured by companion chains (a fixed K's verdict tests
+    the mean shifts only: :mod:`~fedlangevin.fald.warmup.companions`); round : the sampler's round
+    when the record was made (the accountant refuses the runs whose rounds ran companions)."""
 
     auto: bool
     local_steps: int
@@ -192,6 +182,7 @@ class LocalStepBias:
     plan: BiasPlan | None = None
     rounds: int = 0
     companions: bool = False
+    round: int | None = None
 
     @property
     def worst(self) -> float | None:
@@ -206,7 +197,7 @@ class LocalStepBias:
                 "choice": None if self.choice is None else self.choice.record(), "exceeds": self.exceeds,
                 "decay": self.decay, "stability": self.stability,
                 "plan": None if self.plan is None else self.plan.record(), "rounds": self.rounds,
-                "companions": self.companions}
+                "companions": self.companions, "round": self.round}
 
     @classmethod
     def from_record(cls, rec: dict) -> "LocalStepBias":
@@ -217,7 +208,7 @@ class LocalStepBias:
                    None if rec["choice"] is None else LocalStepsChoice.from_record(rec["choice"]),
                    bool(rec["exceeds"]), opt(rec["decay"]), opt(rec["stability"]),
                    None if rec["plan"] is None else BiasPlan.from_record(rec["plan"]), int(rec["rounds"]),
-                   bool(rec.get("companions", False)))
+                   bool(rec.get("companions", False)), None if rec.get("round") is None else int(rec["round"]))
 
     def summary(self) -> str:
         """One line per K measured: worst point estimate, verdict."""
@@ -265,42 +256,29 @@ def _not_measured(rule: AutoLocalSteps | None, k: int, note: str, **more) -> Loc
 # -- the phase -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Measurement:
-    """A measurement in progress (checkpointed with the sampler): ``rule`` (``"auto"``'s), ``start`` the K of the rounds before the pilot, ``wait`` those rounds, ``budget``
-    the measuring rounds W_b, ``pilot`` P, ``done`` the rounds observed, ``phase`` ("wait",
-    "pilot", "plan", "settle"), ``thetas`` the pilot's iterates (P', R', d), ``bias`` the plan's
-    estimator state, ``decay`` and ``stability`` once known, ``settle`` the settling rounds left
-    at ``final``, the K the run goes on with."""
+    """``"auto"``'s measurement in progress (checkpointed with the sampler): ``rule``, ``start`` the K
+    of the rounds before it (1), ``wait`` the rounds of the warm-up's first half, ``budget`` the
+    measuring rounds W_b, ``done`` the rounds observed, ``phase`` ("wait", then "measure": the
+    companion groups of :mod:`~fedlangevin.fald.warmup.companions` run beside the sampler's;
+    :func:`~fedlangevin.fald.warmup.companions.measure` moves it on)."""
 
     rule: AutoLocalSteps | None
     start: int
     wait: int
     budget: int
-    pilot: int
     done: int = 0
     phase: str = "wait"
-    thetas: torch.Tensor | None = None
-    bias: BiasState | None = None
-    decay: float | None = None
-    stability: float | None = None
-    settle: int = 0
-    final: int = 1
 
     def record(self) -> dict:
         return {"rule": None if self.rule is None else self.rule.record(), "start": self.start, "wait": self.wait,
-                "budget": self.budget, "pilot": self.pilot, "done": self.done, "phase": self.phase,
-                "thetas": None if self.thetas is None else self.thetas.clone(),
-                "bias": None if self.bias is None else self.bias.record(), "decay": self.decay,
-                "stability": self.stability, "settle": self.settle, "final": self.final}
+                "budget": self.budget, "done": self.done, "phase": self.phase}
 
     @classmethod
-    def from_record(cls, rec: dict) -> "Measurement":
-        thetas = rec["thetas"]
+    def from_record(cls, rec: dict) -> "Measurement | None":
+        if rec["phase"] not in ("wait", "measure"):
+            return None  # a checkpoint of the interleaved measurement (before companions): measured afresh
         return cls(None if rec["rule"] is None else AutoLocalSteps.from_record(rec["rule"]), int(rec["start"]),
-                   int(rec["wait"]), int(rec["budget"]), int(rec["pilot"]), int(rec["done"]), str(rec["phase"]),
-                   None if thetas is None else torch.as_tensor(thetas, dtype=torch.float64).clone(),
-                   None if rec["bias"] is None else BiasState.from_record(rec["bias"]),
-                   None if rec["decay"] is None else float(rec["decay"]),
-                   None if rec["stability"] is None else float(rec["stability"]), int(rec["settle"]), int(rec["final"]))
+                   int(rec["wait"]), int(rec["budget"]), int(rec["done"]), str(rec["phase"]))
 
 
 def init(sampler, warmup: int) -> tuple[int, Changes]:
@@ -314,129 +292,15 @@ def init(sampler, warmup: int) -> tuple[int, Changes]:
         note = (f"a warm-up of {warmup} rounds is too short: the measurement takes its second half, at least "
                 f"{MIN_ROUNDS} rounds (a warm-up of {2 * MIN_ROUNDS} or more)")
         return warmup, Changes(local_steps=k, local_bias=_not_measured(rule, k, note))
-    pilot = max(MIN_PILOT, measuring // 4)
     wait = warmup - measuring
-    phase = Measurement(rule, k, wait, measuring, pilot, phase="wait" if wait > 0 else "pilot")
-    return wait, Changes(measurement=phase)
-
-
-def next_local_steps(phase: Measurement) -> int:
-    """K of the next round of the measurement ``phase``."""
-    if phase.phase == "wait":
-        return phase.start
-    if phase.phase == "pilot":
-        return 1
-    if phase.phase == "plan":
-        plan = phase.bias.plan
-        return plan.local_steps[plan.where(phase.bias.round)[0]]
-    return phase.final
+    return wait, Changes(measurement=Measurement(rule, k, wait, measuring))
 
 
 def round_etas(sampler):
     """The step sizes of the measurement's rounds, one round at a time while ``sampler.measurement``
-    is not None (its K read after the previous round was observed; eta from the frozen schedule)."""
+    is not None: K = 1 (the sampler's chains are the reference; eta from the frozen schedule)."""
     while sampler.measurement is not None:
-        yield step_sizes(sampler.schedule, sampler.state.step, next_local_steps(sampler.measurement))
-
-
-def update(phase: Measurement, theta: torch.Tensor, stability_of: Callable[[torch.Tensor], float]) -> Changes:
-    """After a round of the measurement ``phase`` (the round :func:`next_local_steps` gave), with its
-    broadcast iterates ``theta`` (R, d): the phase's new state and, where it moves on, the K of
-    the rounds ahead and the record. ``stability_of(theta)``: eta lambda_max(M H_c) there (called
-    once, by ``"auto"``, at the pilot's end)."""
-    phase = replace(phase, done=phase.done + 1)
-    if phase.phase == "wait":
-        return Changes(measurement=replace(phase, phase="wait" if phase.done < phase.wait else "pilot"))
-    x = theta.detach().to(device="cpu", dtype=torch.float64)
-    if phase.phase == "pilot":
-        keep = max(2, min(x.shape[0], PILOT_NUMBERS // max(1, phase.pilot * x.shape[1])))
-        row = x[None, :keep]
-        phase = replace(phase, thetas=row if phase.thetas is None else torch.cat([phase.thetas, row]))
-        done = phase.done == phase.wait + phase.pilot
-        return _planned(phase, x, stability_of) if done else Changes(measurement=phase)
-    if phase.phase == "plan":
-        if x.shape != phase.bias.sums.shape[1:]:  # chains dropped after a divergence: their sums are gone
-            return _ended(phase, "chains were dropped during the measurement (on_divergence='drop')")
-        phase = replace(phase, bias=bias_update(phase.bias, x))
-        return _decided(phase) if phase.bias.round == phase.bias.plan.rounds else Changes(measurement=phase)
-    phase = replace(phase, settle=phase.settle - 1)
-    return Changes(measurement=phase if phase.settle > 0 else None)
-
-
-def _ended(phase: Measurement, note: str, **more) -> Changes:
-    """The measurement stops without a verdict: K = 1."""
-    return Changes(local_steps=1, measurement=None,
-                   local_bias=_not_measured(phase.rule, 1, note, decay=phase.decay, stability=phase.stability,
-                                            rounds=phase.done - phase.wait, **more))
-
-
-def _planned(phase: Measurement, x: torch.Tensor, stability_of) -> Changes:
-    """The pilot's end: the decay time, the stability of K > 1 ("auto"), the plan that fits."""
-    try:
-        decay = decay_rounds(phase.thetas)
-    except ValueError as exc:
-        return _ended(phase, f"the pilot's iterates: {exc}")
-    phase = replace(phase, decay=decay, thetas=None)
-    burn_in = math.ceil(decay * math.log(1.0 / TRANSIENT))
-    candidates = phase.rule.ladder[1:]
-    try:
-        s = float(stability_of(x))
-    except ValueError:
-        s = math.inf
-    phase = replace(phase, stability=s)
-    if not s <= STABLE:
-        return _ended(phase, f"eta lambda_max(M H_c) = {s:.3g} > {STABLE:g} on some client: K > 1 local steps are "
-                             "not stable at this step size, K = 1 is kept")
-    plan = fit_plan(candidates, burn_in, phase.budget - phase.pilot - burn_in)
-    if plan is None:
-        return _ended(phase, f"the K = 1 chains' decay time is {decay:.3g} rounds (burn-in {burn_in}); "
-                             f"{phase.budget} measuring rounds do not fit a plan comparing K = {candidates[0]}")
-    phase = replace(phase, phase="plan", bias=bias_init(plan, x.shape[0], x.shape[1]), settle=burn_in)
-    return Changes(measurement=phase)
-
-
-def _decided(phase: Measurement) -> Changes:
-    """The plan's end: the estimates, the verdict, the K the run goes on with, the settling rounds."""
-    try:
-        estimates = bias_final(phase.bias)
-    except ValueError as exc:
-        return _ended(phase, str(exc))
-    plan, rule = phase.bias.plan, phase.rule
-    common = dict(estimates=estimates, decay=phase.decay, stability=phase.stability, plan=plan,
-                  rounds=phase.pilot + plan.rounds)
-    choice = choose_local_steps(estimates, rule.tolerance, rule.confidence, rule.ladder)
-    k = choice.local_steps
-    note = "" if plan.candidates == rule.ladder[1:] else f"only K <= {plan.candidates[-1]} fitted in the measuring rounds"
-    record = LocalStepBias(True, k, True, note, rule.tolerance, rule.confidence, choice=choice, **common)
-    settled = replace(phase, phase="settle", bias=None, final=k)
-    return Changes(local_steps=k, local_bias=record, measurement=settled if phase.settle > 0 else None)
-
-
-def fit_plan(candidates, burn_in: int, budget: int) -> BiasPlan | None:
-    """The plan comparing ``candidates`` (increasing K >= 2) with K = 1 at ``burn_in`` rounds per
-    segment that fits in ``budget`` rounds: the most cycles (4 down to 1) whose kept K = 1 rounds
-    per segment, as many as fit, are at least :data:`KEPT_PER_BURN_IN` burn-ins (one cycle: at
-    least one burn-in); the largest candidates are dropped until one does. None when none fits."""
-    candidates = tuple(candidates)
-    while candidates:
-        for cycles in range(4, 0, -1):
-            kept = _most_kept((1,) + candidates, burn_in, budget // cycles)
-            if kept is not None and kept >= (1 if cycles == 1 else KEPT_PER_BURN_IN) * max(1, burn_in):
-                return BiasPlan(candidates, burn_in, kept, cycles)
-        candidates = candidates[:-1]
-    return None
-
-
-def _most_kept(ks: tuple[int, ...], burn_in: int, rounds: int) -> int | None:
-    """The most kept K = 1 rounds of a cycle of segments ``ks`` within ``rounds`` (None: not one)."""
-    cost = lambda kept: sum(burn_in + -(-kept // k) for k in ks)  # noqa: E731
-    if cost(1) > rounds:
-        return None
-    low, high = 1, max(1, rounds)
-    while low < high:
-        mid = (low + high + 1) // 2
-        low, high = (mid, high) if cost(mid) <= rounds else (low, mid - 1)
-    return low
+        yield step_sizes(sampler.schedule, sampler.state.step, sampler.measurement.start)
 
 
 def stability(problem, theta: torch.Tensor, preconditioner: Any, eta: float, seed: int) -> float:

@@ -66,22 +66,49 @@ def test_the_exact_laws_of_the_two_problems():
 
 
 def test_auto_keeps_k1_where_every_k_is_biased():
-    """256 chains, 1,000 measuring rounds: standard errors about 0.01, so the measurement has the
-    power to call K = 2 biased (exact 0.17 sd: its lower bound is above 0.1, `exceeds`), and auto
-    keeps K = 1 on that evidence; the rounds after the warm-up run one step each."""
+    """256 chains: at the companions' first test (50 kept rounds past a 50-round burn-in) the K = 2
+    group's standard errors are about 0.02, so the measurement has the power to call K = 2 biased
+    (exact 0.17 sd: its lower bound is above 0.1, `exceeds`); the group stops, no larger K starts
+    (it could not be chosen), and auto keeps K = 1; the rounds after the warm-up run one step each."""
     sampler, trace = _auto(_heterogeneous())
     bias = trace.local_step_bias
     assert sampler.local_steps == 1 and trace.settings.local_steps == 1 and trace.settings.auto_local_steps
-    assert bias.auto and bias.measured and bias.local_steps == 1 and bias.choice.local_steps == 1
-    assert [e.local_steps for e in bias.estimates] == [2, 5, 10]
+    assert bias.auto and bias.measured and bias.companions and bias.local_steps == 1 and bias.choice.local_steps == 1
+    assert [e.local_steps for e in bias.estimates] == [2] and "K = 2 biased" in bias.note
     assert not any(ok for *_, ok in bias.choice.evidence)
     assert lb.exceeds(bias.estimates[0], 0.1, 0.95)  # K = 2 biased on evidence, as the exact law says
-    for est in bias.estimates:  # each estimate within 4 standard errors (+1 % transient) of the exact worst value
+    for est in bias.estimates:  # the estimate within 4 standard errors (+1 % transient) of the exact worst value
         se = max(est.mean_shift_se + est.sd_ratio_se)
         assert abs(est.worst - _exact_worst(_heterogeneous(), est.local_steps)) <= 4 * se + 0.01 * est.worst
     assert 0.0 < bias.stability <= ls.STABLE and bias.decay > 1
+    assert bias.rounds == companions.PILOT + companions.MIN_KEPT  # decided at the first test: pilot = burn-in
     np.testing.assert_array_equal(np.diff(trace.draw_steps), 1)
     assert trace.draw_steps[-1] == sampler.state.step
+
+
+def test_auto_leaves_the_sampler_as_k1_does_and_counts_the_companions():
+    """The sampler's chains run K = 1 through the whole warm-up, the companions on their own generator:
+    where auto keeps K = 1 the draws are the bits of a K = 1 run with the same seed; where it takes a
+    K > 1 the iterates at the warm-up's end are. The companions' floats are counted (N d up and down
+    per chain, group and round: one group of 100 rounds here); the rounds are the same."""
+    problem = _heterogeneous()
+    auto = fl.FALD(problem, step_size=ETA, local_steps=fl.AutoLocalSteps(LADDER), chains=16, seed=5)
+    one = fl.FALD(problem, step_size=ETA, local_steps=1, chains=16, seed=5)
+    a, b = auto.run(500, warmup=400, progress=False), one.run(500, warmup=400, progress=False)
+    bias = a.local_step_bias
+    assert auto.local_steps == 1 and bias.measured and [e.local_steps for e in bias.estimates] == [2]
+    assert torch.equal(a.samples, b.samples) and auto.ledger.rounds == one.ledger.rounds == 500
+    n, d = 3, 2
+    assert a.communication.floats_up - b.communication.floats_up == bias.rounds * n * d
+    assert a.communication.floats_down - b.communication.floats_down == bias.rounds * n * d
+    problem = _equal()
+    auto = fl.FALD(problem, step_size=ETA, local_steps=fl.AutoLocalSteps(LADDER), chains=64, seed=5)
+    seen, observe = [], auto._observe
+    auto._observe = lambda run, theta: (seen.append(theta.clone()), observe(run, theta))
+    auto.run(801, warmup=800, progress=False)
+    every = fl.FALD(problem, step_size=ETA, local_steps=1, chains=64, seed=5).run(800, progress=False).samples
+    assert auto.local_steps > 1 and len(seen) == 800 and every.shape[:2] == (64, 800)
+    assert all(torch.equal(x, every[:, t].to(x)) for t, x in enumerate(seen))
 
 
 def test_auto_takes_the_top_of_the_ladder_where_the_curvatures_are_equal():
@@ -212,7 +239,7 @@ def test_auto_that_cannot_measure_warns_and_keeps_k1():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         sampler = fl.FALD(_heterogeneous(), step_size=0.2, local_steps="auto", chains=16, seed=0)
-        trace = sampler.run(300, progress=False)
+        trace = sampler.run(600, progress=False)
     assert _local_step_warnings(caught) == [] and sampler.local_steps == 1
     bias = trace.local_step_bias
     assert not bias.measured and bias.stability == pytest.approx(1.2, rel=1e-6) and "not stable" in bias.note
@@ -249,7 +276,8 @@ def test_a_checkpoint_in_the_measurement_resumes_bit_for_bit(local_steps, tmp_pa
     first.run(450, warmup=400, progress=False, checkpoint=tmp_path / "c", checkpoint_every=250)
     resumed = fl.FALD.resume(tmp_path / "c.prev")
     assert resumed.unfinished["done"] == 250 and resumed.measurement is not None
-    assert resumed.measurement.phase in ("pilot", "plan") and resumed.local_step_bias is None
+    assert resumed.measurement.phase == "measure" and resumed.local_step_bias is None
+    assert resumed.companions is not None and resumed.companions.done == 50
     trace = resumed.run()
     assert torch.equal(trace.samples, reference.samples)
     np.testing.assert_array_equal(trace.draw_steps, reference.draw_steps)
@@ -267,34 +295,19 @@ def test_a_run_stopped_in_the_measurement_leaves_the_next_run_a_fresh_one():
 
     def stop(run, theta):
         calls[0] += 1
-        if calls[0] == 150:
+        if calls[0] == 250:
             raise KeyboardInterrupt
         observe(run, theta)
 
     sampler._observe = stop
     with pytest.raises(KeyboardInterrupt):
-        sampler.run(300, warmup=250, progress=False)
-    assert sampler.measurement is not None
+        sampler.run(400, warmup=350, progress=False)
+    assert sampler.measurement is not None and sampler.companions is not None
     del sampler._observe
-    trace = sampler.run(300, warmup=250, progress=False)
+    trace = sampler.run(400, warmup=350, progress=False)
     assert trace.local_step_bias.measured and sampler.measurement is None
     assert trace.draw_steps[-1] == sampler.state.step
     assert np.diff(trace.draw_steps).tolist() == [sampler.local_steps] * 49
-
-
-def test_fit_plan_fits_the_budget():
-    """The plan's rounds never exceed the budget; more rounds give more cycles (up to 4) and kept rounds;
-    the largest candidates go first where even one cycle does not fit; None where nothing fits."""
-    for budget in (40, 100, 300, 1000, 5000):
-        plan = ls.fit_plan((2, 5, 10), 10, budget)
-        if plan is not None:
-            assert plan.rounds <= budget and plan.burn_in == 10
-    big = ls.fit_plan((2, 5, 10), 10, 5000)
-    assert big.cycles == 4 and big.candidates == (2, 5, 10) and big.kept >= lb.KEPT_PER_BURN_IN * 10
-    assert ls.fit_plan((2, 5, 10), 10, 5001).kept >= big.kept
-    small = ls.fit_plan((2, 5, 10), 10, 45)
-    assert small is not None and small.candidates == (2,) and small.cycles == 1
-    assert ls.fit_plan((2,), 10, 21) is None
 
 
 def test_bad_values_are_refused_by_name_before_any_work():
@@ -330,7 +343,7 @@ def test_privacy_accounting_refuses_a_run_whose_rounds_took_another_k():
     A fixed K checked by companions is refused too (they are a second release on the same data);
     check_local_bias=False is accounted."""
     sampler = fl.FALD(_equal(), step_size=ETA, local_steps=fl.AutoLocalSteps(LADDER), chains=16, seed=0)
-    measured = sampler.run(300, warmup=250, progress=False)
+    measured = sampler.run(400, warmup=350, progress=False)
     assert measured.local_step_bias.measured
     with pytest.raises(ValueError, match="local-step bias"):
         measured.privacy(delta=1e-5, sensitivity=1.0)
