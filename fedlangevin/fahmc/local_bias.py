@@ -56,9 +56,10 @@ import torch
 from fedlangevin.fahmc.kernel import FAHMCKernel, FAHMCState, assemble
 from fedlangevin.fald.core.preconditioning import is_identity, placed
 from fedlangevin.fald.core.schedules import AdaptedSteps, Constant, step_sizes
-from fedlangevin.fald.warmup.companions import MIN_KEPT, PILOT, PILOT_NUMBERS, Companions
+from fedlangevin.fald.warmup.companions import Companions, observe, seed_of
+from fedlangevin.fald.warmup.companions import verdict as companion_verdict
 from fedlangevin.fald.warmup.curvature import max_curvature
-from fedlangevin.fald.warmup.local_bias import TRANSIENT, BiasPlan, BiasState, bias_final, decay_rounds, exceeds, margins
+from fedlangevin.fald.warmup.local_bias import margins
 from fedlangevin.fald.warmup.local_steps import CONFIDENCE, TOLERANCE, LocalStepBias
 
 __all__ = ["KEEP", "STABLE", "Changes", "HMCCompanions", "HMCLocalStepBias", "build", "due", "record", "restore",
@@ -156,11 +157,6 @@ def build(sampler) -> FAHMCKernel:
                     noise_dtype=sampler.noise_dtype, preconditioner=sampler.preconditioner)
 
 
-def _seed(seed: int) -> int:
-    # the twin's (fedlangevin.fald.warmup.companions._seed): the companions' stream, apart from the sampler's
-    return (int(seed) * 1_000_033 + 7_919) % 2**63
-
-
 def start(sampler) -> Changes:
     """Start the companions at the sampler's (theta, v) (h, M and gamma frozen): the phase, or where the
     check cannot run, the record saying why."""
@@ -173,7 +169,7 @@ def start(sampler) -> Changes:
     x = theta.to(dtype=torch.float64)
     pre = None if is_identity(sampler.preconditioner) else placed(sampler.preconditioner, x.device, torch.float64)
     work = sampler.problem.to(device=x.device, dtype=torch.float64)
-    gen = torch.Generator().manual_seed(_seed(sampler.seed) + 1)
+    gen = torch.Generator().manual_seed(seed_of(sampler.seed) + 1)
     try:
         s = h * math.sqrt(max_curvature(work, x, pre, per_client=False, generator=gen))
     except ValueError:
@@ -182,13 +178,13 @@ def start(sampler) -> Changes:
         note = (f"h sqrt(lambda_max(M H)) = {s:.3g} >= {STABLE:g}: h = {h:.3g} is not a stable K = 1 step at the "
                 "chains' iterates; no companion ran")
         return Changes(local_bias=_not_measured(k, note, stability=s))
-    own = torch.Generator(device=sampler.device).manual_seed(_seed(sampler.seed))
-    phase = HMCCompanions(k, h, s, theta.clone(), own.get_state(), momentum=sampler.state.momentum.detach().clone())
+    own = torch.Generator(device=sampler.device).manual_seed(seed_of(sampler.seed))
+    phase = HMCCompanions((k,), h, s, theta.clone()[None], own.get_state(), momentum=sampler.state.momentum.detach().clone())
     return Changes(companions=phase)
 
 
 def _ended(phase: HMCCompanions, note: str, **floats) -> Changes:
-    return Changes(companions=None, local_bias=_not_measured(phase.local_steps, note, decay=phase.decay,
+    return Changes(companions=None, local_bias=_not_measured(phase.local_steps[0], note, decay=phase.decay,
                                                              stability=phase.stability, rounds=phase.done), **floats)
 
 
@@ -198,69 +194,30 @@ def update(phase: HMCCompanions, kernel: FAHMCKernel, theta: torch.Tensor, preco
     (K = 1 at h, M ``preconditioner`` and gamma ``friction``, from their own generator), the pilot, the
     burn-in or the sums, and the floats the round sent (``uploads_of(weights)``: uploads per chain;
     2 d floats each, 2 N d down)."""
+    if theta.shape != phase.theta.shape[1:]:
+        return _ended(phase, "chains were dropped (on_divergence='drop'): the two groups are no longer paired")
     gen = torch.Generator(device=phase.theta.device)
     gen.set_state(phase.generator)
-    state = FAHMCState(theta=phase.theta, momentum=phase.momentum, step=0, round=0)
+    state = FAHMCState(theta=phase.theta[0], momentum=phase.momentum, step=0, round=0)
     new, info = kernel.step(state, [phase.step_size], gen, preconditioner=preconditioner, friction=friction)
     d = theta.shape[1]
     floats = dict(floats_down=float(2 * num_clients * d), floats_up=2.0 * float(uploads_of(info.weights)) * d)
     if not (bool(torch.isfinite(new.theta).all()) and bool(torch.isfinite(new.momentum).all())):
         return _ended(phase, f"the companions became non-finite in their round {phase.done + 1} (K = 1 at "
                              f"h = {phase.step_size:.3g})", **floats)
-    if theta.shape != phase.theta.shape:
-        return _ended(phase, "chains were dropped (on_divergence='drop'): the two groups are no longer paired",
-                      **floats)
-    pair = torch.stack([new.theta, theta.detach()]).to(device="cpu", dtype=torch.float64)  # (2, R, d): K = 1 first
-    phase = replace(phase, theta=new.theta, momentum=new.momentum, generator=gen.get_state(), done=phase.done + 1)
-    phase, note = _observed(phase, pair)
+    phase = replace(phase, theta=new.theta[None], momentum=new.momentum, generator=gen.get_state(),
+                    done=phase.done + 1)
+    # FA-LD's pilot, burn-in and sums (the sampler's chains first, then the companions)
+    phase, note = observe(phase, torch.stack([theta.detach(), new.theta]))
     return Changes(companions=phase, **floats) if note is None else _ended(phase, note, **floats)
 
 
-def _observed(phase: HMCCompanions, pair: torch.Tensor) -> tuple[HMCCompanions, str | None]:
-    """The pilot, the burn-in or the sums after a round whose iterates are ``pair`` (2, R, d), and a note
-    where the check ends. The twin of the second half of fedlangevin.fald.warmup.companions.update
-    (the same pilot, burn-in and sums; to merge once that takes the family's companion step as a callable)."""
-    d = pair.shape[-1]
-    if phase.burn_in is None:
-        keep = max(2, min(pair.shape[1], PILOT_NUMBERS // max(1, 2 * PILOT * d)))
-        row = pair[None, :, :keep]
-        phase = replace(phase, pilot=row if phase.pilot is None else torch.cat([phase.pilot, row]))
-        if phase.done == PILOT:
-            try:
-                decay = max(decay_rounds(phase.pilot[:, 0]), decay_rounds(phase.pilot[:, 1]))
-            except ValueError as exc:
-                return phase, f"the pilot's iterates: {exc}"
-            burn_in = max(PILOT, math.ceil(decay * math.log(1.0 / TRANSIENT)))
-            phase = replace(phase, pilot=None, decay=decay, burn_in=burn_in)
-        return phase, None
-    if phase.done <= phase.burn_in:
-        return phase, None
-    shift = pair[1].mean(0) if phase.shift is None else phase.shift
-    y = pair - shift
-    sums = y.clone() if phase.sums is None else phase.sums + y
-    squares = y * y if phase.squares is None else phase.squares + y * y
-    return replace(phase, shift=shift, sums=sums, squares=squares, kept=phase.kept + 1), None
-
-
 def verdict(phase: HMCCompanions) -> HMCLocalStepBias:
-    """The record from everything kept so far (a run's end): measured once ``MIN_KEPT`` rounds were
-    kept, with the estimate and whether the mean shift or the sd ratio exceeds the tolerance on evidence."""
-    k = phase.local_steps
-    common = dict(decay=phase.decay, stability=phase.stability, rounds=phase.done)
-    if phase.kept < MIN_KEPT:
-        burn = f"burn-in {phase.burn_in}" if phase.burn_in is not None else f"a pilot of {PILOT} rounds"
-        note = (f"{phase.kept} rounds kept after {burn}; the verdict needs {MIN_KEPT} (run more rounds: the "
-                "companions go on in the sampler's next runs)")
-        return _not_measured(k, note, **common)
-    plan = BiasPlan((k,), phase.burn_in, phase.kept, 1)
-    state = BiasState(plan, phase.done, phase.shift, phase.sums, phase.squares, (phase.kept, phase.kept))
-    try:
-        (estimate,) = bias_final(state)
-    except ValueError as exc:
-        return _not_measured(k, str(exc), **common)
-    reference = f"K = 1 FA-HMC companion chains at the same h = {phase.step_size:.4g}"
-    return HMCLocalStepBias(False, k, True, reference, TOLERANCE, CONFIDENCE, estimates=(estimate,),
-                            exceeds=exceeds(estimate, TOLERANCE, CONFIDENCE, sd=True), companions=True, **common)
+    """The record from everything kept so far (a run's end): FA-LD's verdict
+    (:func:`fedlangevin.fald.warmup.companions.verdict`) testing the means and the sd ratios (both
+    groups run at h)."""
+    return companion_verdict(phase, sd=True, make=HMCLocalStepBias,
+                             reference=f"K = 1 FA-HMC companion chains at the same h = {phase.step_size:.4g}")
 
 
 def record(sampler) -> dict:

@@ -70,8 +70,8 @@ from fedlangevin.fald.warmup.local_steps import (
 )
 from fedlangevin.fald.warmup.session import Changes
 
-__all__ = ["LOOK", "MIN_KEPT", "PILOT", "Companions", "build", "choice", "due", "measure", "record", "restore",
-           "start", "start_auto", "update", "verdict"]
+__all__ = ["LOOK", "MIN_KEPT", "PILOT", "Companions", "build", "choice", "due", "measure", "observe", "record",
+           "restore", "seed_of", "start", "start_auto", "update", "verdict"]
 
 #: rounds whose iterates give the decay time (never kept)
 PILOT = 50
@@ -174,7 +174,8 @@ def build(sampler):
                     sampler.batch_size, dtype=sampler.dtype, device=sampler.device, noise_dtype=sampler.noise_dtype)
 
 
-def _seed(seed: int) -> int:
+def seed_of(seed: int) -> int:
+    """The companions' generator seed from the run's seed (a stream apart from the sampler's)."""
     return (int(seed) * 1_000_033 + 7_919) % 2**63
 
 
@@ -190,7 +191,7 @@ def start(sampler) -> Changes:
     x = theta.to(dtype=torch.float64)
     pre = None if is_identity(sampler.preconditioner) else placed(sampler.preconditioner, x.device, torch.float64)
     work = sampler._kernel_problem.to(device=x.device, dtype=torch.float64)
-    gen = torch.Generator().manual_seed(_seed(sampler.seed) + 1)
+    gen = torch.Generator().manual_seed(seed_of(sampler.seed) + 1)
     try:
         s = k * eta * max_curvature(work, x, pre, per_client=False, generator=gen)
     except ValueError:
@@ -199,7 +200,7 @@ def start(sampler) -> Changes:
         note = (f"K eta lambda_max(M H) = {s:.3g} > {STABLE:g}: one step of K eta = {k * eta:.3g}, the companions' "
                 "K = 1 reference at the same Langevin time per round, is not a stable step; no companion ran")
         return Changes(local_bias=LocalStepBias(False, k, False, note, TOLERANCE, CONFIDENCE, stability=s))
-    own = torch.Generator(device=sampler.device).manual_seed(_seed(sampler.seed))
+    own = torch.Generator(device=sampler.device).manual_seed(seed_of(sampler.seed))
     return Changes(companions=Companions((k,), eta, s, theta.clone()[None], own.get_state()))
 
 
@@ -218,7 +219,7 @@ def start_auto(sampler, rule: AutoLocalSteps, budget: int) -> Changes:
                 "this step size, K = 1 is kept")
         return Changes(local_steps=1, measurement=None, local_bias=LocalStepBias(
             True, 1, False, note, rule.tolerance, rule.confidence, stability=s))
-    own = torch.Generator(device=sampler.device).manual_seed(_seed(sampler.seed) + 2)
+    own = torch.Generator(device=sampler.device).manual_seed(seed_of(sampler.seed) + 2)
     first, *rest = rule.ladder[1:]
     return Changes(companions=Companions((first,), eta, s, theta.clone()[None], own.get_state(), rule=rule,
                                          pending=tuple(rest), budget=int(budget)))
@@ -266,7 +267,17 @@ def update(phase: Companions, kernel, theta: torch.Tensor, preconditioner, uploa
                                      f"K eta = {phase.local_steps[0] * phase.step_size:.3g})")._replace(**floats)
             phase = _stop(phase, g, "diverged")
             break
-    x = torch.cat([theta.detach()[None], phase.theta]).to(device="cpu", dtype=torch.float64)  # (1 + G, R, d)
+    phase, note = observe(phase, torch.cat([theta.detach()[None], phase.theta]))
+    return (Changes(companions=phase, **floats) if note is None else _ended(phase, note)._replace(**floats))
+
+
+def observe(phase: Companions, x: torch.Tensor) -> tuple[Companions, str | None]:
+    """After a round (``phase.done`` counts it) whose iterates are ``x`` (1 + G, R, d), the sampler's
+    chains first: the pilot, the burn-in or the sums ("auto": its tests and next group), and a note
+    where the measurement ends (the pilot's iterates give no decay time). Every family's companions
+    (FA-LD's here, FA-HMC's :mod:`fedlangevin.fahmc.local_bias`) step their own chains, then call this."""
+    x = x.to(device="cpu", dtype=torch.float64)
+    d = x.shape[-1]
     if phase.burn_in is None:
         keep = max(2, min(x.shape[1], PILOT_NUMBERS // max(1, 2 * PILOT * d)))
         row = x[None, :2, :keep]
@@ -276,11 +287,11 @@ def update(phase: Companions, kernel, theta: torch.Tensor, preconditioner, uploa
             try:
                 decay = max(decay_rounds(pilot[:, 0]), decay_rounds(pilot[:, 1]))
             except ValueError as exc:
-                return _ended(phase, f"the pilot's iterates: {exc}")._replace(**floats)
+                return phase, f"the pilot's iterates: {exc}"
             burn_in = max(PILOT, math.ceil(decay * math.log(1.0 / TRANSIENT)))
             phase = replace(phase, pilot=None, decay=decay, burn_in=burn_in)
-        return Changes(companions=phase, **floats)
-    return Changes(companions=_kept(phase, x), **floats)
+        return phase, None
+    return _kept(phase, x), None
 
 
 def _kept(phase: Companions, x: torch.Tensor) -> Companions:
@@ -389,26 +400,30 @@ def measure(phase: Measurement, sampler) -> Changes:
     return Changes(measurement=phase)
 
 
-def verdict(phase: Companions) -> LocalStepBias:
+def verdict(phase: Companions, *, sd: bool = False, reference: str | None = None,
+            make: type = LocalStepBias) -> LocalStepBias:
     """A fixed K's record from everything kept so far (a run's end): measured once :data:`MIN_KEPT`
-    rounds were kept, with the estimate and whether the mean shift exceeds the tolerance on evidence."""
+    rounds were kept, with the estimate and whether it exceeds the tolerance on evidence. ``sd``:
+    test the sd ratios too (FA-HMC's companions run at the sampler's h; FA-LD's at one step of K
+    eta, whose own discretisation widens their sds: means only); ``reference``: what the companions
+    are, for the record; ``make``: the record's class (FA-HMC's words its warning)."""
     (k,) = phase.local_steps
-    reference = f"K = 1 companion chains at one step of K eta = {k * phase.step_size:.4g}"
-    common = dict(decay=phase.decay, stability=phase.stability, rounds=phase.done)
+    reference = reference or f"K = 1 companion chains at one step of K eta = {k * phase.step_size:.4g}"
+    common = dict(decay=phase.decay, stability=phase.stability, rounds=phase.done, companions=True)
     kept = phase.kept[0]
     if kept < MIN_KEPT:
         burn = f"burn-in {phase.burn_in}" if phase.burn_in is not None else f"a pilot of {PILOT} rounds"
         note = (f"{kept} rounds kept after {burn}; the verdict needs {MIN_KEPT} (run more rounds: the "
                 "companions go on in the sampler's next runs)")
-        return LocalStepBias(False, k, False, note, TOLERANCE, CONFIDENCE, **common)
+        return make(False, k, False, note, TOLERANCE, CONFIDENCE, **common)
     plan = BiasPlan((k,), phase.burn_in, kept, 1)  # the companions are the reference, the sampler's chains K
     state = BiasState(plan, phase.done, phase.shift, phase.sums.flip(0), phase.squares.flip(0), (kept, kept))
     try:
         (estimate,) = bias_final(state)
     except ValueError as exc:
-        return LocalStepBias(False, k, False, str(exc), TOLERANCE, CONFIDENCE, **common)
-    return LocalStepBias(False, k, True, reference, TOLERANCE, CONFIDENCE, estimates=(estimate,),
-                         exceeds=exceeds(estimate, TOLERANCE, CONFIDENCE, sd=False), companions=True, **common)
+        return make(False, k, False, str(exc), TOLERANCE, CONFIDENCE, **common)
+    return make(False, k, True, reference, TOLERANCE, CONFIDENCE, estimates=(estimate,),
+                exceeds=exceeds(estimate, TOLERANCE, CONFIDENCE, sd=sd), **common)
 
 
 def record(sampler) -> dict | None:
