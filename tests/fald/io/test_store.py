@@ -123,9 +123,12 @@ def test_streaming_stats_equal_the_batch_computations(tmp_path):
 def test_peak_python_memory_of_a_store_run_does_not_grow_with_rounds(tmp_path):
     """tracemalloc: the peak of Python-level allocations (numpy included) during a run with
     the on-disk store is the same for 150 and 1,500 rounds, within 64 KiB; the longer run
-    keeps 1,350 more draws of 40 chains x d = 20 (8.6 MB, were they kept in memory)."""
+    keeps 1,350 more draws of 40 chains x d = 20 (8.6 MB, were they kept in memory). The K = 2
+    run's local-step check is off: its companions' state is of constant size, but their one-off
+    steps (the pilot's decay time, a run's verdict) fall in one run or the other and would move
+    that run's peak by more than the store's budget."""
     problem = _problem(d=20)
-    sampler = fl.FALD(problem, step_size=1e-4, local_steps=2, chains=40, seed=0)
+    sampler = fl.FALD(problem, step_size=1e-4, local_steps=2, chains=40, seed=0, check_local_bias=False)
     sampler.run(50, store=tmp_path / "warm", stats=True)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: avoid thread contention on a shared machine
