@@ -54,11 +54,10 @@ from typing import Any, NamedTuple
 import torch
 
 from fedlangevin.fahmc.kernel import FAHMCKernel, FAHMCState, assemble
-from fedlangevin.fald.core.preconditioning import is_identity, placed
 from fedlangevin.fald.core.schedules import AdaptedSteps, Constant, step_sizes
 from fedlangevin.fald.warmup.companions import Companions, observe, seed_of
 from fedlangevin.fald.warmup.companions import verdict as companion_verdict
-from fedlangevin.fald.warmup.curvature import max_curvature
+from fedlangevin.fald.warmup.curvature import curvature_at
 from fedlangevin.fald.warmup.local_bias import margins
 from fedlangevin.fald.warmup.local_steps import CONFIDENCE, TOLERANCE, LocalStepBias
 
@@ -166,12 +165,9 @@ def start(sampler) -> Changes:
         return Changes(local_bias=_not_measured(k, f"not checked: {why}"))
     h = float(step_sizes(sampler.schedule, sampler.state.step, 1)[0])
     theta = sampler.state.theta.detach()
-    x = theta.to(dtype=torch.float64)
-    pre = None if is_identity(sampler.preconditioner) else placed(sampler.preconditioner, x.device, torch.float64)
-    work = sampler.problem.to(device=x.device, dtype=torch.float64)
-    gen = torch.Generator().manual_seed(seed_of(sampler.seed) + 1)
     try:
-        s = h * math.sqrt(max_curvature(work, x, pre, per_client=False, generator=gen))
+        s = h * math.sqrt(curvature_at(sampler.problem, theta, sampler.preconditioner, seed_of(sampler.seed) + 1,
+                                       per_client=False))
     except ValueError:
         s = math.inf
     if not s < STABLE:

@@ -59,9 +59,8 @@ import torch
 
 from fedlangevin.fald.core.engine import assemble
 from fedlangevin.fald.core.kernel import FALDState
-from fedlangevin.fald.core.preconditioning import is_identity, placed
 from fedlangevin.fald.core.schedules import step_sizes
-from fedlangevin.fald.warmup.curvature import max_curvature
+from fedlangevin.fald.warmup.curvature import curvature_at
 from fedlangevin.fald.warmup.local_bias import (
     TRANSIENT, BiasPlan, BiasState, bias_final, choose_local_steps, decay_rounds, exceeds,
 )
@@ -188,12 +187,9 @@ def start(sampler) -> Changes:
     K eta is not a stable K = 1 step, the record saying so."""
     k, eta = sampler.local_steps, _frozen_eta(sampler)
     theta = sampler.state.theta.detach()
-    x = theta.to(dtype=torch.float64)
-    pre = None if is_identity(sampler.preconditioner) else placed(sampler.preconditioner, x.device, torch.float64)
-    work = sampler._kernel_problem.to(device=x.device, dtype=torch.float64)
-    gen = torch.Generator().manual_seed(seed_of(sampler.seed) + 1)
     try:
-        s = k * eta * max_curvature(work, x, pre, per_client=False, generator=gen)
+        s = k * eta * curvature_at(sampler._kernel_problem, theta, sampler.preconditioner, seed_of(sampler.seed) + 1,
+                                   per_client=False)
     except ValueError:
         s = math.inf
     if not s <= STABLE:

@@ -16,10 +16,13 @@ Laplace start of M (:mod:`fedlangevin.fald.warmup.adaptation`), the client Hessi
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
-__all__ = ["POWER_ITERATIONS", "gradient_difference", "max_curvature", "mean_hessian"]
+from fedlangevin.fald.core.preconditioning import is_identity, placed
+
+__all__ = ["POWER_ITERATIONS", "curvature_at", "gradient_difference", "max_curvature", "mean_hessian"]
 
 #: power-iteration sweeps per step-size estimate
 POWER_ITERATIONS = 20
@@ -64,6 +67,17 @@ def max_curvature(problem, theta: torch.Tensor, pre=None, *, per_client: bool, i
         raise ValueError(f"step_size='auto': the curvature estimate at the current iterates is {value!r} (non-finite "
                          "gradients or a flat energy); give a number as step_size")
     return value
+
+
+def curvature_at(problem, theta: torch.Tensor, preconditioner: Any, seed: int, *, per_client: bool) -> float:
+    """:func:`max_curvature` at the chains' iterates ``theta`` (R, d), in float64 on their device:
+    ``preconditioner`` M (identity or None: I) placed there, the problem converted, the power
+    iteration's start drawn from a generator seeded with ``seed`` (the local-step checks' stability)."""
+    x = theta.detach().to(dtype=torch.float64)
+    pre = None if is_identity(preconditioner) else placed(preconditioner, x.device, torch.float64)
+    work = problem.to(device=x.device, dtype=torch.float64)
+    gen = torch.Generator().manual_seed(seed)
+    return max_curvature(work, x, pre, per_client=per_client, generator=gen)
 
 
 def mean_hessian(problem, theta: torch.Tensor) -> torch.Tensor:

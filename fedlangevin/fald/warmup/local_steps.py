@@ -47,9 +47,8 @@ from typing import Any
 import torch
 
 from fedlangevin._validation import check_local_steps, check_real
-from fedlangevin.fald.core.preconditioning import is_identity, placed
 from fedlangevin.fald.core.schedules import AdaptedSteps, Constant, step_sizes
-from fedlangevin.fald.warmup.curvature import max_curvature
+from fedlangevin.fald.warmup.curvature import curvature_at
 from fedlangevin.fald.warmup.local_bias import (
     DEFAULT_LADDER, BiasEstimate, BiasPlan, LocalStepsChoice, check_ladder, margins,
 )
@@ -306,11 +305,8 @@ def round_etas(sampler):
 def stability(problem, theta: torch.Tensor, preconditioner: Any, eta: float, seed: int) -> float:
     """eta lambda_max(M H_c), the largest over the clients and the chains' iterates ``theta``
     (power iteration on the clients' Hessian-vector products, seeded from ``seed``)."""
-    x = theta.detach().to(dtype=torch.float64)
-    pre = None if is_identity(preconditioner) else placed(preconditioner, x.device, torch.float64)
-    gen = torch.Generator().manual_seed((int(seed) * 1_000_003 + 104_729) % 2**63)
-    work = problem.to(device=x.device, dtype=torch.float64)
-    return float(eta) * max_curvature(work, x, pre, per_client=True, generator=gen)
+    return float(eta) * curvature_at(problem, theta, preconditioner, (int(seed) * 1_000_003 + 104_729) % 2**63,
+                                     per_client=True)
 
 
 def warn(result: LocalStepBias, names=None) -> None:
