@@ -132,13 +132,6 @@ class Companions:
         opt = lambda v, f: None if v is None else f(v)  # noqa: E731
         ints = lambda v: tuple(int(x) for x in v)  # noqa: E731
         theta = torch.as_tensor(rec["theta"]).to(device=device, dtype=dtype).clone()
-        if "status" not in rec:  # a checkpoint of a fixed K's check before "auto" used companions: one group
-            return cls((int(rec["local_steps"]),), float(rec["step_size"]), float(rec["stability"]), theta[None],
-                       torch.as_tensor(rec["generator"], dtype=torch.uint8).clone(), done=int(rec["done"]),
-                       pilot=f64(rec["pilot"]), decay=opt(rec["decay"], float), burn_in=opt(rec["burn_in"], int),
-                       shift=f64(rec["shift"]), sums=opt(rec["sums"], lambda s: f64(s).flip(0)),
-                       squares=opt(rec["squares"], lambda s: f64(s).flip(0)),
-                       kept=(int(rec["kept"]), int(rec["kept"])))
         return cls(ints(rec["local_steps"]), float(rec["step_size"]), float(rec["stability"]), theta,
                    torch.as_tensor(rec["generator"], dtype=torch.uint8).clone(),
                    opt(rec["rule"], AutoLocalSteps.from_record), ints(rec["pending"]), opt(rec["budget"], int),
