@@ -49,11 +49,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
 from fedlangevin.fahmc.kernel import FAHMCKernel, FAHMCState, assemble
+from fedlangevin.fahmc.warmup import Changes
 from fedlangevin.fald.core.schedules import AdaptedSteps, Constant, step_sizes
 from fedlangevin.fald.warmup.companions import Companions, observe, seed_of
 from fedlangevin.fald.warmup.companions import verdict as companion_verdict
@@ -61,27 +62,12 @@ from fedlangevin.fald.warmup.curvature import curvature_at
 from fedlangevin.fald.warmup.local_bias import margins
 from fedlangevin.fald.warmup.local_steps import CONFIDENCE, TOLERANCE, LocalStepBias
 
-__all__ = ["KEEP", "STABLE", "Changes", "HMCCompanions", "HMCLocalStepBias", "build", "due", "record", "restore",
+__all__ = ["STABLE", "HMCCompanions", "HMCLocalStepBias", "build", "due", "record", "restore",
            "start", "update", "verdict"]
 
 #: the companions run where h sqrt(lambda_max(M H)) < STABLE: BAOAB's and OBABO's stability limit on a
 #: Gaussian mode of frequency omega is h omega < 2
 STABLE = 2.0
-#: a :class:`Changes` field left as it is
-KEEP: Any = object()
-
-
-class Changes(NamedTuple):
-    """What :func:`start`, :func:`update` and :func:`verdict`'s caller apply in ``FAHMC._apply_check``:
-    the companions' new state (:data:`KEEP`: unchanged, None: ended), a record for
-    ``trace.local_step_bias`` (None: none new; warned where it says so), the floats the round sent."""
-
-    companions: Any = KEEP
-    local_bias: Any = None
-    floats_down: float = 0.0
-    floats_up: float = 0.0
-
-
 @dataclass(frozen=True)
 class HMCLocalStepBias(LocalStepBias):
     """FA-LD's :class:`~fedlangevin.fald.warmup.local_steps.LocalStepBias` record (the same fields and

@@ -238,21 +238,21 @@ class FAHMC(Runner):
         if self.companions is not None:  # a round beside the sampler's (h, M and gamma frozen)
             if self._companion_kernel is None:
                 self._companion_kernel = hcheck.build(self)
-            self._apply_check(hcheck.update(self.companions, self._companion_kernel, theta, self.preconditioner,
+            self._apply(hcheck.update(self.companions, self._companion_kernel, theta, self.preconditioner,
                                             self.friction, self.participation.uploads, self.problem.num_clients), run)
         if self.adapter is not None:
             self._apply(fahmc_warmup.update(self.adapter, theta, self.state.momentum, self.preconditioner), run)
             if hcheck.due(self):  # the warm-up ended here: the companions start at its last (theta, v)
-                self._apply_check(hcheck.start(self), run)
+                self._apply(hcheck.start(self), run)
 
     def _before_rounds(self) -> None:
         if hcheck.due(self):  # nothing adapts: the companions start with the first round
-            self._apply_check(hcheck.start(self))
+            self._apply(hcheck.start(self))
 
     def _end_run(self, run) -> None:
         """The companions' verdict (and its warning) from everything kept so far."""
         if self.companions is not None:
-            self._apply_check(hcheck.Changes(local_bias=hcheck.verdict(self.companions)))
+            self._apply(fahmc_warmup.Changes(local_bias=hcheck.verdict(self.companions)))
 
     def _record(self) -> dict:
         """The runner's entries and FA-HMC's own: the current M and gamma, the warm-up in progress."""
@@ -263,12 +263,14 @@ class FAHMC(Runner):
             "adaptation": None if self.adapter is None else self.adapter.record(),
             "local_bias": hcheck.record(self)})}
 
-    # -- the one place the warm-up's values are applied ---------------------------------------------
+    # -- the one place the warm-up's and the check's values are applied -----------------------------
     def _apply(self, changes: fahmc_warmup.Changes, run=None) -> float:
-        """Apply what :mod:`~fedlangevin.fahmc.warmup` (init, update) returned: a new M (broadcast to every
-        client: counted), h from the current step on, gamma from the next round on, chains put back,
-        the statistics' uploads (in the ledger, and in ``run``'s totals when given), the end of the
-        warm-up. Returns the floats of a new M's broadcast."""
+        """Apply what :mod:`~fedlangevin.fahmc.warmup` (init, update) and the local-step check
+        (:mod:`~fedlangevin.fahmc.local_bias`: start, update, verdict) returned: a new M (broadcast to
+        every client: counted), h from the current step on, gamma from the next round on, chains put
+        back, set-up floats (the statistics' uploads, the companions' rounds: in the ledger, and in
+        ``run``'s totals when given), the end of the warm-up, the companions' state and a record (and
+        its warning). Returns the floats of a new M's broadcast."""
         problem, sent = self.problem, 0.0
         if changes.preconditioner is not fahmc_warmup.KEEP:
             self.preconditioner = None if is_identity(changes.preconditioner) else changes.preconditioner
@@ -277,7 +279,7 @@ class FAHMC(Runner):
             self.schedule.set(self.state.step, changes.step_size)
         if changes.friction is not None:
             self.friction = changes.friction
-        for name, floats in (("setup_floats", sent), ("setup_floats_up", changes.floats_up)):
+        for name, floats in (("setup_floats", sent + changes.floats_down), ("setup_floats_up", changes.floats_up)):
             self._count_setup(run, name, floats)
         if changes.theta is not None:
             self.state = dataclasses.replace(self.state, theta=changes.theta)
@@ -285,18 +287,12 @@ class FAHMC(Runner):
             self.state = dataclasses.replace(self.state, momentum=changes.momentum)
         if changes.finished:
             self.adapter, self.adapted = None, True
-        return sent
-
-    def _apply_check(self, changes: hcheck.Changes, run=None) -> None:
-        """Apply what :mod:`~fedlangevin.fahmc.local_bias` returned: the companions' state, their floats
-        (set-up floats, in the ledger and ``run``'s totals), a record (and its warning)."""
-        if changes.companions is not hcheck.KEEP:
+        if changes.companions is not fahmc_warmup.KEEP:
             self.companions = changes.companions
-        self._count_setup(run, "setup_floats", changes.floats_down)
-        self._count_setup(run, "setup_floats_up", changes.floats_up)
         if changes.local_bias is not None:
             self.local_step_bias = changes.local_bias
             warn_local_bias(changes.local_bias, self.problem.parameter_names())
+        return sent
 
     # -- resuming -----------------------------------------------------------------------------------
     @classmethod

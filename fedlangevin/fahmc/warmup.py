@@ -119,7 +119,7 @@ MIN_WINDOW = 10
 DIVERGENT, BACKOFF = 10.0, 0.8
 #: the friction rule's clip (module docstring)
 GAMMA_MIN, GAMMA_MAX = 0.25, 2.0
-#: :class:`Changes`' ``preconditioner`` when M stays as it is
+#: :class:`Changes`' ``preconditioner`` (or ``companions``) when it stays as it is
 KEEP = fald_session.KEEP
 #: normals behind :func:`gaussian_energy_acceptance` (draws x d): 10^4 to 10^5 draws, a standard
 #: error below 0.005 (min(1, exp(-delta)) has sd below 0.5)
@@ -133,17 +133,23 @@ class Changes(NamedTuple):
     from the current step on (None: unchanged); friction : gamma from the next round on (None:
     unchanged; :data:`~fedlangevin.fahmc.kernel.OVERDAMPED` in phase 1); theta : (R, d) where the
     chains are put back (a rejected approach round, stragglers, divergent moves; None: where they
-    are); momentum : (R, d) their velocities then (phase 2; None: as they are); floats_up :
-    uploads of the warm-up's statistics not yet counted (per chain); finished : the warm-up has
-    ended (M, h and gamma frozen)."""
+    are); momentum : (R, d) their velocities then (phase 2; None: as they are); floats_down,
+    floats_up : set-up floats sent down / up not yet counted (per chain: the warm-up's statistics,
+    the local-step check's companions); finished : the warm-up has ended (M, h and gamma frozen);
+    companions : the local-step check's companion chains' new state
+    (:mod:`~fedlangevin.fahmc.local_bias`; :data:`KEEP`: unchanged, None: ended); local_bias : its
+    record for ``trace.local_step_bias`` (None: none new; warned where it says so)."""
 
     preconditioner: Any = KEEP
     step_size: float | None = None
     friction: float | None = None
     theta: torch.Tensor | None = None
     momentum: torch.Tensor | None = None
+    floats_down: float = 0.0
     floats_up: float = 0.0
     finished: bool = False
+    companions: Any = KEEP
+    local_bias: Any = None
 
 
 class HMCAdapter:
