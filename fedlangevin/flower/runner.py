@@ -28,10 +28,11 @@ drops and the wall time per round (checkpointed with the run), the trace as a
 started afresh or continued from its checkpoint (a server restarted with the same settings
 draws exactly what the uninterrupted one would have: clients keep no state between rounds).
 
-FA-HMC (``FlowerRun(sampler="fahmc")``): the state is :class:`HMCServerState` (theta and the
-velocity v, zero at the start); v is sent with theta and each client's v_c comes back with its
-theta_c; the server averages both with the same weights (dropped clients as above, for v too: a
-chain with no client left keeps its theta and v), and the runner checkpoints v with theta.
+FA-HMC (``FlowerRun(sampler="fahmc")``): the state is FAHMC's own
+:class:`~fedlangevin.fahmc.kernel.FAHMCState` (theta and the velocity v, zero at the start); v
+is sent with theta and each client's v_c comes back with its theta_c; the server averages both
+with the same weights (dropped clients as above, for v too: a chain with no client left keeps its
+theta and v), and the runner checkpoints v with theta.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
+from fedlangevin.fahmc.kernel import FAHMCState
 from fedlangevin.fald.core.kernel import aggregate
 from fedlangevin.fald.core.streams import participation_stream
 from fedlangevin.fald.io import checkpoint as ckpt
@@ -52,7 +54,7 @@ from fedlangevin.fald.runner import resume as rs
 from fedlangevin.fald.runner.base import Runner
 from fedlangevin.flower.trace import Federation, FlowerCommunication, FlowerTrace, dropouts_from, dropouts_record, read_record
 
-__all__ = ["FlowerRunner", "HMCServerState", "Replies", "ServerKernel", "ServerRound", "ServerState", "serve"]
+__all__ = ["FlowerRunner", "Replies", "ServerKernel", "ServerRound", "ServerState", "serve"]
 
 
 class Replies(NamedTuple):
@@ -73,17 +75,6 @@ class ServerState:
     """The server's iterate theta (R, d) after round ``round`` (local steps so far: ``step``)."""
 
     theta: torch.Tensor
-    step: int = 0
-    round: int = 0
-
-
-@dataclasses.dataclass(frozen=True)
-class HMCServerState:
-    """The FA-HMC server's iterate theta (R, d) and velocity v (R, d) after round ``round`` (the
-    runner checkpoints ``momentum`` with theta, and keeps its rows with the chains')."""
-
-    theta: torch.Tensor
-    momentum: torch.Tensor
     step: int = 0
     round: int = 0
 
@@ -135,13 +126,13 @@ class ServerKernel:
 
     def init(self, theta0: torch.Tensor):
         if self.hmc:  # the velocity starts at zero, as FAHMC's
-            return HMCServerState(theta=theta0, momentum=torch.zeros_like(theta0))
+            return FAHMCState(theta=theta0, momentum=torch.zeros_like(theta0))
         return ServerState(theta=theta0)
 
     def step(self, state, step_sizes, generator=None):
         began = time.perf_counter()
         theta, t = state.theta, int(state.round)
-        r, (n, d) = theta.shape[0], (self.problem.num_clients, self.problem.dim)
+        r, n = theta.shape[0], self.problem.num_clients
         w = self.run.participation.weights(self.p, r, participation_stream(self.run.seed, t))
         taking_part = ((w != 0) if w.dim() == 1 else (w != 0).any(dim=0)).nonzero().flatten().tolist()
         if self.hmc:
@@ -165,7 +156,7 @@ class ServerKernel:
         info = ServerRound(t + 1, w, uploads, tuple(dropped), int(replies.bytes_down), int(replies.bytes_up),
                            time.perf_counter() - began)
         if self.hmc:
-            return HMCServerState(new_theta, new_v, state.step + len(step_sizes), t + 1), info
+            return FAHMCState(new_theta, new_v, state.step + len(step_sizes), t + 1), info
         return ServerState(new_theta, state.step + len(step_sizes), t + 1), info
 
     def _average(self, received: dict, current: torch.Tensor, w: torch.Tensor, dropped: list[int]) -> torch.Tensor:
