@@ -2,8 +2,8 @@
 
 The deterministic alternative to measuring the K-step bias from iterates: linearise every
 client's gradient at the posterior mean, grad f^c(theta) ~ g_c + H_c (theta - theta_bar) (H_c by
-central differences of the gradients, :mod:`fedlangevin.fald.warmup.curvature`), and read the
-bias off the exact stationary law of FA-LD on that quadratic problem
+central differences of the gradients, :func:`fedlangevin.fald.warmup.mode.client_derivatives`),
+and read the bias off the exact stationary law of FA-LD on that quadratic problem
 (:func:`fedlangevin.experiments.exact.stationary_moments`, in the coordinates whitened by M, where
 the preconditioned step is plain FA-LD): the worst |mean(K) - mean(1)| / sd(1) and the sd ratios.
 No Monte Carlo error, one upload of the clients' Hessians, and exact on Gaussian targets.
@@ -32,25 +32,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import fedlangevin as fl  # noqa: E402
 from fedlangevin.experiments import exact  # noqa: E402
 from fedlangevin.experiments.posteriordb import POSTERIORS, load  # noqa: E402
-from fedlangevin.fald.warmup.curvature import gradient_difference  # noqa: E402
-
-
-def client_hessians(problem, theta: torch.Tensor, h: float = 1e-4) -> torch.Tensor:
-    """(N, d, d): every client's Hessian of f^c at theta, by central differences along the axes."""
-    d = problem.dim
-    points = theta.reshape(1, 1, d).expand(d, 1, d).contiguous()
-    columns = gradient_difference(problem, points, (h * torch.eye(d, dtype=theta.dtype)).reshape(d, 1, d)) / (2 * h)
-    hess = columns.permute(1, 0, 2)
-    return 0.5 * (hess + hess.transpose(1, 2))
+from fedlangevin.fald.warmup.mode import client_derivatives  # noqa: E402
 
 
 def predicted(problem, theta_bar: np.ndarray, cov: np.ndarray, eta: float, k: int) -> tuple[float, float, float]:
     """Worst |mean shift| / sd(1), min and max sd ratio of K against K = 1, by the linearised exact law."""
     d = problem.dim
     theta = torch.as_tensor(theta_bar, dtype=torch.float64)
-    grads = problem.grad(theta.reshape(1, 1, d).expand(1, problem.num_clients, d).contiguous())[0]
+    grads, hess = client_derivatives(problem, theta, dense=True)  # (N, d), (N, d, d): central differences
     chol = torch.linalg.cholesky(torch.as_tensor(cov, dtype=torch.float64))
-    hess = chol.T @ client_hessians(problem, theta) @ chol  # whitened: theta = theta_bar + L phi
+    hess = chol.T @ hess @ chol  # whitened: theta = theta_bar + L phi
     # a client's whitened Hessian may be indefinite (then no QuadraticProblem); the law still exists
     # where the averaged round map contracts, which stationary_moments' solve needs
     form = type("Form", (), {"hessian": hess, "shift": -(grads @ chol)})()
