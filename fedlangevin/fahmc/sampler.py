@@ -234,7 +234,7 @@ class FAHMC(Runner):
     def _observing(self) -> bool:
         return self.adapter is not None or self.companions is not None
 
-    def _observe(self, run, theta: torch.Tensor) -> None:
+    def _observe(self, run, theta: torch.Tensor, info=None, arguments=None) -> None:
         if self.companions is not None:  # a round beside the sampler's (h, M and gamma frozen)
             if self._companion_kernel is None:
                 self._companion_kernel = hcheck.build(self)

@@ -161,9 +161,9 @@ def test_the_phases_and_what_they_count():
     seen = []
     observe = sampler._observe
 
-    def spy(run, theta):
+    def spy(run, theta, *args):
         seen.append((sampler._step_arguments()["friction"], sampler.schedule(sampler.state.step - 1)))
-        observe(run, theta)
+        observe(run, theta, *args)
 
     sampler._observe = spy
     sampler.run(100)                                                # warm-up 50: 25 overdamped, 25 underdamped
@@ -245,9 +245,9 @@ def test_without_an_energy_h_comes_from_the_curvature_rule_and_there_is_no_under
     frictions = []
     observe = sampler._observe
 
-    def spy(run, theta):
+    def spy(run, theta, *args):
         frictions.append(sampler.friction)
-        observe(run, theta)
+        observe(run, theta, *args)
 
     sampler._observe = spy
     sampler.run(200)
@@ -277,9 +277,9 @@ def test_a_divergent_move_caps_h_and_puts_the_chain_back(monkeypatch):
     rounds = []
     observe = sampler._observe
 
-    def spy(run, theta):
+    def spy(run, theta, *args):
         count = len(steps)
-        observe(run, theta)
+        observe(run, theta, *args)
         rounds.append((len(steps) > count and len(steps) == 12, theta.clone(), sampler.state.theta.clone(),
                        sampler.state.momentum.clone()))
 

@@ -67,9 +67,13 @@ class Kernel(NamedTuple):
     object is placed on the state's device and dtype and checked once, when first given.
 
     ``on_step(i, beta)``, if given, sees the held clients' states (R, n, d) after local step
-    i (a view valid during the call). ``autograd_free``: the rounds never differentiate (the
-    affine kernels), so a runner may run them under ``torch.inference_mode`` (it skips
-    autograd's bookkeeping in every tensor operation: ~13% of a round at N = 1).
+    i (a view valid during the call). ``tally`` (a :class:`~fedlangevin.fald.core.noise.NoiseTally`)
+    gets the round's standard normals (the round is bit-identical); ``normals`` (one local step)
+    are used instead of drawing and ``weights`` instead of the participation's draw: a chain
+    coupled to another's round (:mod:`fedlangevin.fald.warmup.companions`). ``autograd_free``: the
+    rounds never differentiate (the affine kernels), so a runner may run them under
+    ``torch.inference_mode`` (it skips autograd's bookkeeping in every tensor operation: ~13% of a
+    round at N = 1).
 
     :attr:`rounds`, where the step has one, runs several rounds in one call (see there).
     """
@@ -217,12 +221,17 @@ def assemble(
         return FALDState(theta=theta, step=0, round=0, correction=cstate)
 
     def step(state: FALDState, step_sizes: Sequence[float], generator: torch.Generator | None, on_step=None, *,
-             preconditioner=BUILT):
+             preconditioner=BUILT, tally=None, normals=None, weights=None):
         pre = current(preconditioner)
         theta = state.theta
         r, d = theta.shape
-        if stepper is not None and pre is None:
-            beta = stepper.local_steps(theta, step_sizes, scales, generator, on_step)
+        if (tally is not None or normals is not None) and own_stream is not None:
+            raise ValueError("tally, normals: need every client's private normals, which a transport with "
+                             "exact=False does not draw in one process")
+        if normals is not None and len(step_sizes) != 1:
+            raise ValueError(f"normals: given for one local step; got {len(step_sizes)} step sizes")
+        if stepper is not None and pre is None and normals is None:
+            beta = stepper.local_steps(theta, step_sizes, scales, generator, on_step, tally=tally)
         else:
             beta = theta.unsqueeze(1).expand(r, work.num_clients, d).clone()  # broadcast
             own = None if own_stream is None else own_stream(generator)
@@ -230,13 +239,13 @@ def assemble(
                 term = None if correction is None else correction.term(state.correction, beta)
                 if own is None:
                     local_step(beta, work, float(eta), scales, generator, batch_size, clients=held,
-                               preconditioner=pre, correction=term)
+                               preconditioner=pre, correction=term, tally=tally, normals=normals)
                 else:
                     local_step(beta, work, float(eta), scales, own, batch_size, preconditioner=pre,
                                correction=term, shared_generator=generator)
                 if on_step is not None:
                     on_step(i, beta)
-        w = rule.weights(p, r, generator)
+        w = rule.weights(p, r, generator) if weights is None else weights
         if held is None:
             new_theta = transport.reduce(aggregate(beta, theta, w, generator, upload))
         else:

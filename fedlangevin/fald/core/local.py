@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from fedlangevin.fald.core.noise import NoiseScales, add_noise_
+from fedlangevin.fald.core.noise import NoiseScales, NoiseTally, add_noise_
 from fedlangevin.problems.base import FederatedProblem
 
 __all__ = ["local_step"]
@@ -30,6 +30,8 @@ def local_step(
     preconditioner=None,
     correction: torch.Tensor | None = None,
     shared_generator: torch.Generator | None = None,
+    tally: NoiseTally | None = None,
+    normals: tuple | None = None,
 ) -> torch.Tensor:
     """One local SGLD step (eq. 10) for every chain and client; updates ``theta`` (R, n, d) in place.
 
@@ -39,7 +41,9 @@ def local_step(
     of all N clients. ``clients``: indices of the clients ``theta`` holds (``problem`` is then
     restricted to them, see ``FederatedProblem.clients``); ``correction``: a drift-correction
     term added to the gradient; ``preconditioner``: M = A A^T, the step becomes
-    theta - eta M grad + A noise (see :mod:`fedlangevin.fald.core.extensions`).
+    theta - eta M grad + A noise (see :mod:`fedlangevin.fald.core.extensions`); ``tally``,
+    ``normals``: the step's standard normals added to a tally, or given instead of drawn
+    (:func:`~fedlangevin.fald.core.noise.add_noise_`).
     """
     grad = problem.grad(theta, batch_size=batch_size, generator=generator)
     if correction is not None:
@@ -49,4 +53,4 @@ def local_step(
         grad, transform = preconditioner.drift(grad), preconditioner.noise
     theta.add_(grad, alpha=-eta)
     return add_noise_(theta, scales, eta, generator, clients=clients, transform=transform,
-                      shared_generator=shared_generator)
+                      shared_generator=shared_generator, tally=tally, normals=normals)

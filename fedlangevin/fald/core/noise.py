@@ -29,7 +29,7 @@ import math
 
 import torch
 
-__all__ = ["NoiseScales", "noise_scales", "add_noise_"]
+__all__ = ["NoiseScales", "NoiseTally", "noise_scales", "add_noise_"]
 
 
 class NoiseScales:
@@ -48,6 +48,49 @@ class NoiseScales:
         self.private = private
         self.noise_dtype = noise_dtype
         self.buffers: dict = {}
+
+
+class NoiseTally:
+    """The standard normals of one round's local steps, summed: what one step of K eta with the
+    same law would add (a synchronous coupling).
+
+    A round of K local steps of eta adds to client c the noise sqrt(eta) sum_k (s_0 xi_shared_k
+    + s_c xi^c_k) (eq. 10); (1 / sqrt(K)) sum_k xi_k is again a standard normal, independent across
+    clients and rounds as the xi_k are, so ``normals()`` is exactly eq. 10's draw for one step of
+    K eta. A chain that takes it (:func:`add_noise_`'s ``normals``) has its own law unchanged and
+    moves with the round's chain: the companion chains of :mod:`fedlangevin.fald.warmup.companions`
+    use it so that their difference from the sampler's chains, not each chain's own spread, is what
+    their Monte Carlo error measures. Tallying only reads the draws: the round is bit-identical.
+
+    ``shared`` (R, 1, d) and ``private`` (R, N, d), all N clients (whichever a process holds), in
+    float64; ``steps``: the local steps added.
+    """
+
+    __slots__ = ("shared", "private", "steps")
+
+    def __init__(self) -> None:
+        self.shared: torch.Tensor | None = None
+        self.private: torch.Tensor | None = None
+        self.steps = 0
+
+    def add(self, shared: torch.Tensor | None, private: torch.Tensor | None) -> None:
+        """One local step's standard normals: shared (R, d) or (R, 1, d), private (R, N, d); None
+        where the term draws nothing."""
+        if shared is not None:
+            shared = shared.reshape(shared.shape[0], 1, shared.shape[-1]).to(torch.float64)
+            self.shared = shared.clone() if self.shared is None else self.shared.add_(shared)
+        if private is not None:
+            private = private.to(torch.float64)
+            self.private = private.clone() if self.private is None else self.private.add_(private)
+        self.steps += 1
+
+    def normals(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(shared, private) standard normals of one step of K eta: the sums over sqrt(K)."""
+        if self.steps < 1:
+            raise ValueError("tally: no local step was added (run a round with tally= first)")
+        root = math.sqrt(self.steps)
+        return (None if self.shared is None else self.shared / root,
+                None if self.private is None else self.private / root)
 
 
 def noise_scales(
@@ -85,6 +128,8 @@ def add_noise_(
     clients: torch.Tensor | None = None,
     transform=None,
     shared_generator: torch.Generator | None = None,
+    tally: NoiseTally | None = None,
+    normals: tuple[torch.Tensor | None, torch.Tensor | None] | None = None,
 ) -> torch.Tensor:
     """Add eq. (10)'s noise for step size ``eta`` to client states ``theta`` (R, n, d) in place.
 
@@ -96,7 +141,9 @@ def add_noise_(
     depend on which clients a process holds. ``transform``: a map applied to the noise
     before it is added (a preconditioner's factor A, see
     :class:`fedlangevin.fald.core.extensions.Preconditioner`); without it the noise is added term
-    by term, as it always was.
+    by term, as it always was. ``tally``: a :class:`NoiseTally` the drawn normals (all N
+    clients') are added to; ``normals``: (shared (R, 1, d), private (R, N, d)) standard normals
+    to use instead of drawing (:meth:`NoiseTally.normals`: nothing is drawn from the generators).
     """
     r, n, d = theta.shape
     root = math.sqrt(eta)
@@ -104,13 +151,21 @@ def add_noise_(
     buffers = scales.buffers
     target = theta if transform is None else _buffer(buffers, "transformed", (r, n, d), theta.device, theta.dtype).zero_()
     if scales.shared is not None:
-        shared = _buffer(buffers, "shared", (r, 1, d), theta.device, dtype)
-        torch.randn((r, 1, d), generator=generator if shared_generator is None else shared_generator, out=shared)
+        if normals is None:
+            shared = _buffer(buffers, "shared", (r, 1, d), theta.device, dtype)
+            torch.randn((r, 1, d), generator=generator if shared_generator is None else shared_generator, out=shared)
+        else:
+            shared = _given(normals[0], "shared", (r, 1, d), theta)
         target.add_(shared, alpha=root * scales.shared)
     if scales.private is not None:
         total = scales.private.shape[0]
-        private = _buffer(buffers, "private", (r, total, d), theta.device, dtype)
-        torch.randn((r, total, d), generator=generator, out=private)
+        if normals is None:
+            private = _buffer(buffers, "private", (r, total, d), theta.device, dtype)
+            torch.randn((r, total, d), generator=generator, out=private)
+        else:
+            private = _given(normals[1], "private", (r, total, d), theta)
+        if tally is not None:
+            tally.add(shared if scales.shared is not None else None, private)
         rows = _scale_rows(buffers, scales.private, d, theta)
         if clients is not None:
             private = private.index_select(1, clients)
@@ -118,9 +173,19 @@ def add_noise_(
         if dtype != theta.dtype:  # promote through a staging buffer: 2x faster than a mixed-dtype addcmul_
             private = _buffer(buffers, "private_promoted", (r, n, d), theta.device, theta.dtype).copy_(private)
         target.addcmul_(private, rows, value=root)
+    elif tally is not None:
+        tally.add(shared if scales.shared is not None else None, None)
     if transform is not None:
         theta.add_(transform(target))
     return theta
+
+
+def _given(normals: torch.Tensor | None, term: str, shape: tuple, theta: torch.Tensor) -> torch.Tensor:
+    """Given standard normals of one term, checked against the draw they replace."""
+    if normals is None or tuple(normals.shape) != shape:
+        got = None if normals is None else tuple(normals.shape)
+        raise ValueError(f"normals: the {term} normals must have shape {shape} (the draw they replace); got {got}")
+    return normals.to(device=theta.device, dtype=theta.dtype)
 
 
 def _scale_rows(buffers: dict, private: torch.Tensor, d: int, theta: torch.Tensor) -> torch.Tensor:

@@ -71,12 +71,14 @@ StepHook = Callable[[int, torch.Tensor], None]
 
 
 class Stepper:
-    """Base class: ``local_steps(theta, etas, scales, generator, on_step=None) -> beta`` (R, N, d).
+    """Base class: ``local_steps(theta, etas, scales, generator, on_step=None, tally=None) -> beta`` (R, N, d).
 
     ``beta`` may be a view of an internal buffer, valid until the next call. Buffers are
     sized on the first call and resized when the number of chains or the noise changes.
     ``on_step`` (:data:`StepHook`), if given, sees the states after every local step (the
     runner replays a diverged round with it); unused, it costs one ``None`` test per step.
+    ``tally`` (a :class:`~fedlangevin.fald.core.noise.NoiseTally`), if given, gets every step's
+    standard normals (read only: the same bits).
     """
 
     #: minibatch size of the gradients (``None``: full gradients, always so for affine kernels)
@@ -124,6 +126,7 @@ class Stepper:
         scales: NoiseScales,
         generator: torch.Generator | None,
         on_step: StepHook | None = None,
+        tally=None,
     ) -> torch.Tensor:
         raise NotImplementedError
 
@@ -191,11 +194,11 @@ class SmallAffineStepper(AffineStepper):
         self._noise0 = None if self._shared_scale is None else root * self._shared_scale
         self._eta = eta
 
-    def local_steps(self, theta, etas, scales, generator, on_step=None):
+    def local_steps(self, theta, etas, scales, generator, on_step=None, tally=None):
         self._setup(theta.shape[0], scales)
-        return self._steps(theta.t(), etas, generator, on_step).permute(1, 2, 0)  # (R, N, d) view
+        return self._steps(theta.t(), etas, generator, on_step, tally=tally).permute(1, 2, 0)  # (R, N, d) view
 
-    def _steps(self, planes, etas, generator, on_step=None, last=None):
+    def _steps(self, planes, etas, generator, on_step=None, last=None, tally=None):
         """The K local steps of one round from the broadcast planes (d, R); returns the final
         client planes (d, R, N): an internal buffer, or ``last`` (a (d, R, N) tensor) where
         given, which the last step then writes instead of the buffer."""
@@ -212,6 +215,9 @@ class SmallAffineStepper(AffineStepper):
                 shared_draw.normal_(generator=generator)
             if private_draw is not None:
                 private_draw.normal_(generator=generator)
+            if tally is not None:
+                tally.add(shared_draw, private_draw)
+            if private_draw is not None:
                 w.copy_(private_draw.permute(2, 0, 1))  # promote and transpose
                 torch.addcmul(self._offset, w, self._noise, out=w)
             else:
@@ -337,7 +343,7 @@ class DenseAffineStepper(AffineStepper):
         self._root = math.sqrt(eta)
         self._eta = eta
 
-    def local_steps(self, theta, etas, scales, generator, on_step=None):
+    def local_steps(self, theta, etas, scales, generator, on_step=None, tally=None):
         r, d = theta.shape
         n = self.num_clients
         self._setup(r, scales)
@@ -350,6 +356,8 @@ class DenseAffineStepper(AffineStepper):
         for i, eta in enumerate(etas):
             self._coefficients(float(eta))
             self._draw(generator)
+            if tally is not None:
+                tally.add(self._shared_draw, self._private_draw)
             root = self._root
             if self._private_draw is not None:
                 xi = self._private_draw if shared_hessian else self._private_draw.permute(1, 0, 2)
@@ -385,13 +393,13 @@ class GradientStepper(Stepper):
     def _allocate(self, chains: int) -> None:
         self._x = torch.empty(chains, self.num_clients, self.dim, device=self.device, dtype=self.dtype)
 
-    def local_steps(self, theta, etas, scales, generator, on_step=None):
+    def local_steps(self, theta, etas, scales, generator, on_step=None, tally=None):
         r, d = theta.shape
         self._setup(r, scales)
         x = self._x
         x.copy_(theta[:, None, :].expand(r, self.num_clients, d))
         for i, eta in enumerate(etas):
-            local_step(x, self.problem, float(eta), scales, generator, self.batch_size)
+            local_step(x, self.problem, float(eta), scales, generator, self.batch_size, tally=tally)
             if on_step is not None:
                 on_step(i, x)
         return x

@@ -164,8 +164,9 @@ class Runner:
         argument like the step sizes); rounds run in chunks only while every value is None."""
         return {}
 
-    def _observe(self, run: Run, theta: torch.Tensor) -> None:
-        """After a round of an adaptive warm-up (only while :meth:`_observing`)."""
+    def _observe(self, run: Run, theta: torch.Tensor, info=None, arguments=None) -> None:
+        """After a round of an adaptive warm-up (only while :meth:`_observing`): its broadcast
+        iterates, the kernel's round info and the step arguments it ran with."""
 
     def _plan_warmup(self, rounds: int | None, warmup: int | None) -> tuple[bool, int | None]:
         """(whether this run adapts in warm-up, its warm-up rounds)."""

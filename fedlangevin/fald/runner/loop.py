@@ -95,7 +95,8 @@ def _round(sampler, run: Run, etas: list[float], fixed: float | None, uploads_of
     gen_state = generator.get_state()
     committed = False
     try:
-        state, info = sampler._kernel.step(sampler.state, etas, generator, **sampler._step_arguments())
+        arguments = sampler._step_arguments()
+        state, info = sampler._kernel.step(sampler.state, etas, generator, **arguments)
         if not math.isfinite(state.theta.sum()) and not bool(torch.isfinite(state.theta).all()):
             state = sampler._diverged(run, state, gen_state, etas)
         uploads = fixed if fixed is not None else uploads_of(info)
@@ -111,7 +112,7 @@ def _round(sampler, run: Run, etas: list[float], fixed: float | None, uploads_of
             generator.set_state(gen_state)
     _account(sampler.ledger, [etas], uploads)
     if sampler._observing():
-        sampler._observe(run, state.theta)
+        sampler._observe(run, state.theta, info, arguments)
 
 
 def _chunk(sampler, run: Run, rounds, chunk: list[list[float]], uploads: float) -> bool:

@@ -21,6 +21,7 @@ import torch
 from fedlangevin._validation import check_init
 from fedlangevin.fald.core.engine import assemble
 from fedlangevin.fald.core.kernel import FALDState, init_state
+from fedlangevin.fald.core.noise import NoiseTally
 from fedlangevin.fald.core.participation import Participation
 from fedlangevin.fald.core.preconditioning import broadcast_floats, spectral_norm
 from fedlangevin.fald.core.streams import build_per_client
@@ -226,8 +227,12 @@ class FALD(Runner):
         return self.participation.uploads(info.weights)
 
     def _step_arguments(self) -> dict:
-        """M is a step argument like eta (the kernel is built once; warm-up changes M between rounds)."""
-        return {} if self.streams == "per_client" else {"preconditioner": self.preconditioner}
+        """M is a step argument like eta (the kernel is built once; warm-up changes M between rounds);
+        while a fixed K's coupled companions run, a fresh tally of the round's normals."""
+        if self.streams == "per_client":
+            return {}
+        coupled = self.companions is not None and self.companions.rule is None and self.companions.coupled
+        return {"preconditioner": self.preconditioner, **({"tally": NoiseTally()} if coupled else {})}
 
     def _round_etas(self, rounds: int):
         return session.round_etas(self, rounds, kphase.round_etas(self))
@@ -238,12 +243,14 @@ class FALD(Runner):
     def _observing(self) -> bool:
         return self.adapter is not None or self.measurement is not None or self.companions is not None
 
-    def _observe(self, run: Run, theta: torch.Tensor) -> None:
+    def _observe(self, run: Run, theta: torch.Tensor, info=None, arguments=None) -> None:
         if self.companions is not None:  # a round beside the sampler's (M and eta frozen)
             if self._companion_kernel is None:
                 self._companion_kernel = kcheck.build(self)
+            tally = (arguments or {}).get("tally")
+            coupling = None if tally is None else (tally, info.weights)
             self._apply(kcheck.update(self.companions, self._companion_kernel, theta, self.preconditioner,
-                                      self.participation.uploads, self.problem.num_clients), run)
+                                      self.participation.uploads, self.problem.num_clients, coupling), run)
         if self.adapter is not None:
             self._apply(session.update(self.adapter, theta, self.preconditioner), run)
             if kcheck.due(self):  # the warm-up ended here: the companions start at its last iterates

@@ -11,6 +11,7 @@ import torch
 
 import fedlangevin as fl
 from fedlangevin.fald.core.engine import build, client_round
+from fedlangevin.fald.core.noise import NoiseTally
 from fedlangevin.fald.core.extensions import FactorPreconditioner, IdentityPreconditioner, InProcessGroup, LocalTransport
 from fedlangevin.problems import QuadraticProblem
 
@@ -391,3 +392,42 @@ def test_a_gradient_of_the_wrong_shape_dtype_or_device_is_refused_before_the_fir
     with pytest.raises(ValueError, match=expected):
         build(_GradProblem(grad))
     fl.FALD(_GradProblem(lambda t: t.clone()), 1e-3, seed=0, streams=streams).run(2)  # a right gradient runs
+
+
+@pytest.mark.parametrize("rho", [0.0, 0.6])
+def test_a_tally_leaves_the_round_as_it_is_and_sees_the_same_normals_in_every_kernel(rho):
+    """``step(..., tally=)``: the round's bits and the generator's end state are those without it, in
+    each round kernel (small, dense, gradient) and with M (the general path); the three kernels draw
+    the same stream, so their tallies agree. ``normals=`` (one local step) and ``weights=`` replace the
+    draws: one step of K eta with the tally of K steps of eta and their participation differs from
+    them by the drift's difference alone, a fraction of what the same step with its own draws is off
+    (the coupling of fedlangevin.fald.warmup.companions)."""
+    problem = _quadratic(n=4, d=3)
+    theta0 = torch.randn(6, 3, generator=torch.Generator().manual_seed(1), dtype=F64)
+    etas = [0.02] * 5
+    tallies = []
+    for kernel, pre in (("small", None), ("dense", None), ("gradient", None), ("gradient", FactorPreconditioner(torch.tensor([[1.0, 0, 0], [0.3, 0.9, 0], [0, -0.2, 0.7]], dtype=F64)))):
+        k = build(problem, correlation=rho, kernel=kernel, participation=fl.SchemeI(2))
+        state = k.init(theta0)
+        g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+        tally = NoiseTally()
+        with_tally, info = k.step(state, etas, g1, tally=tally, preconditioner=pre)
+        without, _ = k.step(state, etas, g2, preconditioner=pre)
+        assert torch.equal(with_tally.theta, without.theta) and torch.equal(g1.get_state(), g2.get_state())
+        assert tally.steps == len(etas)
+        tallies.append(tally)
+    for other in tallies[1:]:
+        for a, b in ((tallies[0].shared, other.shared), (tallies[0].private, other.private)):
+            assert (a is None) == (b is None) and (a is None or torch.equal(a, b))
+    # small steps: the drift differs between K steps of eta and one of K eta by O(K^2 eta^2 |H grad f|),
+    # the noise by nothing (coupled) or O(sqrt(K eta)) (fresh draws)
+    small, tally = [1e-4] * 5, NoiseTally()
+    k = build(problem, correlation=rho, kernel="gradient", participation=fl.SchemeI(2))
+    state = k.init(theta0)
+    many, info = k.step(state, small, torch.Generator().manual_seed(5), tally=tally)
+    coupled, _ = k.step(state, [sum(small)], torch.Generator().manual_seed(9), normals=tally.normals(),
+                        weights=info.weights)
+    fresh, _ = k.step(state, [sum(small)], torch.Generator().manual_seed(9))
+    assert (coupled.theta - many.theta).abs().max() < 0.01 * (fresh.theta - many.theta).abs().max()
+    with pytest.raises(ValueError, match="normals: given for one local step"):
+        k.step(state, etas, None, normals=tally.normals())

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedlangevin.fald.core.noise import add_noise_, noise_scales
+from fedlangevin.fald.core.noise import NoiseTally, add_noise_, noise_scales
 
 
 @pytest.mark.parametrize("rho", [0.0, 0.4, 1.0])
@@ -55,3 +55,38 @@ def test_rho_one_draws_only_shared_noise_and_rho_zero_only_private():
     ref = math.sqrt(2 * 0.5) * torch.randn(5, 3, generator=g2, dtype=torch.float64)
     torch.testing.assert_close(x[:, 0], ref, rtol=1e-15, atol=0)
     torch.testing.assert_close(x[:, 1], ref, rtol=1e-15, atol=0)
+
+
+@pytest.mark.parametrize("rho", [0.0, 0.5, 1.0])
+@pytest.mark.parametrize("noise_dtype", [None, torch.float32])
+def test_a_tally_of_k_steps_is_one_step_of_k_eta(rho, noise_dtype):
+    """Noise alone (no gradient): K steps of eta add sqrt(eta) sum_k xi_k, and one step of K eta with
+    the tally's normals (sum_k xi_k / sqrt(K)) adds the same, to rounding; also through a transform (a
+    preconditioner's factor A). Tallying draws nothing: the generator ends where it ends without."""
+    p = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+    scales = noise_scales(p, 1.3, rho, noise_dtype=noise_dtype)
+    factor = torch.tensor([[1.0, 0.0, 0.0], [0.4, 0.8, 0.0], [-0.2, 0.1, 0.5]], dtype=torch.float64)
+    for transform in (None, lambda z: z @ factor.T):
+        k, eta = 6, 0.03
+        tally, g, plain = NoiseTally(), torch.Generator().manual_seed(4), torch.Generator().manual_seed(4)
+        many = torch.zeros(7, 3, 3, dtype=torch.float64)
+        same = torch.zeros(7, 3, 3, dtype=torch.float64)
+        for _ in range(k):
+            add_noise_(many, scales, eta, g, tally=tally, transform=transform)
+            add_noise_(same, scales, eta, plain, transform=transform)
+        assert torch.equal(many, same) and torch.equal(g.get_state(), plain.get_state())
+        assert tally.steps == k and (tally.shared is None) == (rho == 0.0) and (tally.private is None) == (rho == 1.0)
+        one = add_noise_(torch.zeros(7, 3, 3, dtype=torch.float64), scales, k * eta, None, normals=tally.normals(),
+                         transform=transform)
+        torch.testing.assert_close(one, many, rtol=0, atol=1e-12)
+
+
+def test_given_normals_are_checked_and_an_empty_tally_refused():
+    scales = noise_scales(torch.tensor([0.5, 0.5], dtype=torch.float64), 1.0, 0.5)
+    theta = torch.zeros(4, 2, 3, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"normals: the private normals must have shape \(4, 2, 3\)"):
+        add_noise_(theta, scales, 0.1, None, normals=(torch.zeros(4, 1, 3), torch.zeros(4, 1, 3)))
+    with pytest.raises(ValueError, match=r"normals: the shared normals must have shape \(4, 1, 3\)"):
+        add_noise_(theta, scales, 0.1, None, normals=(None, torch.zeros(4, 2, 3)))
+    with pytest.raises(ValueError, match="tally: no local step"):
+        NoiseTally().normals()

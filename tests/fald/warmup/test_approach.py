@@ -159,9 +159,9 @@ def test_a_rejected_round_puts_the_chains_back(monkeypatch):
         new = real_update(state, energies, statistic, tolerance)
         return Approach(state.step / 2, state.energy, state.statistic, new.rounds, True) if len(calls) == 3 else new
 
-    def observe(sampler, run, theta):
+    def observe(sampler, run, theta, *args):
         before = None if sampler.adapter.approach is None else sampler.adapter.last.clone()
-        real_observe(sampler, run, theta)
+        real_observe(sampler, run, theta, *args)
         seen.append((before, theta.clone(), sampler.state.theta.clone()))
 
     monkeypatch.setattr(adaptation, "approach_update", update)
