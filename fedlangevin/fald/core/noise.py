@@ -55,42 +55,74 @@ class NoiseTally:
     same law would add (a synchronous coupling).
 
     A round of K local steps of eta adds to client c the noise sqrt(eta) sum_k (s_0 xi_shared_k
-    + s_c xi^c_k) (eq. 10); (1 / sqrt(K)) sum_k xi_k is again a standard normal, independent across
+    + s_c xi^c_k) (eq. 10): the Brownian increment of the round's K eta of Langevin time, sampled
+    at every local step. (1 / sqrt(K)) sum_k xi_k is again a standard normal, independent across
     clients and rounds as the xi_k are, so ``normals()`` is exactly eq. 10's draw for one step of
-    K eta. A chain that takes it (:func:`add_noise_`'s ``normals``) has its own law unchanged and
-    moves with the round's chain: the companion chains of :mod:`fedlangevin.fald.warmup.companions`
-    use it so that their difference from the sampler's chains, not each chain's own spread, is what
-    their Monte Carlo error measures. Tallying only reads the draws: the round is bit-identical.
+    K eta; ``normals(half)`` are those of two steps of K eta / 2 (the path's two halves; for an odd
+    K the middle step's increment is split by a Brownian bridge, with one fresh normal per number
+    from ``generator``). A chain that takes them (:func:`add_noise_`'s ``normals``) has its own law
+    unchanged and moves with the round's chain: the companion chains of
+    :mod:`fedlangevin.fald.warmup.companions` use them so that their difference from the sampler's
+    chains, not each chain's own spread, is what their Monte Carlo error measures. Tallying only
+    reads the draws: the round is bit-identical.
 
-    ``shared`` (R, 1, d) and ``private`` (R, N, d), all N clients (whichever a process holds), in
+    ``halves_of``: the round's K, to keep the halves apart (None: the whole round only). ``shared``
+    (R, 1, d) and ``private`` (R, N, d): the sums, all N clients (whichever a process holds), in
     float64; ``steps``: the local steps added.
     """
 
-    __slots__ = ("shared", "private", "steps")
+    __slots__ = ("parts", "marks", "steps", "bridge")
 
-    def __init__(self) -> None:
-        self.shared: torch.Tensor | None = None
-        self.private: torch.Tensor | None = None
+    def __init__(self, halves_of: int | None = None) -> None:
+        k = halves_of
+        self.marks = () if k is None else ((k // 2,) if k % 2 == 0 else (k // 2, k // 2 + 1))
+        self.parts: list[list] = []  # per stretch of steps between marks: [shared sum, private sum]
         self.steps = 0
+        self.bridge: list | None = None  # an odd K's middle-step split (drawn once, for both halves)
 
     def add(self, shared: torch.Tensor | None, private: torch.Tensor | None) -> None:
         """One local step's standard normals: shared (R, d) or (R, 1, d), private (R, N, d); None
         where the term draws nothing."""
+        if self.steps == 0 or self.steps in self.marks:
+            self.parts.append([None, None])
+        part = self.parts[-1]
         if shared is not None:
-            shared = shared.reshape(shared.shape[0], 1, shared.shape[-1]).to(torch.float64)
-            self.shared = shared.clone() if self.shared is None else self.shared.add_(shared)
-        if private is not None:
-            private = private.to(torch.float64)
-            self.private = private.clone() if self.private is None else self.private.add_(private)
+            shared = shared.reshape(shared.shape[0], 1, shared.shape[-1])
+        for i, draw in enumerate((shared, private)):
+            if draw is not None:
+                draw = draw.to(torch.float64)
+                part[i] = draw.clone() if part[i] is None else part[i].add_(draw)
         self.steps += 1
 
-    def normals(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """(shared, private) standard normals of one step of K eta: the sums over sqrt(K)."""
+    def _sum(self, i: int, parts=None):
+        terms = [p[i] for p in (self.parts if parts is None else parts) if p[i] is not None]
+        return None if not terms else sum(terms[1:], terms[0].clone())
+
+    shared = property(lambda self: self._sum(0), doc="the shared normals' sum (R, 1, d), None: none drawn")
+    private = property(lambda self: self._sum(1), doc="the private normals' sum (R, N, d), None: none drawn")
+
+    def normals(self, half: int | None = None, generator: torch.Generator | None = None):
+        """(shared, private) standard normals of one step of K eta (``half`` None: the sums over
+        sqrt(K)), or of the first (``half=0``) or second (1) of two steps of K eta / 2."""
         if self.steps < 1:
             raise ValueError("tally: no local step was added (run a round with tally= first)")
-        root = math.sqrt(self.steps)
-        return (None if self.shared is None else self.shared / root,
-                None if self.private is None else self.private / root)
+        if half is None:
+            root = math.sqrt(self.steps)
+            return tuple(None if t is None else t / root for t in (self.shared, self.private))
+        if half not in (0, 1) or not self.marks or len(self.parts) != len(self.marks) + 1 or self.steps <= self.marks[-1]:
+            raise ValueError(f"half: 0 or 1 of a tally made with halves_of=K over its K steps; got half={half!r}, "
+                             f"{self.steps} steps, marks {self.marks}")
+        root = math.sqrt(self.steps / 2.0)
+        if len(self.parts) == 2:  # K even: the two stretches
+            return tuple(None if t is None else t / root for t in self.parts[half])
+        # K odd: the middle step's increment M split at its midpoint, (M + z) / 2 and (M - z) / 2 (z a
+        # standard normal: the halves are independent N(0, 1/2) each, their sum M)
+        if self.bridge is None:
+            self.bridge = [None if m is None else torch.randn(m.shape, generator=generator, dtype=m.dtype,
+                                                              device=m.device) for m in self.parts[1]]
+        sign = 1.0 if half == 0 else -1.0
+        return tuple(None if m is None else (side + (m + sign * z) / 2) / root
+                     for side, m, z in zip(self.parts[2 * half], self.parts[1], self.bridge))
 
 
 def noise_scales(

@@ -232,7 +232,7 @@ class FALD(Runner):
         if self.streams == "per_client":
             return {}
         coupled = self.companions is not None and self.companions.rule is None and self.companions.coupled
-        return {"preconditioner": self.preconditioner, **({"tally": NoiseTally()} if coupled else {})}
+        return {"preconditioner": self.preconditioner, **({"tally": NoiseTally(self.local_steps)} if coupled else {})}
 
     def _round_etas(self, rounds: int):
         return session.round_etas(self, rounds, kphase.round_etas(self))

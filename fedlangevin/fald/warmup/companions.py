@@ -66,6 +66,7 @@ from fedlangevin.fald.core.engine import assemble
 from fedlangevin.fald.core.kernel import FALDState
 from fedlangevin.fald.core.schedules import step_sizes
 from fedlangevin.fald.warmup.curvature import curvature_at
+from fedlangevin.fald.warmup.extrapolation import extrapolated
 from fedlangevin.fald.warmup.local_bias import (
     TRANSIENT, BiasPlan, BiasState, bias_final, choose_local_steps, decay_rounds, exceeds,
 )
@@ -146,10 +147,19 @@ class Companions:
                    opt(rec["decay"], float), opt(rec["burn_in"], int), f64(rec["shift"]), f64(rec["sums"]),
                    f64(rec["squares"]), ints(rec["kept"]), bool(rec.get("coupled", False)))
 
-    def etas(self, g: int) -> list[float]:
-        """The local step sizes of group ``g``'s rounds: K of eta ("auto"), one of K eta (a fixed K)."""
+    def sub_rounds(self, g: int) -> list[list[float]]:
+        """The local step sizes of group ``g``'s rounds in one of the sampler's: K of eta ("auto"); a
+        fixed K's first group one step of K eta, its second (coupled companions) two K = 1 rounds of
+        K eta / 2 (:mod:`~fedlangevin.fald.warmup.extrapolation`)."""
         k = self.local_steps[g]
-        return [self.step_size] * k if self.rule is not None else [k * self.step_size]
+        if self.rule is not None:
+            return [[self.step_size] * k]
+        return [[k * self.step_size]] if g == 0 else [[k * self.step_size / 2]] * 2
+
+    @property
+    def extrapolates(self) -> bool:
+        """A fixed K's check with the two coupled groups of the extrapolation to step 0."""
+        return self.rule is None and len(self.local_steps) == 2
 
     @property
     def running(self) -> tuple[int, ...]:
@@ -203,7 +213,11 @@ def start(sampler) -> Changes:
                 "K = 1 reference at the same Langevin time per round, is not a stable step; no companion ran")
         return Changes(local_bias=LocalStepBias(False, k, False, note, TOLERANCE, CONFIDENCE, stability=s))
     own = torch.Generator(device=sampler.device).manual_seed(seed_of(sampler.seed))
-    return Changes(companions=Companions((k,), eta, s, theta.clone()[None], own.get_state(), coupled=couples(sampler)))
+    if not couples(sampler):  # one group, its own noise: measured against K = 1 at K eta
+        return Changes(companions=Companions((k,), eta, s, theta.clone()[None], own.get_state()))
+    # coupled: a second group at two steps of K eta / 2, for the extrapolation to step 0
+    return Changes(companions=Companions((k, k), eta, s, theta.clone()[None].repeat(2, 1, 1), own.get_state(),
+                                         started=(0, 0), status=("running", "running"), kept=(0, 0, 0), coupled=True))
 
 
 def start_auto(sampler, rule: AutoLocalSteps, budget: int) -> Changes:
@@ -257,18 +271,23 @@ def update(phase: Companions, kernel, theta: torch.Tensor, preconditioner, uploa
     gen = torch.Generator(device=phase.theta.device)
     gen.set_state(phase.generator)
     d, rows, up, running = theta.shape[1], list(phase.theta.unbind(0)), 0.0, phase.running
-    shared = {}
-    if phase.coupled and phase.rule is None:
-        if coupling is None:
-            raise ValueError("coupling: coupled companions need the round's noise tally and weights")
-        tally, weights = coupling
-        shared = dict(normals=tally.normals(), weights=weights)
+    coupled = phase.coupled and phase.rule is None
+    if coupled and coupling is None:
+        raise ValueError("coupling: coupled companions need the round's noise tally and weights")
+    syncs = 0
     for g in running:
-        state = FALDState(theta=phase.theta[g], step=0, round=0, correction=None)
-        new, info = kernel.step(state, phase.etas(g), gen, preconditioner=preconditioner, **shared)
-        up += float(uploads_of(info.weights))
-        rows[g] = new.theta
-    floats = dict(floats_down=float(len(running) * num_clients * d), floats_up=up * d)
+        rounds = phase.sub_rounds(g)
+        for i, etas in enumerate(rounds):
+            shared = {}
+            if coupled:  # the round's noise (whole, or its halves) and its participation (the first sync)
+                tally, weights = coupling
+                shared = dict(normals=tally.normals() if len(rounds) == 1 else tally.normals(i, gen),
+                              weights=weights if i == 0 else None)
+            state = FALDState(theta=rows[g], step=0, round=0, correction=None)
+            new, info = kernel.step(state, etas, gen, preconditioner=preconditioner, **shared)
+            up += float(uploads_of(info.weights))
+            rows[g], syncs = new.theta, syncs + 1
+    floats = dict(floats_down=float(syncs * num_clients * d), floats_up=up * d)
     phase = replace(phase, theta=torch.stack(rows), generator=gen.get_state(), done=phase.done + 1)
     for g in running:
         if not bool(torch.isfinite(rows[g]).all()):
@@ -417,9 +436,12 @@ def verdict(phase: Companions, *, sd: bool = False, reference: str | None = None
     test the sd ratios too (FA-HMC's companions run at the sampler's h; FA-LD's at one step of K
     eta, whose own discretisation widens their sds: means only); ``reference``: what the companions
     are, for the record; ``make``: the record's class (FA-HMC's words its warning)."""
-    (k,) = phase.local_steps
-    reference = reference or (f"K = 1 companion chains at one step of K eta = {k * phase.step_size:.4g}"
-                              + (", their noise and participation the sampler's rounds'" if phase.coupled else ""))
+    k = phase.local_steps[0]
+    if phase.extrapolates:
+        reference = reference or (
+            f"the extrapolation to step 0 (2 m(h/2) - m(h)) of K = 1 companion chains at one step of K eta = h = "
+            f"{k * phase.step_size:.4g} and at two of h/2, coupled to the sampler's rounds (noise, participation)")
+    reference = reference or f"K = 1 companion chains at one step of K eta = {k * phase.step_size:.4g}"
     common = dict(decay=phase.decay, stability=phase.stability, rounds=phase.done, companions=True)
     kept = phase.kept[0]
     if kept < MIN_KEPT:
@@ -428,13 +450,17 @@ def verdict(phase: Companions, *, sd: bool = False, reference: str | None = None
                 "companions go on in the sampler's next runs)")
         return make(False, k, False, note, TOLERANCE, CONFIDENCE, **common)
     plan = BiasPlan((k,), phase.burn_in, kept, 1)  # the companions are the reference, the sampler's chains K
-    state = BiasState(plan, phase.done, phase.shift, phase.sums.flip(0), phase.squares.flip(0), (kept, kept))
     try:
-        (estimate,) = bias_final(state)
+        if phase.extrapolates:
+            estimate = extrapolated(BiasState(plan, phase.done, phase.shift, phase.sums, phase.squares, phase.kept))
+        else:
+            state = BiasState(plan, phase.done, phase.shift, phase.sums.flip(0), phase.squares.flip(0), (kept, kept))
+            (estimate,) = bias_final(state)
     except ValueError as exc:
         return make(False, k, False, str(exc), TOLERANCE, CONFIDENCE, **common)
+    more = {"extrapolated": True} if phase.extrapolates else {}
     return make(False, k, True, reference, TOLERANCE, CONFIDENCE, estimates=(estimate,),
-                exceeds=exceeds(estimate, TOLERANCE, CONFIDENCE, sd=sd), **common)
+                exceeds=exceeds(estimate, TOLERANCE, CONFIDENCE, sd=sd), **common, **more)
 
 
 def record(sampler) -> dict | None:

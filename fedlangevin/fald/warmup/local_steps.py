@@ -165,7 +165,9 @@ class LocalStepBias:
     companions': K eta lambda_max(M H)); plan : the plan run; rounds : the measurement's rounds
     (the companions' rounds); companions : measured by companion chains (a fixed K's verdict tests
     the mean shifts only: :mod:`~fedlangevin.fald.warmup.companions`); round : the sampler's round
-    when the record was made (the accountant refuses the runs whose rounds ran companions)."""
+    when the record was made (the accountant refuses the runs whose rounds ran companions);
+    extrapolated : a fixed K measured against the posterior's means, extrapolated to step 0 from two
+    coupled K = 1 companion groups (:mod:`~fedlangevin.fald.warmup.extrapolation`)."""
 
     auto: bool
     local_steps: int
@@ -182,6 +184,7 @@ class LocalStepBias:
     rounds: int = 0
     companions: bool = False
     round: int | None = None
+    extrapolated: bool = False
 
     @property
     def worst(self) -> float | None:
@@ -196,7 +199,7 @@ class LocalStepBias:
                 "choice": None if self.choice is None else self.choice.record(), "exceeds": self.exceeds,
                 "decay": self.decay, "stability": self.stability,
                 "plan": None if self.plan is None else self.plan.record(), "rounds": self.rounds,
-                "companions": self.companions, "round": self.round}
+                "companions": self.companions, "round": self.round, "extrapolated": self.extrapolated}
 
     @classmethod
     def from_record(cls, rec: dict) -> "LocalStepBias":
@@ -207,7 +210,8 @@ class LocalStepBias:
                    None if rec["choice"] is None else LocalStepsChoice.from_record(rec["choice"]),
                    bool(rec["exceeds"]), opt(rec["decay"]), opt(rec["stability"]),
                    None if rec["plan"] is None else BiasPlan.from_record(rec["plan"]), int(rec["rounds"]),
-                   bool(rec.get("companions", False)), None if rec.get("round") is None else int(rec["round"]))
+                   bool(rec.get("companions", False)), None if rec.get("round") is None else int(rec["round"]),
+                   bool(rec.get("extrapolated", False)))
 
     def summary(self) -> str:
         """One line per K measured: worst point estimate, verdict."""
@@ -237,6 +241,10 @@ class LocalStepBias:
         what = (f"its mean moves by {est.mean_shift[i]:+.2g} K = 1 posterior sds" if kind == "mean"
                 else f"its sd is {est.sd_ratio[i]:.3g} times K = 1's")
         where = "against K = 1 companion chains" if self.companions else "in warm-up"
+        cost = "1/K more gradient work, twice the floats per round"
+        if self.extrapolated:
+            where = "against the posterior's means (K = 1 companion chains at two steps, extrapolated to step 0)"
+            cost = "3/K more gradient work, four times the floats per round"
         return (f"local_steps={self.local_steps}: the local-step bias measured {where} is {dev:.2g} posterior sd on "
                 f"{name} ({what}; at least {dev - margin:.2g} at {self.confidence:.0%} confidence), above the "
                 f"tolerance {self.tolerance:g}: K = {self.local_steps} samples another law than K = 1 on this model "
@@ -244,7 +252,7 @@ class LocalStepBias:
                 "measured in warm-up), or the corrected recipe correction='control_variates', correlation=1.0 (no "
                 "privacy: rho = 1 shares one noise vector between the clients and the control variates release "
                 "noiseless gradients). The evidence is trace.local_step_bias; check_local_bias=False turns the "
-                "check (and its companion chains: 1/K more gradient work, twice the floats per round) off")
+                f"check (and its companion chains: {cost}) off")
 
 
 def _not_measured(rule: AutoLocalSteps | None, k: int, note: str, **more) -> LocalStepBias:

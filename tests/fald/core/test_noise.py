@@ -90,3 +90,37 @@ def test_given_normals_are_checked_and_an_empty_tally_refused():
         add_noise_(theta, scales, 0.1, None, normals=(None, torch.zeros(4, 2, 3)))
     with pytest.raises(ValueError, match="tally: no local step"):
         NoiseTally().normals()
+
+
+@pytest.mark.parametrize("k", [2, 5, 6])
+def test_the_halves_of_a_tally_are_two_steps_of_k_eta_over_2(k):
+    """normals(0) and normals(1): two steps of K eta / 2 that add, noise alone, what the K steps add (to
+    rounding; an odd K's middle step split by a Brownian bridge). Each half is a standard normal and
+    the two are independent: over 20,000 chains their variances are 1 and their covariance 0 within 5
+    standard errors (sqrt(2 / R) and sqrt(1 / R))."""
+    p = torch.tensor([0.6, 0.4], dtype=torch.float64)
+    scales = noise_scales(p, 1.0, 0.5)
+    eta, r = 0.01, 20_000
+    tally, g = NoiseTally(halves_of=k), torch.Generator().manual_seed(8)
+    many = torch.zeros(r, 2, 1, dtype=torch.float64)
+    for _ in range(k):
+        add_noise_(many, scales, eta, g, tally=tally)
+    bridge = torch.Generator().manual_seed(3)
+    first, second = tally.normals(0, bridge), tally.normals(1, bridge)
+    two = torch.zeros(r, 2, 1, dtype=torch.float64)
+    for half in (first, second):
+        add_noise_(two, scales, k * eta / 2, None, normals=half)
+    torch.testing.assert_close(two, many, rtol=0, atol=1e-12)
+    for a, b in zip(first, second):  # shared (R, 1, 1), private (R, 2, 1)
+        a, b = a.reshape(r, -1), b.reshape(r, -1)
+        assert (a.var(0) - 1).abs().max() < 5 * math.sqrt(2 / r) and (b.var(0) - 1).abs().max() < 5 * math.sqrt(2 / r)
+        assert ((a * b).mean(0)).abs().max() < 5 / math.sqrt(r)
+    assert tally.normals(0, bridge)[1].equal(first[1])  # the bridge is drawn once
+    with pytest.raises(ValueError, match="half: 0 or 1"):
+        _one_step_tally().normals(0)
+
+
+def _one_step_tally() -> NoiseTally:
+    tally = NoiseTally()
+    tally.add(None, torch.zeros(2, 2, 1))
+    return tally

@@ -91,15 +91,18 @@ def test_dropped_chains_end_the_companions_with_a_note():
 
 def test_coupled_companions_measure_the_same_shift_with_a_fraction_of_the_error(monkeypatch):
     """The companions take the sampler's round noise (one step of K eta with the sum of its K steps'
-    normals, :class:`~fedlangevin.fald.core.noise.NoiseTally`) and participation: their law is
-    unchanged, so the estimate is still within 4 standard errors of the exact shift (K = 5 at eta =
-    0.05 against K = 1 at 5 eta, exact law), while the paired chains move together and the standard
-    error of the shift falls. Measured over seeds 0-2 (32 chains, 350 rounds): coupled / independent
-    standard errors 0.13-0.20 per coordinate; the test asks for at most 0.35."""
+    normals, two of K eta / 2 with its halves: :class:`~fedlangevin.fald.core.noise.NoiseTally`) and
+    participation: their laws are unchanged, so the estimate is within 4 standard errors of the exact
+    shift (K = 5 at eta = 0.05, exact law), while the chains move together and the standard error
+    falls. Measured over seeds 0-2 (32 chains, 350 kept rounds): coupled (with the extrapolation) /
+    independent standard errors 0.14-0.25 per coordinate; the test asks for at most 0.35."""
     k, eta = 5, 0.05
     m1, c1 = stationary_moments(_heterogeneous(), [k * eta])
+    _, c2 = stationary_moments(_heterogeneous(), [k * eta / 2])
     mk, _ = stationary_moments(_heterogeneous(), [eta] * k)
-    exact = (mk - m1) / np.sqrt(np.diag(c1))
+    # independent companions: against K = 1 at K eta, in its sds; coupled: against the extrapolation to
+    # step 0 (a Gaussian's K = 1 mean is the posterior's at any step), in the sds of K = 1 at K eta / 2
+    exact = {False: (mk - m1) / np.sqrt(np.diag(c1)), True: (mk - m1) / np.sqrt(np.diag(c2))}
     found = {}
     for coupled in (True, False):
         if not coupled:
@@ -109,8 +112,8 @@ def test_coupled_companions_measure_the_same_shift_with_a_fraction_of_the_error(
             sampler = fl.FALD(_heterogeneous(), step_size=eta, local_steps=k, chains=32, seed=0)
             trace = sampler.run(400, warmup=50, progress=False)
         bias = trace.local_step_bias
-        assert bias.measured and (("noise and participation" in bias.note) == coupled)
+        assert bias.measured and (("coupled to the sampler's rounds" in bias.note) == coupled)
         (est,) = bias.estimates
         found[coupled] = np.array(est.mean_shift), np.array(est.mean_shift_se)
-        assert np.all(np.abs(found[coupled][0] - exact) <= 4 * found[coupled][1])
+        assert np.all(np.abs(found[coupled][0] - exact[coupled]) <= 4 * found[coupled][1])
     assert np.all(found[True][1] <= 0.35 * found[False][1])
