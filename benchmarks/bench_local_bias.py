@@ -14,7 +14,7 @@ per sampling round (rounds - warm-up; the warm-up is rounds // 2 in every row), 
 K's row.
 
     python benchmarks/bench_local_bias.py [--rounds 2000] [--chains 32] [--local-steps 10] [--auto]
-        [--no-fixed] [--names diamonds-diamonds ...]
+        [--no-fixed] [--names diamonds-diamonds ...] [--figure docs/img/local_bias_check.png]
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from fedlangevin.experiments.posteriordb import POSTERIORS, compare, load  # noq
 from fedlangevin.fald.warmup.local_bias import margins  # noqa: E402
 
 
-def row(post, local_steps, rounds: int, chains: int, seed: int) -> str:
+def row(post, local_steps, rounds: int, chains: int, seed: int) -> tuple[str, dict | None]:
+    """The table's row, and for a measured fixed K the figure's point (None otherwise)."""
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -43,7 +44,7 @@ def row(post, local_steps, rounds: int, chains: int, seed: int) -> str:
     seconds = time.perf_counter() - start
     warned = any("local-step bias" in str(w.message) for w in caught)
     truth = compare(post, np.asarray(trace.numpy()), seconds, local_steps=sampler.local_steps, rounds=rounds)
-    bias = trace.local_step_bias
+    bias, point = trace.local_step_bias, None
     if bias is None or not bias.measured:
         measured = f"not measured ({'' if bias is None else bias.note})"
     else:
@@ -57,14 +58,45 @@ def row(post, local_steps, rounds: int, chains: int, seed: int) -> str:
             worst = max(dev for _, _, dev, _ in tests)
             sd = f"; sd {max(abs(v - 1) for v in est.sd_ratio):.3f}" if mean_only else ""
             parts.append(f"K={est.local_steps}: {worst:.3f} [{low:.3f}, {high:.3f}]{sd}")
+            point = dict(worst=worst, low=low, high=high) if mean_only else None
         measured = "; ".join(parts)
     name = post.name.split("-")[0]
     k = "auto" if isinstance(local_steps, str) else local_steps
     per_round = truth.min_ess_bulk / (rounds - rounds // 2)
+    if point is not None:
+        point.update(name=name, true=truth.max_mean_error, mc=truth.mc_error, passes=truth.passes(), warned=warned)
     return (f"| {name} | {k} | {sampler.local_steps} | {measured} | {'yes' if warned else 'no'} | "
             f"{truth.max_mean_error:.3f} | {truth.min_sd_ratio:.3f}-{truth.max_sd_ratio:.3f} | "
             f"{'yes' if truth.passes() else 'no'} | {truth.mc_error:.3f} | {truth.min_ess_bulk:.0f} | "
-            f"{per_round:.3f} | {seconds:.0f} |")
+            f"{per_round:.3f} | {seconds:.0f} |"), point
+
+
+def figure(points: list[dict], path: str, tolerance: float = 0.1) -> None:
+    """Measured worst mean error (95 % bounds) against the true one (its Monte Carlo error), per
+    posterior: filled where the run passes, red where it warned."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 5.2))
+    top = max(max(p["high"], p["true"] + p["mc"]) for p in points) * 1.1
+    ax.plot([0, top], [0, top], color="0.6", lw=1, label="measured = true")
+    ax.axvline(tolerance, color="0.3", ls=":", lw=1)
+    ax.axhline(tolerance, color="0.3", ls=":", lw=1)
+    for p in points:
+        color = "tab:red" if p["warned"] else "tab:blue"
+        ax.errorbar(p["worst"], p["true"], xerr=[[p["worst"] - p["low"]], [p["high"] - p["worst"]]], yerr=p["mc"],
+                    fmt="o", color=color, mfc=color if p["passes"] else "white", capsize=2)
+        ax.annotate(p["name"], (p["worst"], p["true"]), fontsize=7, xytext=(4, 3), textcoords="offset points")
+    ax.set_xlabel("measured by the check: worst |mean error| / sd (95 % bounds)")
+    ax.set_ylabel("true: max |mean error| / sd vs Stan (± MC error)")
+    ax.set_title("K = 10 with the defaults: red warned, hollow misses the acceptance", fontsize=9)
+    ax.set_xlim(0, top)
+    ax.set_ylim(0, top)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"figure: {path}")
 
 
 def main() -> None:
@@ -76,14 +108,20 @@ def main() -> None:
     parser.add_argument("--no-fixed", action="store_true", help="no row of the fixed --local-steps")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--names", nargs="*", default=list(POSTERIORS))
+    parser.add_argument("--figure", help="write the fixed K's measured-vs-true figure here (a .png)")
     args = parser.parse_args()
     print("| posterior | K asked | K run | measured worst bias [95 % bounds] | warned | max mean err / sd "
           "| sd ratio min-max | passes | MC err | min ESS | ESS / sampling round | time s |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    points = []
     for name in args.names:
         post = load(name)
         for k in ([] if args.no_fixed else [args.local_steps]) + (["auto", 1] if args.auto else []):
-            print(row(post, k, args.rounds, args.chains, args.seed), flush=True)
+            text, point = row(post, k, args.rounds, args.chains, args.seed)
+            print(text, flush=True)
+            points += [point] if point is not None and k == args.local_steps else []
+    if args.figure and points:
+        figure(points, args.figure)
 
 
 if __name__ == "__main__":

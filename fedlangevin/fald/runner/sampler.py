@@ -98,14 +98,15 @@ class FALD(Runner):
         with ``step_size="auto"`` only, and not with ``streams="per_client"``).
     correction : a drift correction against heterogeneous clients (``docs/drift.md``):
         ``"control_variates"``, ``"conducive"``, ``"qlsd++"`` or their settings records.
-    check_local_bias : with a fixed K > 1 (default True, chains >= 2), R companion chains at K = 1
-        with step K eta run beside the sampler's once M and eta are frozen (after the warm-up, which
+    check_local_bias : with a fixed K > 1 (default True, chains >= 2), two groups of R K = 1
+        companion chains (one step of K eta, two of K eta / 2 per round, coupled to the sampler's
+        round noise) run beside the sampler's once M and eta are frozen (after the warm-up, which
         adapts as without the check; the sampler's draws are the same bits): at the end of every
-        run with 50 or more kept rounds, a ``UserWarning`` where K's mean shift against them
-        exceeds 0.1 posterior sd on evidence (:mod:`fedlangevin.fald.warmup.companions`; the
-        evidence is ``trace.local_step_bias``). Adds 1/K to the sampling's gradient work and doubles its
-        floats per round. False: no check
-        (e.g. a paper's fixed K).
+        run with 50 or more kept rounds, a ``UserWarning`` where K's means are further than 0.1
+        posterior sd from the companions' extrapolation to step 0 on evidence
+        (:mod:`fedlangevin.fald.warmup.companions`; the evidence is ``trace.local_step_bias``).
+        Adds 3/K to the sampling's gradient work and four times its floats per round. False: no
+        check (e.g. a paper's fixed K).
     privacy : :class:`fedlangevin.privacy.RecordLevel` or :class:`~fedlangevin.privacy.ClientLevel`
         (``docs/privacy.md``): every local step's likelihood gradient is clipped (per example, or
         each client's sum) and minibatches are drawn without replacement, so the sensitivity the

@@ -21,9 +21,12 @@ Monte Carlo error of their *difference* sets the bounds (5-7 times narrower on a
 law has the discretisation bias of a step K eta, so K eta must be a step K = 1 can take,
 ``K eta lambda_max(M H) <= STABLE`` at the chains' iterates (H the global energy's Hessian, power
 iteration on Hessian-vector products, as the curvature step rule), else no companion runs and the
-record says why. Only the *means* are tested: one Langevin step of h inflates a Gaussian's
-variance by 1 / (1 - h lambda / 2), so the companions' sds are wide whatever K does; the sd
-ratios are recorded.
+record says why. Coupled, a second group runs two K = 1 steps of K eta / 2 per round (the halves
+of the round's noise) and the verdict tests the sampler's means against their extrapolation to
+step 0, 2 m(K eta / 2) - m(K eta) (:mod:`~fedlangevin.fald.warmup.extrapolation`: the posterior's
+mean to second order, so the companions' own step no longer counts as the sampler's bias). Only
+the *means* are tested: one Langevin step of h inflates a Gaussian's variance by
+1 / (1 - h lambda / 2), so the companions' sds are wide whatever K does; the sd ratios are recorded.
 
 **"auto"** (:mod:`~fedlangevin.fald.warmup.local_steps` starts it in the second half of its
 warm-up, M and eta_1 frozen) runs the sampler's chains at K = 1 and one group of R companions
@@ -51,8 +54,9 @@ errors from the per-chain summaries across chains, paired by chain, Bonferroni o
 
 **Cost.** A group sends as many floats as the sampler's chains: R d more up and down per client,
 group and round (counted in the ledger's set-up floats: the trace's communication totals include
-them; rounds are unchanged). Gradients: K per chain and client a round for an "auto" group, one
-for a fixed K's companions (1/K of the sampler's K).
+them; rounds are unchanged); a fixed K's second group synchronises twice a round (2 R d). Gradients:
+K per chain and client a round for an "auto" group, three for a fixed K's two groups (3/K of the
+sampler's K).
 """
 
 from __future__ import annotations
