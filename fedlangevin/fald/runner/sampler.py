@@ -33,6 +33,7 @@ from fedlangevin.fald.runner.base import Runner
 from fedlangevin.fald.runner.config import Config
 from fedlangevin.fald.runner.replay import diagnose, where
 from fedlangevin.fald.runner.runs import Run
+from fedlangevin.fald.warmup import auto_groups
 from fedlangevin.fald.warmup import companions as kcheck
 from fedlangevin.fald.warmup import local_steps as kphase
 from fedlangevin.fald.warmup import session
@@ -250,14 +251,15 @@ class FALD(Runner):
                 self._companion_kernel = kcheck.build(self)
             tally = (arguments or {}).get("tally")
             coupling = None if tally is None else (tally, info.weights)
+            look = None if self.companions.rule is None else auto_groups.look
             self._apply(kcheck.update(self.companions, self._companion_kernel, theta, self.preconditioner,
-                                      self.participation.uploads, self.problem.num_clients, coupling), run)
+                                      self.participation.uploads, self.problem.num_clients, coupling, look), run)
         if self.adapter is not None:
             self._apply(session.update(self.adapter, theta, self.preconditioner), run)
             if kcheck.due(self):  # the warm-up ended here: the companions start at its last iterates
                 self._apply(kcheck.start(self), run)
         if self.measurement is not None:  # "auto": its companions start, or decide, here
-            self._apply(kcheck.measure(self.measurement, self), run)
+            self._apply(auto_groups.measure(self.measurement, self), run)
 
     def _plan_warmup(self, rounds, warmup):
         if self.measurement is not None:  # a run stopped in the measurement: the next one starts afresh

@@ -68,19 +68,20 @@ import torch
 
 from fedlangevin.fald.core.engine import assemble
 from fedlangevin.fald.core.kernel import FALDState
+from fedlangevin.fald.core.noise import NoiseTally
 from fedlangevin.fald.core.schedules import step_sizes
 from fedlangevin.fald.warmup.curvature import curvature_at
 from fedlangevin.fald.warmup.extrapolation import extrapolated
 from fedlangevin.fald.warmup.local_bias import (
-    TRANSIENT, BiasPlan, BiasState, bias_final, choose_local_steps, decay_rounds, exceeds,
+    TRANSIENT, BiasPlan, BiasState, bias_final, decay_rounds, exceeds,
 )
 from fedlangevin.fald.warmup.local_steps import (
-    CONFIDENCE, STABLE, TOLERANCE, AutoLocalSteps, LocalStepBias, Measurement, eligible, stability,
+    CONFIDENCE, STABLE, TOLERANCE, AutoLocalSteps, LocalStepBias, eligible,
 )
 from fedlangevin.fald.warmup.session import Changes
 
-__all__ = ["LOOK", "MIN_KEPT", "PILOT", "Companions", "build", "choice", "couples", "due", "measure", "observe", "record",
-           "restore", "seed_of", "start", "start_auto", "update", "verdict"]
+__all__ = ["CANDIDATE", "HALVES", "LOOK", "MIN_KEPT", "PILOT", "WHOLE", "Companions", "build", "couples", "due",
+           "ended", "frozen_eta", "observe", "record", "restore", "seed_of", "start", "stop", "update", "verdict"]
 
 #: rounds whose iterates give the decay time (never kept)
 PILOT = 50
@@ -88,6 +89,9 @@ PILOT = 50
 MIN_KEPT = 50
 #: "auto" tests every running group each LOOK kept rounds past MIN_KEPT (a biased one stops)
 LOOK = 25
+#: a group's role: an "auto" candidate (K local steps of eta, its own noise), a twin at one K = 1
+#: step of K eta, a twin at two of K eta / 2 (:attr:`Companions.roles`)
+CANDIDATE, WHOLE, HALVES = 0, 1, 2
 #: the pilot keeps at most this many numbers (rounds x 2 groups x chains x d): fewer chains beyond
 PILOT_NUMBERS = 1 << 22
 
@@ -106,7 +110,12 @@ class Companions:
     "diverged"; done : rounds run; pilot : the first rounds' iterates (P, 2, R', d); decay, burn_in
     once known; shift (d,) the sums are taken about; sums, squares : (1 + G, R, d) float64 of the
     kept iterates (the sampler's chains first, then the groups); kept : their kept rounds; coupled :
-    a fixed K's companions take the sampler's round noise and participation (:func:`couples`)."""
+    a fixed K's companions take the sampler's round noise and participation (:func:`couples`);
+    roles : per group, :data:`CANDIDATE` ("auto": K local steps of eta, its own noise), :data:`WHOLE`
+    (one K = 1 step of K eta) or :data:`HALVES` (two of K eta / 2), a twin coupled to the candidate
+    before it or (a fixed K) to the sampler's chains (None: every group a candidate, "auto", or
+    WHOLE, a fixed K: checkpoints before the twins); reach : "auto"'s eta lambda_max(M H) (a
+    candidate K gets twins where K reach <= STABLE)."""
 
     local_steps: tuple[int, ...]
     step_size: float
@@ -127,6 +136,8 @@ class Companions:
     squares: torch.Tensor | None = None
     kept: tuple[int, ...] = (0, 0)
     coupled: bool = False
+    roles: tuple[int, ...] | None = None
+    reach: float | None = None
 
     def record(self) -> dict:
         opt = lambda t: None if t is None else t.detach().cpu().clone()  # noqa: E731
@@ -136,7 +147,8 @@ class Companions:
                 "budget": self.budget, "started": list(self.started), "status": list(self.status),
                 "done": self.done, "pilot": opt(self.pilot), "decay": self.decay, "burn_in": self.burn_in,
                 "shift": opt(self.shift), "sums": opt(self.sums), "squares": opt(self.squares),
-                "kept": list(self.kept), "coupled": self.coupled}
+                "kept": list(self.kept), "coupled": self.coupled,
+                "roles": None if self.roles is None else list(self.roles), "reach": self.reach}
 
     @classmethod
     def from_record(cls, rec: dict, device, dtype) -> "Companions":
@@ -149,21 +161,42 @@ class Companions:
                    opt(rec["rule"], AutoLocalSteps.from_record), ints(rec["pending"]), opt(rec["budget"], int),
                    ints(rec["started"]), tuple(str(s) for s in rec["status"]), int(rec["done"]), f64(rec["pilot"]),
                    opt(rec["decay"], float), opt(rec["burn_in"], int), f64(rec["shift"]), f64(rec["sums"]),
-                   f64(rec["squares"]), ints(rec["kept"]), bool(rec.get("coupled", False)))
+                   f64(rec["squares"]), ints(rec["kept"]), bool(rec.get("coupled", False)),
+                   opt(rec.get("roles"), ints), opt(rec.get("reach"), float))
+
+    def role(self, g: int) -> int:
+        """Group ``g``'s :data:`CANDIDATE`, :data:`WHOLE` or :data:`HALVES` (the fields' roles)."""
+        if self.roles is not None:
+            return self.roles[g]
+        return CANDIDATE if self.rule is not None else WHOLE
 
     def sub_rounds(self, g: int) -> list[list[float]]:
-        """The local step sizes of group ``g``'s rounds in one of the sampler's: K of eta ("auto"); a
-        fixed K's first group one step of K eta, its second (coupled companions) two K = 1 rounds of
-        K eta / 2 (:mod:`~fedlangevin.fald.warmup.extrapolation`)."""
-        k = self.local_steps[g]
-        if self.rule is not None:
+        """The local step sizes of group ``g``'s rounds in one of the sampler's: K of eta (a
+        candidate), one K = 1 step of K eta (WHOLE) or two of K eta / 2 (HALVES: two synchronisations;
+        :mod:`~fedlangevin.fald.warmup.extrapolation`)."""
+        k, role = self.local_steps[g], self.role(g)
+        if role == CANDIDATE:
             return [[self.step_size] * k]
-        return [[k * self.step_size]] if g == 0 else [[k * self.step_size / 2]] * 2
+        return [[k * self.step_size]] if role == WHOLE else [[k * self.step_size / 2]] * 2
+
+    def owner(self, g: int) -> int | None:
+        """The candidate a twin ``g`` is coupled to (None: the sampler's chains, or ``g`` a candidate)."""
+        if self.role(g) == CANDIDATE:
+            return None
+        return next((j for j in range(g - 1, -1, -1) if self.role(j) == CANDIDATE), None)
+
+    def twinned(self, g: int) -> bool:
+        """Candidate ``g`` runs with the two twins of the extrapolation after it."""
+        return g + 2 < len(self.local_steps) and self.role(g + 1) == WHOLE and self.owner(g + 1) == g
 
     @property
     def extrapolates(self) -> bool:
         """A fixed K's check with the two coupled groups of the extrapolation to step 0."""
         return self.rule is None and len(self.local_steps) == 2
+
+    @property
+    def candidates(self) -> tuple[int, ...]:
+        return tuple(g for g in range(len(self.local_steps)) if self.role(g) == CANDIDATE)
 
     @property
     def running(self) -> tuple[int, ...]:
@@ -198,14 +231,14 @@ def seed_of(seed: int) -> int:
     return (int(seed) * 1_000_033 + 7_919) % 2**63
 
 
-def _frozen_eta(sampler) -> float:
+def frozen_eta(sampler) -> float:
     return float(step_sizes(sampler.schedule, sampler.state.step, 1)[0])
 
 
 def start(sampler) -> Changes:
     """Start a fixed K's companions at the sampler's iterates (M and eta frozen): the phase, or where
     K eta is not a stable K = 1 step, the record saying so."""
-    k, eta = sampler.local_steps, _frozen_eta(sampler)
+    k, eta = sampler.local_steps, frozen_eta(sampler)
     theta = sampler.state.theta.detach()
     try:
         s = k * eta * curvature_at(sampler._kernel_problem, theta, sampler.preconditioner, seed_of(sampler.seed) + 1,
@@ -221,31 +254,11 @@ def start(sampler) -> Changes:
         return Changes(companions=Companions((k,), eta, s, theta.clone()[None], own.get_state()))
     # coupled: a second group at two steps of K eta / 2, for the extrapolation to step 0
     return Changes(companions=Companions((k, k), eta, s, theta.clone()[None].repeat(2, 1, 1), own.get_state(),
-                                         started=(0, 0), status=("running", "running"), kept=(0, 0, 0), coupled=True))
+                                         started=(0, 0), status=("running", "running"), kept=(0, 0, 0), coupled=True,
+                                         roles=(WHOLE, HALVES)))
 
 
-def start_auto(sampler, rule: AutoLocalSteps, budget: int) -> Changes:
-    """Start "auto"'s measurement of ``budget`` rounds at the sampler's iterates (M and eta_1 frozen):
-    the first candidate's group, or where K > 1 local steps are not stable at eta_1 on some client
-    (eta lambda_max(M H_c) > STABLE), the record saying so (K = 1, the measurement ends)."""
-    eta = _frozen_eta(sampler)
-    theta = sampler.state.theta.detach()
-    try:
-        s = stability(sampler.problem, theta, sampler.preconditioner, eta, sampler.seed)
-    except ValueError:
-        s = math.inf
-    if not s <= STABLE:
-        note = (f"eta lambda_max(M H_c) = {s:.3g} > {STABLE:g} on some client: K > 1 local steps are not stable at "
-                "this step size, K = 1 is kept")
-        return Changes(local_steps=1, measurement=None, local_bias=LocalStepBias(
-            True, 1, False, note, rule.tolerance, rule.confidence, stability=s))
-    own = torch.Generator(device=sampler.device).manual_seed(seed_of(sampler.seed) + 2)
-    first, *rest = rule.ladder[1:]
-    return Changes(companions=Companions((first,), eta, s, theta.clone()[None], own.get_state(), rule=rule,
-                                         pending=tuple(rest), budget=int(budget)))
-
-
-def _ended(phase: Companions, note: str) -> Changes:
+def ended(phase: Companions, note: str) -> Changes:
     """The companions end without a verdict (a fixed K's: no warning; "auto": K = 1)."""
     if phase.rule is not None:
         return Changes(companions=None, measurement=None, local_steps=1, local_bias=LocalStepBias(
@@ -256,7 +269,7 @@ def _ended(phase: Companions, note: str) -> Changes:
         stability=phase.stability, rounds=phase.done))
 
 
-def _stop(phase: Companions, g: int, why: str) -> Companions:
+def stop(phase: Companions, g: int, why: str) -> Companions:
     """Group ``g`` stops (``why``: "biased" or "diverged"), every later group and candidate with it."""
     status = tuple(s if i < g or s != "running" else (why if i == g else "stopped")
                    for i, s in enumerate(phase.status))
@@ -264,47 +277,54 @@ def _stop(phase: Companions, g: int, why: str) -> Companions:
 
 
 def update(phase: Companions, kernel, theta: torch.Tensor, preconditioner, uploads_of, num_clients: int,
-           coupling: tuple | None = None) -> Changes:
+           coupling: tuple | None = None, look=None) -> Changes:
     """After a round of the sampler whose broadcast iterates are ``theta`` (R, d): one round of every
-    running group (from their own generator), the burn-in or the sums, "auto"'s tests and next
-    group, and the floats the round sent (``uploads_of(weights)``: uploads per chain; d floats
-    each, N d down, per group). ``coupling``: (the round's :class:`~fedlangevin.fald.core.noise.NoiseTally`,
-    its participation weights), which a coupled fixed K's companions take instead of their own draws."""
+    running group, the burn-in or the sums, "auto"'s ``look`` (its tests and next candidate:
+    :func:`fedlangevin.fald.warmup.auto_groups.look`), and the floats the round sent
+    (``uploads_of(weights)``: uploads per chain; d floats each, N d down, per synchronisation).
+    ``coupling``: (the round's :class:`~fedlangevin.fald.core.noise.NoiseTally`, its participation
+    weights), which a coupled fixed K's twins take instead of their own draws; an "auto" candidate's
+    twins take the candidate's. Everything else from the companions' own generator."""
     if theta.shape != phase.theta.shape[1:]:
-        return _ended(phase, "chains were dropped (on_divergence='drop'): the groups are no longer paired")
+        return ended(phase, "chains were dropped (on_divergence='drop'): the groups are no longer paired")
     gen = torch.Generator(device=phase.theta.device)
     gen.set_state(phase.generator)
     d, rows, up, running = theta.shape[1], list(phase.theta.unbind(0)), 0.0, phase.running
-    coupled = phase.coupled and phase.rule is None
-    if coupled and coupling is None:
+    if phase.rule is None and phase.coupled and coupling is None:
         raise ValueError("coupling: coupled companions need the round's noise tally and weights")
-    syncs = 0
+    syncs, sources = 0, {None: coupling if phase.rule is None and phase.coupled else None}
     for g in running:
-        rounds = phase.sub_rounds(g)
+        rounds, role = phase.sub_rounds(g), phase.role(g)
+        source = None if role == CANDIDATE else sources.get(phase.owner(g))
         for i, etas in enumerate(rounds):
             shared = {}
-            if coupled:  # the round's noise (whole, or its halves) and its participation (the first sync)
-                tally, weights = coupling
-                shared = dict(normals=tally.normals() if len(rounds) == 1 else tally.normals(i, gen),
+            if role == CANDIDATE and phase.twinned(g):
+                shared["tally"] = NoiseTally(phase.local_steps[g])
+            elif source is not None:  # the source's noise (whole, or its halves), its participation (the first sync)
+                tally, weights = source
+                shared = dict(normals=tally.normals() if role == WHOLE else tally.normals(i, gen),
                               weights=weights if i == 0 else None)
             state = FALDState(theta=rows[g], step=0, round=0, correction=None)
             new, info = kernel.step(state, etas, gen, preconditioner=preconditioner, **shared)
             up += float(uploads_of(info.weights))
             rows[g], syncs = new.theta, syncs + 1
+            if "tally" in shared:
+                sources[g] = (shared["tally"], info.weights)
     floats = dict(floats_down=float(syncs * num_clients * d), floats_up=up * d)
     phase = replace(phase, theta=torch.stack(rows), generator=gen.get_state(), done=phase.done + 1)
     for g in running:
         if not bool(torch.isfinite(rows[g]).all()):
             if phase.rule is None:
-                return _ended(phase, f"the companions became non-finite in their round {phase.done} (one step of "
-                                     f"K eta = {phase.local_steps[0] * phase.step_size:.3g})")._replace(**floats)
-            phase = _stop(phase, g, "diverged")
+                return ended(phase, f"the companions became non-finite in their round {phase.done} (one step of "
+                                    f"K eta = {phase.local_steps[0] * phase.step_size:.3g})")._replace(**floats)
+            owner = phase.owner(g)
+            phase = stop(phase, g if owner is None else owner, "diverged")
             break
-    phase, note = observe(phase, torch.cat([theta.detach()[None], phase.theta]))
-    return (Changes(companions=phase, **floats) if note is None else _ended(phase, note)._replace(**floats))
+    phase, note = observe(phase, torch.cat([theta.detach()[None], phase.theta]), look)
+    return (Changes(companions=phase, **floats) if note is None else ended(phase, note)._replace(**floats))
 
 
-def observe(phase: Companions, x: torch.Tensor) -> tuple[Companions, str | None]:
+def observe(phase: Companions, x: torch.Tensor, look=None) -> tuple[Companions, str | None]:
     """After a round (``phase.done`` counts it) whose iterates are ``x`` (1 + G, R, d), the sampler's
     chains first: the pilot, the burn-in or the sums ("auto": its tests and next group), and a note
     where the measurement ends (the pilot's iterates give no decay time). Every family's companions
@@ -324,10 +344,10 @@ def observe(phase: Companions, x: torch.Tensor) -> tuple[Companions, str | None]
             burn_in = max(PILOT, math.ceil(decay * math.log(1.0 / TRANSIENT)))
             phase = replace(phase, pilot=None, decay=decay, burn_in=burn_in)
         return phase, None
-    return _kept(phase, x), None
+    return _kept(phase, x, look), None
 
 
-def _kept(phase: Companions, x: torch.Tensor) -> Companions:
+def _kept(phase: Companions, x: torch.Tensor, look=None) -> Companions:
     """Add the round's iterates ``x`` (1 + G, R, d) to the sums of every class past its burn-in;
     "auto": its tests and its next group."""
     starts = (0,) + phase.started
@@ -343,94 +363,7 @@ def _kept(phase: Companions, x: torch.Tensor) -> Companions:
     squares[live] += y * y
     kept = tuple(k + (c in live) for c, k in enumerate(phase.kept))
     phase = replace(phase, shift=shift, sums=sums, squares=squares, kept=kept)
-    return phase if phase.rule is None else _looked(phase, x[0])
-
-
-def _looked(phase: Companions, theta: torch.Tensor) -> Companions:
-    """"auto": every running group at a look is tested (biased on evidence: it stops, with every larger
-    K); the next candidate starts at the sampler's iterates ``theta`` once the newest group has
-    :data:`MIN_KEPT` kept rounds, is running, and a burn-in and MIN_KEPT rounds still fit."""
-    rule = phase.rule
-    # a group is looked at up to `looks` times: each look's test is at 1 - (1 - confidence) / looks
-    # (Bonferroni over the looks), so that stopping at any look is a false stop at most 1 - confidence
-    for g in phase.running:
-        n = phase.kept[g + 1]
-        if n >= MIN_KEPT and (n - MIN_KEPT) % LOOK == 0:
-            looks = max(1, 1 + (phase.budget - phase.burn_in - MIN_KEPT) // LOOK)
-            (estimate,) = _estimates(phase, (g,))
-            if exceeds(estimate, rule.tolerance, 1.0 - (1.0 - rule.confidence) / looks, sd=True):
-                phase = _stop(phase, g, "biased")
-                break
-    newest = len(phase.local_steps) - 1
-    if (phase.pending and phase.status[newest] == "running" and phase.kept[newest + 1] >= MIN_KEPT
-            and phase.budget - phase.done >= phase.burn_in + MIN_KEPT + 1):
-        zero = torch.zeros_like(phase.sums[:1])
-        phase = replace(phase, local_steps=phase.local_steps + phase.pending[:1], pending=phase.pending[1:],
-                        theta=torch.cat([phase.theta, theta.to(phase.theta)[None]]),
-                        started=phase.started + (phase.done,), status=phase.status + ("running",),
-                        sums=torch.cat([phase.sums, zero]), squares=torch.cat([phase.squares, zero]),
-                        kept=phase.kept + (0,))
-    return phase
-
-
-def _estimates(phase: Companions, groups) -> tuple:
-    """The :class:`~fedlangevin.fald.warmup.local_bias.BiasEstimate` of ``groups`` against the
-    sampler's K = 1 chains ("auto"), in order (their K increasing)."""
-    classes = [0] + [g + 1 for g in groups]
-    plan = BiasPlan(tuple(phase.local_steps[g] for g in groups), phase.burn_in, max(1, phase.kept[0]), 1)
-    state = BiasState(plan, phase.done, phase.shift, phase.sums[classes], phase.squares[classes],
-                      tuple(phase.kept[c] for c in classes))
-    return bias_final(state)
-
-
-def idle(phase: Companions) -> bool:
-    """"auto" has nothing left to measure: no group running and no candidate to start."""
-    return not phase.running and not phase.pending
-
-
-def choice(phase: Companions) -> Changes:
-    """"auto"'s decision at the measurement's end: the estimates of every group with
-    :data:`MIN_KEPT` kept rounds that did not diverge, :func:`~fedlangevin.fald.warmup.local_bias.choose_local_steps`'
-    K and the record (K = 1 where nothing was measured, saying why)."""
-    rule = phase.rule
-    groups = [g for g, s in enumerate(phase.status) if s != "diverged" and phase.kept[g + 1] >= MIN_KEPT]
-    notes = [f"K = {phase.local_steps[g]} {s}" for g, s in enumerate(phase.status) if s not in ("running",)]
-    notes += [f"K = {phase.local_steps[g]} kept only {phase.kept[g + 1]} rounds (< {MIN_KEPT})"
-              for g in range(len(phase.status)) if g not in groups and phase.status[g] != "diverged"]
-    if phase.pending:
-        notes.append(f"K = {list(phase.pending)} not started (no room for a burn-in and {MIN_KEPT} kept rounds)")
-    note = "; ".join(notes)
-    if not groups or phase.kept[0] < MIN_KEPT:
-        why = (f"{phase.kept[0]} K = 1 rounds kept after {'the pilot' if phase.burn_in is None else phase.burn_in}"
-               f" (the verdict needs {MIN_KEPT}); a longer warm-up lets it measure") if not groups else note
-        return _ended(phase, why)
-    try:
-        estimates = _estimates(phase, groups)
-    except ValueError as exc:
-        return _ended(phase, str(exc))
-    chosen = choose_local_steps(estimates, rule.tolerance, rule.confidence, rule.ladder)
-    return Changes(companions=None, measurement=None, local_steps=chosen.local_steps, local_bias=LocalStepBias(
-        True, chosen.local_steps, True, note, rule.tolerance, rule.confidence, estimates=estimates, choice=chosen,
-        decay=phase.decay, stability=phase.stability, rounds=phase.done, companions=True))
-
-
-def measure(phase: Measurement, sampler) -> Changes:
-    """After a round of "auto"'s measurement ``phase`` (``sampler``'s companions, if any, have seen
-    it): the phase's new state; at the warm-up's first half's end the companions' start
-    (:func:`start_auto`, M and eta_1 frozen); at the measurement's end, or once no group is left to
-    run, the K of the rounds ahead and the record (:func:`choice`). Reads the sampler only."""
-    phase = replace(phase, done=phase.done + 1)
-    if phase.phase == "wait":
-        if phase.done < phase.wait:
-            return Changes(measurement=phase)
-        begun = start_auto(sampler, phase.rule, phase.budget)
-        return begun if begun.local_bias is not None else begun._replace(measurement=replace(phase, phase="measure"))
-    group = sampler.companions
-    if group is None:  # ended (the record is there)
-        return Changes(measurement=None)
-    if phase.done >= phase.wait + phase.budget or idle(group):
-        return choice(group)
-    return Changes(measurement=phase)
+    return phase if look is None else look(phase, x[0])
 
 
 def verdict(phase: Companions, *, sd: bool = False, reference: str | None = None,

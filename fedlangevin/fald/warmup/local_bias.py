@@ -72,6 +72,7 @@ from fedlangevin._validation import check_int, check_real
 
 __all__ = [
     "DEFAULT_LADDER", "KEPT_PER_BURN_IN", "TRANSIENT", "BiasEstimate", "BiasPlan", "BiasState", "LocalStepsChoice",
+    "chain_moments", "jackknife",
     "bias_final", "bias_init", "bias_update", "check_ladder", "choose_local_steps", "decay_rounds", "exceeds",
     "margins", "plan_segments", "within",
 ]
@@ -305,7 +306,7 @@ class BiasEstimate:
                    fl(rec["sd_ratio_se"]), int(rec["chains"]), tuple(int(k) for k in rec["kept"]), int(rec["rounds"]))
 
 
-def _moments(sums: torch.Tensor, squares: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+def chain_moments(sums: torch.Tensor, squares: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Every chain's leave-one-out (and, last, the all-chains) mean and variance: (R + 1, d) each."""
     r = sums.shape[0]
     a, q = sums / count, squares / count  # per chain (R, d)
@@ -315,7 +316,7 @@ def _moments(sums: torch.Tensor, squares: torch.Tensor, count: int) -> tuple[tor
     return mean, square - mean * mean
 
 
-def _jackknife(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def jackknife(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The all-chains value (last row) and the jackknife standard error from the R leave-one-out rows."""
     loo = values[:-1]
     r = loo.shape[0]
@@ -331,15 +332,15 @@ def bias_final(state: BiasState) -> tuple[BiasEstimate, ...]:
         missing = [k for k, c in zip(state.plan.local_steps, state.counts) if c < 1]
         raise ValueError(f"state: no kept rounds yet for K = {missing} (measured {state.round} of the plan's "
                          f"{state.plan.rounds} rounds)")
-    mean1, var1 = _moments(state.sums[0], state.squares[0], state.counts[0])
+    mean1, var1 = chain_moments(state.sums[0], state.squares[0], state.counts[0])
     if not bool((var1 > 0).all()):
         raise ValueError("state: a coordinate does not move in the K = 1 rounds (zero spread); no bias in sd units")
     sd1 = var1.sqrt()
     out = []
     for i, k in enumerate(state.plan.candidates, start=1):
-        mean, var = _moments(state.sums[i], state.squares[i], state.counts[i])
-        shift, shift_se = _jackknife((mean - mean1) / sd1)
-        ratio, ratio_se = _jackknife(var.clamp(min=0.0).sqrt() / sd1)
+        mean, var = chain_moments(state.sums[i], state.squares[i], state.counts[i])
+        shift, shift_se = jackknife((mean - mean1) / sd1)
+        ratio, ratio_se = jackknife(var.clamp(min=0.0).sqrt() / sd1)
         out.append(BiasEstimate(k, tuple(shift.tolist()), tuple(shift_se.tolist()), tuple(ratio.tolist()),
                                 tuple(ratio_se.tolist()), int(state.sums.shape[1]),
                                 (state.counts[0], state.counts[i]), state.round))

@@ -267,7 +267,7 @@ class Measurement:
     of the rounds before it (1), ``wait`` the rounds of the warm-up's first half, ``budget`` the
     measuring rounds W_b, ``done`` the rounds observed, ``phase`` ("wait", then "measure": the
     companion groups of :mod:`~fedlangevin.fald.warmup.companions` run beside the sampler's;
-    :func:`~fedlangevin.fald.warmup.companions.measure` moves it on)."""
+    :func:`~fedlangevin.fald.warmup.auto_groups.measure` moves it on)."""
 
     rule: AutoLocalSteps | None
     start: int

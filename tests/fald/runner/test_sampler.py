@@ -69,8 +69,9 @@ def test_warmup_and_thin_keep_the_right_draws():
 def test_communication_counts():
     problem = fl.problems.GaussianSimulation(num_clients=10, samples_per_client=4, seed=0)
     full = fl.FALD(problem, step_size=1e-4, local_steps=5, chains=4, seed=0, check_local_bias=False).run(12)
-    checked = fl.FALD(problem, step_size=1e-4, local_steps=5, chains=4, seed=0).run(12)  # + companions' floats
-    assert checked.communication.floats_up == checked.communication.floats_down == 2 * 240
+    checked = fl.FALD(problem, step_size=1e-4, local_steps=5, chains=4, seed=0).run(12)  # + companions' floats:
+    # three synchronisations a round (one step of K eta, two of K eta / 2) beside the sampler's one
+    assert checked.communication.floats_up == checked.communication.floats_down == 4 * 240
     assert full.communication.rounds == 12
     assert full.communication.uploads == 120
     assert full.communication.floats_up == 240 and full.communication.floats_down == 240
