@@ -233,7 +233,7 @@ class FALD(Runner):
         while a fixed K's coupled companions run, a fresh tally of the round's normals."""
         if self.streams == "per_client":
             return {}
-        coupled = self.companions is not None and self.companions.rule is None and self.companions.coupled
+        coupled = self.companions is not None and self.companions.extrapolates
         return {"preconditioner": self.preconditioner, **({"tally": NoiseTally(self.local_steps)} if coupled else {})}
 
     def _round_etas(self, rounds: int):

@@ -13,7 +13,7 @@ adaptive warm-up; from the first round where nothing adapts), with **one local s
 per round: a round of the sampler moves K eta of Langevin time, and so does a companion round,
 so the two groups decorrelate about equally fast per round (a K = 1 chain at eta would need K
 times the rounds: the power problem of an interleaved measurement). The companions are **coupled**
-to the sampler's chains (:func:`couples`): companion r's step adds the noise of sampler chain r's
+to the sampler's chains: companion r's step adds the noise of sampler chain r's
 round, (1 / sqrt(K)) sum_k xi_k per client (:class:`~fedlangevin.fald.core.noise.NoiseTally`: a
 standard normal again, so their law is exactly K = 1's at K eta), and takes the round's
 participation; the estimator pairs chain r with companion r (a jackknife over the R pairs), so the
@@ -80,7 +80,7 @@ from fedlangevin.fald.warmup.local_steps import (
 )
 from fedlangevin.fald.warmup.session import Changes
 
-__all__ = ["CANDIDATE", "HALVES", "LOOK", "MIN_KEPT", "PILOT", "WHOLE", "Companions", "build", "couples", "due",
+__all__ = ["CANDIDATE", "HALVES", "LOOK", "MIN_KEPT", "PILOT", "WHOLE", "Companions", "build", "due",
            "ended", "frozen_eta", "observe", "record", "restore", "seed_of", "start", "stop", "update", "verdict"]
 
 #: rounds whose iterates give the decay time (never kept)
@@ -109,9 +109,7 @@ class Companions:
     per group "running", "biased" (stopped on evidence), "stopped" (a smaller K was biased) or
     "diverged"; done : rounds run; pilot : the first rounds' iterates (P, 2, R', d); decay, burn_in
     once known; shift (d,) the sums are taken about; sums, squares : (1 + G, R, d) float64 of the
-    kept iterates (the sampler's chains first, then the groups); kept : their kept rounds; coupled :
-    a fixed K's companions take the sampler's round noise and participation (:func:`couples`);
-    roles : per group, :data:`CANDIDATE` ("auto": K local steps of eta, its own noise), :data:`WHOLE`
+    kept iterates (the sampler's chains first, then the groups); kept : their kept rounds; roles : per group, :data:`CANDIDATE` ("auto": K local steps of eta, its own noise), :data:`WHOLE`
     (one K = 1 step of K eta) or :data:`HALVES` (two of K eta / 2), a twin coupled to the candidate
     before it or (a fixed K) to the sampler's chains (None: every group a candidate, "auto", or
     WHOLE, a fixed K: checkpoints before the twins); reach : "auto"'s eta lambda_max(M H) (a
@@ -135,7 +133,6 @@ class Companions:
     sums: torch.Tensor | None = None
     squares: torch.Tensor | None = None
     kept: tuple[int, ...] = (0, 0)
-    coupled: bool = False
     roles: tuple[int, ...] | None = None
     reach: float | None = None
 
@@ -147,8 +144,7 @@ class Companions:
                 "budget": self.budget, "started": list(self.started), "status": list(self.status),
                 "done": self.done, "pilot": opt(self.pilot), "decay": self.decay, "burn_in": self.burn_in,
                 "shift": opt(self.shift), "sums": opt(self.sums), "squares": opt(self.squares),
-                "kept": list(self.kept), "coupled": self.coupled,
-                "roles": None if self.roles is None else list(self.roles), "reach": self.reach}
+                "kept": list(self.kept), "roles": None if self.roles is None else list(self.roles), "reach": self.reach}
 
     @classmethod
     def from_record(cls, rec: dict, device, dtype) -> "Companions":
@@ -161,7 +157,7 @@ class Companions:
                    opt(rec["rule"], AutoLocalSteps.from_record), ints(rec["pending"]), opt(rec["budget"], int),
                    ints(rec["started"]), tuple(str(s) for s in rec["status"]), int(rec["done"]), f64(rec["pilot"]),
                    opt(rec["decay"], float), opt(rec["burn_in"], int), f64(rec["shift"]), f64(rec["sums"]),
-                   f64(rec["squares"]), ints(rec["kept"]), bool(rec.get("coupled", False)),
+                   f64(rec["squares"]), ints(rec["kept"]),
                    opt(rec.get("roles"), ints), opt(rec.get("reach"), float))
 
     def role(self, g: int) -> int:
@@ -191,8 +187,9 @@ class Companions:
 
     @property
     def extrapolates(self) -> bool:
-        """A fixed K's check with the two coupled groups of the extrapolation to step 0."""
-        return self.rule is None and len(self.local_steps) == 2
+        """A fixed K's check with the two groups of the extrapolation to step 0, coupled to the sampler's
+        round noise (a checkpoint from before them: one independent group)."""
+        return self.rule is None and self.roles is not None and HALVES in self.roles
 
     @property
     def candidates(self) -> tuple[int, ...]:
@@ -220,12 +217,6 @@ def build(sampler):
                     sampler.batch_size, dtype=sampler.dtype, device=sampler.device, noise_dtype=sampler.noise_dtype)
 
 
-def couples(sampler) -> bool:
-    """Whether a fixed K's companions can take the sampler's round noise (one process draws every
-    client's normals: no per-client streams, no transport with ``exact=False``)."""
-    return sampler.streams != "per_client" and getattr(sampler.transport, "exact", True)
-
-
 def seed_of(seed: int) -> int:
     """The companions' generator seed from the run's seed (a stream apart from the sampler's)."""
     return (int(seed) * 1_000_033 + 7_919) % 2**63
@@ -250,11 +241,10 @@ def start(sampler) -> Changes:
                 "K = 1 reference at the same Langevin time per round, is not a stable step; no companion ran")
         return Changes(local_bias=LocalStepBias(False, k, False, note, TOLERANCE, CONFIDENCE, stability=s))
     own = torch.Generator(device=sampler.device).manual_seed(seed_of(sampler.seed))
-    if not couples(sampler):  # one group, its own noise: measured against K = 1 at K eta
-        return Changes(companions=Companions((k,), eta, s, theta.clone()[None], own.get_state()))
-    # coupled: a second group at two steps of K eta / 2, for the extrapolation to step 0
+    # one step of K eta and two of K eta / 2, both coupled to the sampler's round noise: a measurable
+    # sampler (local_steps.eligible) runs in one process with one stream, which draws every client's normals
     return Changes(companions=Companions((k, k), eta, s, theta.clone()[None].repeat(2, 1, 1), own.get_state(),
-                                         started=(0, 0), status=("running", "running"), kept=(0, 0, 0), coupled=True,
+                                         started=(0, 0), status=("running", "running"), kept=(0, 0, 0),
                                          roles=(WHOLE, HALVES)))
 
 
@@ -290,9 +280,9 @@ def update(phase: Companions, kernel, theta: torch.Tensor, preconditioner, uploa
     gen = torch.Generator(device=phase.theta.device)
     gen.set_state(phase.generator)
     d, rows, up, running = theta.shape[1], list(phase.theta.unbind(0)), 0.0, phase.running
-    if phase.rule is None and phase.coupled and coupling is None:
+    if phase.extrapolates and coupling is None:
         raise ValueError("coupling: coupled companions need the round's noise tally and weights")
-    syncs, sources = 0, {None: coupling if phase.rule is None and phase.coupled else None}
+    syncs, sources = 0, {None: coupling if phase.extrapolates else None}
     for g in running:
         rounds, role = phase.sub_rounds(g), phase.role(g)
         source = None if role == CANDIDATE else sources.get(phase.owner(g))

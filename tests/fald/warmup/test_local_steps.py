@@ -274,13 +274,11 @@ def test_auto_with_the_adaptive_warm_up():
     assert ls.LocalStepBias.from_record(bias.record()) == bias
 
 
-@pytest.mark.parametrize("local_steps", ["auto"])
-def test_a_checkpoint_in_the_measurement_resumes_bit_for_bit(local_steps, tmp_path):
+def test_a_checkpoint_in_the_measurement_resumes_bit_for_bit(tmp_path):
     """Checkpoints every 250 rounds of a 450-round run whose measurement takes rounds 200-400: the one
     at round 250 (c.prev, as if the process had died after it) holds the measurement in progress;
     resumed, the run ends on the same draws, record, K, steps and ledger as without the stop."""
-    kw = dict(step_size=ETA, local_steps=local_steps if local_steps == 10 else fl.AutoLocalSteps(LADDER),
-              chains=16, seed=3)
+    kw = dict(step_size=ETA, local_steps=fl.AutoLocalSteps(LADDER), chains=16, seed=3)
     problem = _equal()
     whole = fl.FALD(problem, **kw)
     reference = whole.run(450, warmup=400, progress=False)
