@@ -17,6 +17,8 @@ from fedlangevin.fald.core.extensions import LocalTransport
 from fedlangevin.fald.warmup.companions import MIN_KEPT, PILOT
 from fedlangevin.problems import QuadraticProblem
 
+from tests.stops import dies_in_round
+
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 SHIFTS = [[2.0, -1.0], [-1.0, 2.0], [0.5, 0.5]]
@@ -122,16 +124,7 @@ def test_a_checkpoint_mid_measurement_resumes_bit_for_bit(tmp_path):
     whole = _sampler(_problem(), chains=16, seed=3)
     reference = whole.run(300, warmup=50, progress=False)
     sampler = _sampler(_problem(), chains=16, seed=3)
-    kernel, calls = sampler.kernel, [0]
-    step = kernel.step
-
-    def dies(state, step_sizes, generator, **arguments):  # the process dies in round 170
-        calls[0] += 1
-        if calls[0] == 170:
-            raise KeyboardInterrupt
-        return step(state, step_sizes, generator, **arguments)
-
-    kernel.step = dies
+    sampler.kernel.step = dies_in_round(sampler.kernel.step, 170)  # the process dies in round 170
     with pytest.raises(KeyboardInterrupt):
         sampler.run(300, warmup=50, progress=False, checkpoint=tmp_path / "c", checkpoint_every=100)
     resumed = fl.FAHMC.resume(tmp_path / "c")

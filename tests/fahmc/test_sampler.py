@@ -14,6 +14,7 @@ import fedlangevin as fl
 from fedlangevin.fald.runner.base import Runner
 from fedlangevin.problems import QuadraticProblem
 from tests.fahmc.test_kernel import THETA0, heterogeneous
+from tests.stops import dies_in_round
 from tests.targets import OpaqueProblem, small_problem_arrays
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -69,16 +70,7 @@ def test_checkpoint_kill_resume_is_bit_identical_momentum_included(tmp_path, spl
     whole = fl.FAHMC(problem, 0.2, **args)
     whole_trace = whole.run(40, warmup=5, thin=2)
     sampler = fl.FAHMC(problem, 0.2, **args)
-    kernel, calls = sampler.kernel, [0]
-    step = kernel.step
-
-    def dies(state, step_sizes, generator, **arguments):      # the process dies in round 27
-        calls[0] += 1
-        if calls[0] == 27:
-            raise KeyboardInterrupt
-        return step(state, step_sizes, generator, **arguments)
-
-    kernel.step = dies
+    sampler.kernel.step = dies_in_round(sampler.kernel.step, 27)  # the process dies in round 27
     with pytest.raises(KeyboardInterrupt):
         sampler.run(40, warmup=5, thin=2, checkpoint=tmp_path / "run.ckpt", checkpoint_every=10)
     resumed = fl.FAHMC.resume(tmp_path / "run.ckpt")

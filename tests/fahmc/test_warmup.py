@@ -18,6 +18,7 @@ from fedlangevin.fald.core.preconditioning import as_preconditioner, preconditio
 from fedlangevin.fald.warmup.acceptance import energy_function, excess_step, gaussian_acceptance, mean_acceptance
 from fedlangevin.problems import QuadraticProblem
 from tests.fahmc.test_kernel import THETA0, heterogeneous
+from tests.stops import dies_in_round
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -187,16 +188,7 @@ def test_a_checkpoint_mid_warmup_resumes_bit_for_bit(tmp_path, splitting, kill):
     whole = fl.FAHMC(problem, **args)
     whole_trace = whole.run(200)
     sampler = fl.FAHMC(problem, **args)
-    kernel, calls = sampler.kernel, [0]
-    step = kernel.step
-
-    def dies(state, step_sizes, generator, **arguments):
-        calls[0] += 1
-        if calls[0] == kill:
-            raise KeyboardInterrupt
-        return step(state, step_sizes, generator, **arguments)
-
-    kernel.step = dies
+    sampler.kernel.step = dies_in_round(sampler.kernel.step, kill)
     with pytest.raises(KeyboardInterrupt):
         sampler.run(200, checkpoint=tmp_path / "run.ckpt", checkpoint_every=10)
     resumed = fl.FAHMC.resume(tmp_path / "run.ckpt")

@@ -17,6 +17,8 @@ from fedlangevin.fald.core.extensions import FactorPreconditioner, InProcessGrou
 from fedlangevin.fald.core.preconditioning import DiagonalPreconditioner
 from fedlangevin.problems import CurvatureSimulation, LogisticRegression
 
+from tests.stops import dies_in_round
+
 F64 = torch.float64
 
 
@@ -173,15 +175,7 @@ def _interrupted_then_resumed(tmp_path, make, resume_kwargs, rounds=30, stop=17,
     ``every`` rounds) and resumed from its checkpoint by a fresh sampler: (whole, resumed) traces."""
     whole = make().run(rounds)
     sampler = make()
-    kernel, calls = sampler._kernel, [0]
-
-    def dies(*args, **kwargs):
-        calls[0] += 1
-        if calls[0] == stop:
-            raise KeyboardInterrupt
-        return kernel.step(*args, **kwargs)
-
-    sampler._kernel = kernel._replace(step=dies)
+    sampler._kernel = sampler._kernel._replace(step=dies_in_round(sampler._kernel.step, stop))
     with pytest.raises(KeyboardInterrupt):
         sampler.run(rounds, checkpoint=tmp_path / "run.ckpt", checkpoint_every=every)
     resumed = fl.FALD.resume(tmp_path / "run.ckpt", **resume_kwargs)

@@ -23,6 +23,7 @@ import fedlangevin as fl
 from fedlangevin.fald.io.checkpoint import CheckpointError, checkpoint_info
 from fedlangevin.fald.io.store import StoreError
 from fedlangevin.problems import QuadraticProblem
+from tests.stops import dies_in_round
 from tests.targets import OpaqueProblem, small_problem_arrays
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -500,16 +501,8 @@ def test_a_copied_run_folder_resumes_into_its_own_store(tmp_path):
 
 def _interrupt(sampler, folder):
     """Run 40 rounds with checkpoints every 10 and stop with Ctrl-C in round 25."""
-    kernel, calls = sampler._kernel, [0]
-
-    def dies(*a, **k):
-        calls[0] += 1
-        if calls[0] == 25:
-            raise KeyboardInterrupt
-        return step(*a, **k)
-
-    step = kernel.step
-    sampler._kernel = kernel._replace(step=dies)
+    kernel = sampler._kernel
+    sampler._kernel = kernel._replace(step=dies_in_round(kernel.step, 25))
     try:
         sampler.run(40, store=folder / "samples", checkpoint=folder / "run.ckpt", checkpoint_every=10, progress=False)
     finally:
