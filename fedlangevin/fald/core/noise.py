@@ -94,8 +94,8 @@ class NoiseTally:
                 part[i] = draw.clone() if part[i] is None else part[i].add_(draw)
         self.steps += 1
 
-    def _sum(self, i: int, parts=None):
-        terms = [p[i] for p in (self.parts if parts is None else parts) if p[i] is not None]
+    def _sum(self, i: int):
+        terms = [p[i] for p in self.parts if p[i] is not None]
         return None if not terms else sum(terms[1:], terms[0].clone())
 
     shared = property(lambda self: self._sum(0), doc="the shared normals' sum (R, 1, d), None: none drawn")

@@ -103,11 +103,12 @@ def look(phase: Companions, theta: torch.Tensor) -> Companions:
         roles = _members(k, phase.reach)
         g = len(roles)
         zero = torch.zeros_like(phase.sums[:1]).repeat(g, 1, 1)
+        before = tuple(phase.role(j) for j in range(len(phase.status)))
         phase = replace(phase, local_steps=phase.local_steps + (k,) * g, pending=phase.pending[1:],
                         theta=torch.cat([phase.theta, theta.to(phase.theta)[None].repeat(g, 1, 1)]),
                         started=phase.started + (phase.done,) * g, status=phase.status + ("running",) * g,
                         sums=torch.cat([phase.sums, zero]), squares=torch.cat([phase.squares, zero]),
-                        kept=phase.kept + (0,) * g, roles=tuple(phase.role(j) for j in range(len(phase.status))) + roles)
+                        kept=phase.kept + (0,) * g, roles=before + roles)
     return phase
 
 

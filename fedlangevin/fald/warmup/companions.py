@@ -17,8 +17,8 @@ to the sampler's chains: companion r's step adds the noise of sampler chain r's
 round, (1 / sqrt(K)) sum_k xi_k per client (:class:`~fedlangevin.fald.core.noise.NoiseTally`: a
 standard normal again, so their law is exactly K = 1's at K eta), and takes the round's
 participation; the estimator pairs chain r with companion r (a jackknife over the R pairs), so the
-Monte Carlo error of their *difference* sets the bounds (5-7 times narrower on a Gaussian). The price: the companions'
-law has the discretisation bias of a step K eta, so K eta must be a step K = 1 can take,
+Monte Carlo error of their *difference* sets the bounds (4-7 times narrower on a Gaussian). The
+price: the companions' law has the discretisation bias of a step K eta, so K eta must be a step K = 1 can take,
 ``K eta lambda_max(M H) <= STABLE`` at the chains' iterates (H the global energy's Hessian, power
 iteration on Hessian-vector products, as the curvature step rule), else no companion runs and the
 record says why. Coupled, a second group runs two K = 1 steps of K eta / 2 per round (the halves
@@ -28,20 +28,9 @@ mean to second order, so the companions' own step no longer counts as the sample
 the *means* are tested: one Langevin step of h inflates a Gaussian's variance by
 1 / (1 - h lambda / 2), so the companions' sds are wide whatever K does; the sd ratios are recorded.
 
-**"auto"** (:mod:`~fedlangevin.fald.warmup.local_steps` starts it in the second half of its
-warm-up, M and eta_1 frozen) runs the sampler's chains at K = 1 and one group of R companions
-per candidate K of the ladder, each running **K local steps of eta_1** per round: the law "auto"
-would sample at that K. Both groups use the same step per local step, so means *and* sd ratios
-are tested (:func:`~fedlangevin.fald.warmup.local_bias.exceeds` / ``within`` with ``sd=True``).
-The groups start one after another (:func:`update`): the smallest candidate with the
-measurement; the next one once the newest has :data:`MIN_KEPT` kept rounds and is not biased on
-evidence, while a burn-in and :data:`MIN_KEPT` kept rounds still fit in the measurement; every
-:data:`LOOK` kept rounds each running group is tested, at confidence 1 - (1 - c) / L for the L
-looks the measurement has room for (Bonferroni over the looks: repeated looks do not raise the
-chance of a false stop above 1 - c), and a group biased on evidence stops with every larger one
-(and no larger K starts): a larger K passing after a smaller one failed would
-not be chosen. So the gradient work is that of the Ks running (at most the sum of the
-candidates' K per chain and round; where K = 2 is biased, 2 per round for a few hundred rounds).
+**"auto"** runs its candidate groups (K local steps of eta_1 each, with coupled twins where one
+step of K eta_1 is stable) through :func:`update` too; which start, when they are tested and what
+is chosen is :mod:`~fedlangevin.fald.warmup.auto_groups`' (passed in as ``look``).
 
 **Burn-in** (never kept): the first :data:`PILOT` rounds give the decay time tau_e of the
 sampler's chains and the first group (:func:`~fedlangevin.fald.warmup.local_bias.decay_rounds`,
@@ -109,8 +98,9 @@ class Companions:
     per group "running", "biased" (stopped on evidence), "stopped" (a smaller K was biased) or
     "diverged"; done : rounds run; pilot : the first rounds' iterates (P, 2, R', d); decay, burn_in
     once known; shift (d,) the sums are taken about; sums, squares : (1 + G, R, d) float64 of the
-    kept iterates (the sampler's chains first, then the groups); kept : their kept rounds; roles : per group, :data:`CANDIDATE` ("auto": K local steps of eta, its own noise), :data:`WHOLE`
-    (one K = 1 step of K eta) or :data:`HALVES` (two of K eta / 2), a twin coupled to the candidate
+    kept iterates (the sampler's chains first, then the groups); kept : their kept rounds; roles :
+    per group, :data:`CANDIDATE` ("auto": K local steps of eta, its own noise), :data:`WHOLE` (one
+    K = 1 step of K eta) or :data:`HALVES` (two of K eta / 2), a twin coupled to the candidate
     before it or (a fixed K) to the sampler's chains (None: every group a candidate, "auto", or
     WHOLE, a fixed K: checkpoints before the twins); reach : "auto"'s eta lambda_max(M H) (a
     candidate K gets twins where K reach <= STABLE)."""
