@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 
@@ -60,9 +60,9 @@ from fedlangevin.fald.warmup.companions import Companions, observe, seed_of
 from fedlangevin.fald.warmup.companions import verdict as companion_verdict
 from fedlangevin.fald.warmup.curvature import curvature_at
 from fedlangevin.fald.warmup.local_bias import margins
-from fedlangevin.fald.warmup.local_steps import CONFIDENCE, TOLERANCE, LocalStepBias
+from fedlangevin.fald.warmup.local_steps import CONFIDENCE, TOLERANCE, AutoLocalSteps, LocalStepBias, Measurement
 
-__all__ = ["STABLE", "HMCCompanions", "HMCLocalStepBias", "build", "due", "record", "restore",
+__all__ = ["STABLE", "HMCCompanions", "HMCLocalStepBias", "Restored", "build", "due", "record", "restore",
            "start", "update", "verdict"]
 
 #: the companions run where h sqrt(lambda_max(M H)) < STABLE: BAOAB's and OBABO's stability limit on a
@@ -71,10 +71,16 @@ STABLE = 2.0
 @dataclass(frozen=True)
 class HMCLocalStepBias(LocalStepBias):
     """FA-LD's :class:`~fedlangevin.fald.warmup.local_steps.LocalStepBias` record (the same fields and
-    ``record()``), with FA-HMC's verdict (means and sd ratios: both groups run at h) and remedies."""
+    ``record()``), with FA-HMC's verdict (means and sd ratios: both groups run at h) and remedies, and
+    FA-HMC's stability limit (``"auto"``'s ``stability`` is h sqrt(lambda_max(M H_c)))."""
+
+    stable_limit: ClassVar[float] = STABLE
 
     def warning(self, names=None) -> str | None:
-        """The ``UserWarning``'s text where the measured bias exceeds the tolerance on evidence, else None."""
+        """The ``UserWarning``'s text where the measured bias exceeds the tolerance on evidence (``"auto"``:
+        where it could not measure), else None."""
+        if self.auto:
+            return super().warning(names)
         if not self.exceeds:
             return None
         (est,) = self.estimates
@@ -94,8 +100,8 @@ class HMCLocalStepBias(LocalStepBias):
 @dataclass(frozen=True)
 class HMCCompanions(Companions):
     """FA-LD's :class:`~fedlangevin.fald.warmup.companions.Companions` (``step_size`` is h, the
-    sampler's and the companions'; ``stability`` h sqrt(lambda_max(M H))) with the companions'
-    velocities ``momentum`` (R, d)."""
+    sampler's and the companions'; ``stability`` h sqrt(lambda_max(M H)), "auto"'s h sqrt(lambda_max(M
+    H_c))) with the groups' velocities ``momentum`` (G, R, d)."""
 
     momentum: torch.Tensor | None = None
 
@@ -106,7 +112,9 @@ class HMCCompanions(Companions):
     def from_record(cls, rec: dict, device, dtype) -> "HMCCompanions":
         base = Companions.from_record(rec, device, dtype)
         values = {f.name: getattr(base, f.name) for f in fields(Companions)}
-        return cls(**values, momentum=torch.as_tensor(rec["momentum"]).to(device=device, dtype=dtype).clone())
+        momentum = torch.as_tensor(rec["momentum"]).to(device=device, dtype=dtype).clone()
+        # a fixed K's checkpoint before "auto" stored its one group's velocities as (R, d)
+        return cls(**values, momentum=momentum[None] if momentum.dim() == 2 else momentum)
 
 
 def _not_measured(k: int, note: str, **more) -> HMCLocalStepBias:
@@ -128,7 +136,8 @@ def _ineligible(sampler) -> str:
 def due(sampler) -> bool:
     """Whether the check starts now: ``check_local_bias`` with a fixed K > 1, not started, refused or
     measured before, with h, M and gamma frozen (no adaptive warm-up in progress or to come)."""
-    return (sampler.check_local_bias and sampler.local_steps > 1 and sampler.companions is None
+    return (sampler.check_local_bias and sampler.auto_local_steps is None and sampler.local_steps > 1
+            and sampler.companions is None
             and sampler.local_step_bias is None and sampler.adapter is None
             and (sampler.adapted or not (sampler.adapt_step or sampler.adapt_matrix)))
 
@@ -161,7 +170,8 @@ def start(sampler) -> Changes:
                 "chains' iterates; no companion ran")
         return Changes(local_bias=_not_measured(k, note, stability=s))
     own = torch.Generator(device=sampler.device).manual_seed(seed_of(sampler.seed))
-    phase = HMCCompanions((k,), h, s, theta.clone()[None], own.get_state(), momentum=sampler.state.momentum.detach().clone())
+    phase = HMCCompanions((k,), h, s, theta.clone()[None], own.get_state(),
+                          momentum=sampler.state.momentum.detach().clone()[None])
     return Changes(companions=phase)
 
 
@@ -180,14 +190,14 @@ def update(phase: HMCCompanions, kernel: FAHMCKernel, theta: torch.Tensor, preco
         return _ended(phase, "chains were dropped (on_divergence='drop'): the two groups are no longer paired")
     gen = torch.Generator(device=phase.theta.device)
     gen.set_state(phase.generator)
-    state = FAHMCState(theta=phase.theta[0], momentum=phase.momentum, step=0, round=0)
+    state = FAHMCState(theta=phase.theta[0], momentum=phase.momentum[0], step=0, round=0)
     new, info = kernel.step(state, [phase.step_size], gen, preconditioner=preconditioner, friction=friction)
     d = theta.shape[1]
     floats = dict(floats_down=float(2 * num_clients * d), floats_up=2.0 * float(uploads_of(info.weights)) * d)
     if not (bool(torch.isfinite(new.theta).all()) and bool(torch.isfinite(new.momentum).all())):
         return _ended(phase, f"the companions became non-finite in their round {phase.done + 1} (K = 1 at "
                              f"h = {phase.step_size:.3g})", **floats)
-    phase = replace(phase, theta=new.theta[None], momentum=new.momentum, generator=gen.get_state(),
+    phase = replace(phase, theta=new.theta[None], momentum=new.momentum[None], generator=gen.get_state(),
                     done=phase.done + 1)
     # FA-LD's pilot, burn-in and sums (the sampler's chains first, then the companions)
     phase, note = observe(phase, torch.stack([theta.detach(), new.theta]))
@@ -203,17 +213,35 @@ def verdict(phase: HMCCompanions) -> HMCLocalStepBias:
 
 
 def record(sampler) -> dict:
-    """The check's checkpoint entries: the flag, the companions in progress, the record."""
+    """The local-step checkpoint entries: the flag, the companions (or "auto"'s candidates) in progress,
+    the record, and "auto"'s rule, measurement in progress and (round, step) since which every round ran K."""
+    rule, measurement = sampler.auto_local_steps, sampler.measurement
     return {"check": bool(sampler.check_local_bias),
             "companions": None if sampler.companions is None else sampler.companions.record(),
-            "result": None if sampler.local_step_bias is None else sampler.local_step_bias.record()}
+            "result": None if sampler.local_step_bias is None else sampler.local_step_bias.record(),
+            "rule": None if rule is None else rule.record(),
+            "measurement": None if measurement is None else measurement.record(), "anchor": list(sampler.anchor)}
 
 
-def restore(rec: dict | None, device, dtype) -> tuple[bool, HMCCompanions | None, HMCLocalStepBias | None]:
-    """(check_local_bias, companions, record) from a checkpoint's entries (a checkpoint written before the
-    check: off, none, none; that run continues as it was)."""
+class Restored(NamedTuple):
+    """:func:`restore`'s entries (a checkpoint written before them: the check off, nothing in progress)."""
+
+    check: bool = False
+    companions: HMCCompanions | None = None
+    result: HMCLocalStepBias | None = None
+    rule: AutoLocalSteps | None = None
+    measurement: Measurement | None = None
+    anchor: tuple[int, int] = (0, 0)
+
+
+def restore(rec: dict | None, device, dtype) -> Restored:
+    """The entries of :func:`record` from a checkpoint (one written before the check: off, none, none;
+    that run continues as it was)."""
     if rec is None:
-        return False, None, None
+        return Restored()
     companions = None if rec["companions"] is None else HMCCompanions.from_record(rec["companions"], device, dtype)
     result = None if rec["result"] is None else HMCLocalStepBias.from_record(rec["result"])
-    return bool(rec["check"]), companions, result
+    rule = None if rec.get("rule") is None else AutoLocalSteps.from_record(rec["rule"])
+    measurement = None if rec.get("measurement") is None else Measurement.from_record(rec["measurement"])
+    anchor = tuple(int(v) for v in rec.get("anchor", (0, 0)))
+    return Restored(bool(rec["check"]), companions, result, rule, measurement, anchor)

@@ -15,9 +15,10 @@ from typing import Any, Callable, Sequence
 import torch
 
 from fedlangevin._validation import (
-    check_bool, check_choice, check_device, check_dtype, check_fits, check_init, check_int, check_local_steps,
-    check_optional_bool, check_path, check_real,
+    check_bool, check_choice, check_device, check_dtype, check_fits, check_init, check_int, check_optional_bool,
+    check_path, check_real,
 )
+from fedlangevin.fahmc import auto as hauto
 from fedlangevin.fahmc import local_bias as hcheck
 from fedlangevin.fahmc import warmup as fahmc_warmup
 from fedlangevin.fahmc.kernel import SPLITTINGS, FAHMCKernel, as_fahmc_preconditioner, assemble, checked_arguments
@@ -33,7 +34,8 @@ from fedlangevin.fald.runner.base import Runner
 from fedlangevin.fald.warmup import session as fald_session
 from fedlangevin.fald.core.schedules import AdaptedSteps
 from fedlangevin.fald.warmup.acceptance import AutoStep
-from fedlangevin.fald.warmup.local_steps import warn as warn_local_bias
+from fedlangevin.fald.warmup import local_steps as kphase
+from fedlangevin.fald.warmup.local_steps import AutoLocalSteps, Measurement
 from fedlangevin.fald.warmup.session import auto_schedule
 from fedlangevin.problems.base import FederatedProblem, check_problem, check_weights
 
@@ -66,7 +68,13 @@ class FAHMC(Runner):
         (a number given there is kept), 1.0 with a numeric step size. The momentum is refreshed by
         a = exp(-gamma h) each step. Large gamma approaches overdamped dynamics (OBABO: exactly
         FA-LD with eta = h^2 / 2 in the limit).
-    local_steps : K >= 1; temperature : tau > 0; correlation : rho in [0, 1] of the momentum
+    local_steps : K >= 1, or ``"auto"`` (or an :class:`~fedlangevin.AutoLocalSteps`: its ladder,
+        tolerance and confidence): the largest K of the ladder whose measured bias against K = 1 stays
+        within the tolerance (default 0.1 posterior sd on the worst coordinate, means and sds, at 95 %),
+        chosen in the second half of the first run's warm-up (default ``rounds // 2``; at least 300
+        rounds), where candidate groups of R chains run K local steps beside the sampler's K = 1 chains,
+        then frozen; ``trace.local_step_bias`` holds the choice and its evidence
+        (:mod:`fedlangevin.fahmc.auto`; needs chains >= 2 and one process). temperature : tau > 0; correlation : rho in [0, 1] of the momentum
         noise across clients (FA-LD's eq. 14); participation : Full (default), SchemeI(S) or
         SchemeII(S); chains : R >= 1; batch_size : minibatch size per client and step (None:
         full gradients); init : theta0, (d,) or (R, d) (default zeros; the momentum starts at 0);
@@ -124,6 +132,9 @@ class FAHMC(Runner):
     adapted: bool                      #: the warm-up has finished (M, h and gamma frozen)
     check_local_bias: bool             #: a fixed K > 1 is checked by K = 1 companions (fahmc.local_bias)
     companions: Any = None             #: their state while they run (fahmc.local_bias.HMCCompanions), or None
+    auto_local_steps: AutoLocalSteps | None = None  #: local_steps="auto"'s rule (None: a fixed K)
+    measurement: Measurement | None = None  #: "auto"'s measurement in progress (fahmc.auto), or None
+    local_bias_record = hcheck.HMCLocalStepBias  #: the class of trace.local_step_bias (its warning's words)
     _companion_kernel: Any = None      #: their kernel, built once on first use
 
     def __init__(
@@ -156,7 +167,7 @@ class FAHMC(Runner):
         self.check_local_bias = check_bool("check_local_bias", check_local_bias)
         self.transport = None if transport is None else check_conforms(transport, TRANSPORT, "transport")
         self.given_friction = None if _is_auto(friction) else check_real("friction", friction, low=0.0, low_open=True)
-        local_steps = check_local_steps(local_steps)
+        local_steps, self.auto_local_steps = kphase.as_local_steps(local_steps)
         temperature = check_real("temperature", temperature, low=0.0, low_open=True)
         self.correlation = check_real("correlation", correlation, low=0.0, high=1.0)
         self.participation = as_participation(participation)
@@ -173,6 +184,12 @@ class FAHMC(Runner):
         if self.adapt_step:
             _check_auto(local_steps, self.participation)
             schedule.symbol = "h"
+        why = hauto.refusal(self.auto_local_steps, chains, self.transport, schedule, self.adapt_step)
+        if why:
+            raise ValueError(f"local_steps='auto' cannot measure the local-step bias with {why}; give a fixed K")
+        if self.auto_local_steps is not None and not self.check_local_bias:
+            raise ValueError("check_local_bias=False turns off the check of a fixed K; local_steps='auto' measures "
+                             "the bias to choose K: give local_steps a number, or leave check_local_bias=True")
         dtype = check_dtype("dtype", dtype)
         self.noise_dtype = dtype if noise_dtype is None else check_dtype("noise_dtype", noise_dtype)
         device = check_device("device", device)
@@ -203,7 +220,8 @@ class FAHMC(Runner):
         pre = getattr(self, "preconditioner", None)
         own.update(preconditioner="none" if pre is None else repr(pre), adapt=bool(getattr(self, "adapt_matrix", False)),
                    auto_step_size=bool(getattr(self, "adapt_step", False)),
-                   check_local_bias=bool(getattr(self, "check_local_bias", False)))
+                   check_local_bias=bool(getattr(self, "check_local_bias", False)),
+                   auto_local_steps=getattr(self, "auto_local_steps", None) is not None)
         return own
 
     def _fixed_uploads(self) -> float | None:
@@ -222,28 +240,48 @@ class FAHMC(Runner):
         return {"preconditioner": self.preconditioner, "friction": self.friction}
 
     def _round_etas(self, rounds: int):
-        return fald_session.round_etas(self, rounds)
+        return fald_session.round_etas(self, rounds, kphase.round_etas(self))
+
+    def _round_bound(self) -> int:
+        return kphase.round_bound(self)
 
     def _plan_warmup(self, rounds, warmup):
-        return fald_session.default_warmup(self, rounds, warmup)
+        if self.measurement is not None:  # a run stopped in "auto"'s measurement: the next one starts afresh
+            self._apply(fahmc_warmup.Changes(measurement=None, companions=None, local_steps=self.local_steps))
+        adapting, warmup = fald_session.default_warmup(self, rounds, kphase.default_warmup(self, rounds, warmup))
+        return adapting or kphase.due(self), warmup
 
     def _begin_warmup(self, warmup: int) -> float:
-        self.adapter, changes = fahmc_warmup.init(self, warmup)
-        return self._apply(changes)
+        """The run's warm-up: "auto"'s measurement (where due) takes its second half, the adaptation of
+        M, h and gamma (where due) the rest."""
+        rounds, measured = (kphase.init(self, warmup, fahmc_warmup.Changes) if kphase.due(self)
+                            else (warmup, fahmc_warmup.Changes()))
+        sent = 0.0
+        if (self.adapt_step or self.adapt_matrix) and not self.adapted:
+            self.adapter, changes = fahmc_warmup.init(self, rounds)
+            sent = self._apply(changes)
+        self._apply(measured)
+        return sent
 
     def _observing(self) -> bool:
-        return self.adapter is not None or self.companions is not None
+        return self.adapter is not None or self.companions is not None or self.measurement is not None
 
     def _observe(self, run, theta: torch.Tensor, info=None, arguments=None) -> None:
         if self.companions is not None:  # a round beside the sampler's (h, M and gamma frozen)
             if self._companion_kernel is None:
                 self._companion_kernel = hcheck.build(self)
-            self._apply(hcheck.update(self.companions, self._companion_kernel, theta, self.preconditioner,
-                                            self.friction, self.participation.uploads, self.problem.num_clients), run)
+            common = (self.preconditioner, self.friction, self.participation.uploads, self.problem.num_clients)
+            if self.companions.rule is None:  # a fixed K's check
+                self._apply(hcheck.update(self.companions, self._companion_kernel, theta, *common), run)
+            else:  # "auto"'s candidates
+                self._apply(hauto.update(self.companions, self._companion_kernel, theta, self.state.momentum,
+                                         *common), run)
         if self.adapter is not None:
             self._apply(fahmc_warmup.update(self.adapter, theta, self.state.momentum, self.preconditioner), run)
             if hcheck.due(self):  # the warm-up ended here: the companions start at its last (theta, v)
                 self._apply(hcheck.start(self), run)
+        if self.measurement is not None:  # "auto": its candidates start, or it decides, here
+            self._apply(hauto.measure(self.measurement, self), run)
 
     def _before_rounds(self) -> None:
         if hcheck.due(self):  # nothing adapts: the companions start with the first round
@@ -251,7 +289,7 @@ class FAHMC(Runner):
 
     def _end_run(self, run) -> None:
         """The companions' verdict (and its warning) from everything kept so far."""
-        if self.companions is not None:
+        if self.companions is not None and self.companions.rule is None:
             self._apply(fahmc_warmup.Changes(local_bias=hcheck.verdict(self.companions)))
 
     def _record(self) -> dict:
@@ -289,9 +327,13 @@ class FAHMC(Runner):
             self.adapter, self.adapted = None, True
         if changes.companions is not fahmc_warmup.KEEP:
             self.companions = changes.companions
+        if changes.measurement is not fahmc_warmup.KEEP:
+            self.measurement = changes.measurement
+        if changes.local_steps is not None:  # every round from here runs K: the trace's steps count from here
+            self.local_steps, self.anchor = int(changes.local_steps), (int(self.state.round), int(self.state.step))
         if changes.local_bias is not None:
-            self.local_step_bias = changes.local_bias
-            warn_local_bias(changes.local_bias, self.problem.parameter_names())
+            self.local_step_bias = dataclasses.replace(changes.local_bias, round=int(self.state.round))
+            kphase.warn(changes.local_bias, self.problem.parameter_names())
         return sent
 
     # -- resuming -----------------------------------------------------------------------------------
@@ -358,8 +400,10 @@ class FAHMC(Runner):
             Runner.__init__(sampler, kernel, problem, schedule, **kwargs)
             sampler.adapter = adapter
             with rs.reading(used, values=True):
-                _, sampler.companions, sampler.local_step_bias = hcheck.restore(stored_check, sampler.device,
-                                                                                 sampler.dtype)
+                restored = hcheck.restore(stored_check, sampler.device, sampler.dtype)
+            sampler.companions, sampler.local_step_bias = restored.companions, restored.result
+            sampler.auto_local_steps, sampler.measurement, sampler.anchor = (restored.rule, restored.measurement,
+                                                                             restored.anchor)
             return sampler
 
         return rs.resume_runner(shell, path, kernel, problem=problem, step_size=step_size, device=device,

@@ -136,9 +136,11 @@ class Changes(NamedTuple):
     are); momentum : (R, d) their velocities then (phase 2; None: as they are); floats_down,
     floats_up : set-up floats sent down / up not yet counted (per chain: the warm-up's statistics,
     the local-step check's companions); finished : the warm-up has ended (M, h and gamma frozen);
-    companions : the local-step check's companion chains' new state
-    (:mod:`~fedlangevin.fahmc.local_bias`; :data:`KEEP`: unchanged, None: ended); local_bias : its
-    record for ``trace.local_step_bias`` (None: none new; warned where it says so)."""
+    companions : the local-step check's companion chains' or ``local_steps="auto"``'s candidates' new
+    state (:mod:`~fedlangevin.fahmc.local_bias`, :mod:`~fedlangevin.fahmc.auto`; :data:`KEEP`: unchanged,
+    None: ended); local_bias : its record for ``trace.local_step_bias`` (None: none new; warned where it
+    says so); measurement : ``"auto"``'s phase (:class:`~fedlangevin.fald.warmup.local_steps.Measurement`;
+    KEEP: unchanged, None: ended); local_steps : K from the next round on (None: unchanged)."""
 
     preconditioner: Any = KEEP
     step_size: float | None = None
@@ -150,6 +152,8 @@ class Changes(NamedTuple):
     finished: bool = False
     companions: Any = KEEP
     local_bias: Any = None
+    measurement: Any = KEEP
+    local_steps: int | None = None
 
 
 class HMCAdapter:

@@ -203,6 +203,8 @@ class FALD(Runner):
     adapt_matrix = property(lambda self: self.config.adapt_matrix, doc="M adapted in the first run's warm-up")
     correction = property(lambda self: self.config.correction, doc="the drift correction's settings (None: none)")
     privacy = property(lambda self: self.config.privacy, doc="RecordLevel / ClientLevel, None: not private")
+    auto_local_steps = property(lambda self: self.config.auto_local_steps,
+                                doc='local_steps="auto"\'s AutoLocalSteps (None: a fixed K)')
 
     def _build(self, upload):
         if self.streams == "per_client":

@@ -150,7 +150,7 @@ def choice(phase: Companions) -> Changes:
     notes += [f"K = {phase.local_steps[g]} kept only {phase.kept[g + 1]} rounds (< {MIN_KEPT})"
               for g in candidates if g not in groups and status[g] != "diverged"]
     notes += [f"K = {phase.local_steps[g]} without twins (K eta lambda_max(M H) > {STABLE:g})"
-              for g in candidates if not phase.twinned(g)]
+              for g in candidates if not phase.twinned(g) and phase.reach is not None]
     if phase.pending:
         notes.append(f"K = {list(phase.pending)} not started (no room for a burn-in and {MIN_KEPT} kept rounds)")
     note = "; ".join(notes)
@@ -168,20 +168,24 @@ def choice(phase: Companions) -> Changes:
         decay=phase.decay, stability=phase.stability, rounds=phase.done, companions=True))
 
 
-def measure(phase: Measurement, sampler) -> Changes:
+def measure(phase: Measurement, sampler, begin=None, convert=None) -> Changes:
     """After a round of "auto"'s measurement ``phase`` (``sampler``'s companions, if any, have seen
     it): the phase's new state; at the warm-up's first half's end the companions' start
     (:func:`start`, M and eta_1 frozen); at the measurement's end, or once no group is left to run,
-    the K of the rounds ahead and the record (:func:`choice`). Reads the sampler only."""
+    the K of the rounds ahead and the record (:func:`choice`). Reads the sampler only. FA-HMC's
+    measurement (:mod:`fedlangevin.fahmc.auto`) passes its own ``begin`` (``start``'s place, same
+    arguments) and ``convert`` (FA-LD's :class:`~fedlangevin.fald.warmup.session.Changes` into its own)."""
+    begin = start if begin is None else begin
+    convert = (lambda changes: changes) if convert is None else convert
     phase = replace(phase, done=phase.done + 1)
     if phase.phase == "wait":
         if phase.done < phase.wait:
-            return Changes(measurement=phase)
-        begun = start(sampler, phase.rule, phase.budget)
+            return convert(Changes(measurement=phase))
+        begun = begin(sampler, phase.rule, phase.budget)
         return begun if begun.local_bias is not None else begun._replace(measurement=replace(phase, phase="measure"))
     group = sampler.companions
     if group is None:  # ended (the record is there)
-        return Changes(measurement=None)
+        return convert(Changes(measurement=None))
     if phase.done >= phase.wait + phase.budget or idle(group):
-        return choice(group)
-    return Changes(measurement=phase)
+        return convert(choice(group))
+    return convert(Changes(measurement=phase))

@@ -42,7 +42,7 @@ import os
 import sys
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -131,13 +131,13 @@ def eligible(config) -> str:
 def due(sampler) -> bool:
     """Whether ``sampler``'s next run measures in warm-up: ``"auto"`` until it has chosen (a fixed
     K is checked by companions: :func:`fedlangevin.fald.warmup.companions.due`)."""
-    return sampler.config.auto_local_steps is not None and sampler.local_step_bias is None
+    return sampler.auto_local_steps is not None and sampler.local_step_bias is None
 
 
 def default_warmup(sampler, rounds, warmup):
     """A run's warm-up where ``"auto"`` has still to choose and none is given: ``rounds // 2``, as an
     adaptive warm-up's (a fixed K keeps the warm-up it has: none is added)."""
-    if (warmup is None and sampler.config.auto_local_steps is not None and sampler.local_step_bias is None
+    if (warmup is None and sampler.auto_local_steps is not None and sampler.local_step_bias is None
             and isinstance(rounds, int) and not isinstance(rounds, bool) and rounds >= 2):
         return rounds // 2
     return warmup
@@ -146,7 +146,7 @@ def default_warmup(sampler, rounds, warmup):
 def round_bound(sampler) -> int:
     """The most local steps a round of ``sampler`` may take from now on (its schedule is checked
     that far): the ladder's largest K while ``"auto"`` has not chosen, else K."""
-    rule = sampler.config.auto_local_steps
+    rule = sampler.auto_local_steps
     return rule.ladder[-1] if rule is not None and sampler.local_step_bias is None else sampler.local_steps
 
 
@@ -185,6 +185,8 @@ class LocalStepBias:
     companions: bool = False
     round: int | None = None
     extrapolated: bool = False
+    #: "auto" with a stability above this did not try K > 1 (its answer K = 1 is not a failure)
+    stable_limit: ClassVar[float] = STABLE
 
     @property
     def worst(self) -> float | None:
@@ -229,7 +231,7 @@ class LocalStepBias:
         """The ``UserWarning``'s text, or None: a fixed K biased beyond the tolerance on evidence, or
         ``"auto"`` that could not measure. ``names``: the coordinates' names."""
         if self.auto:
-            if self.measured or self.stability is not None and not self.stability <= STABLE:
+            if self.measured or self.stability is not None and not self.stability <= self.stable_limit:
                 return None  # measured, or K > 1 not stable: K = 1 is the answer, not a failure
             return (f"local_steps='auto': the local-step bias was not measured ({self.note}); the run goes on with "
                     "K = 1. A longer warm-up (run(rounds, warmup=...)) or more chains let it measure")
@@ -255,9 +257,9 @@ class LocalStepBias:
                 f"check (and its companion chains: {cost}) off")
 
 
-def _not_measured(rule: AutoLocalSteps | None, k: int, note: str, **more) -> LocalStepBias:
+def _not_measured(rule: AutoLocalSteps | None, k: int, note: str, record: type = None, **more) -> LocalStepBias:
     tolerance, confidence = (TOLERANCE, CONFIDENCE) if rule is None else (rule.tolerance, rule.confidence)
-    return LocalStepBias(rule is not None, k, False, note, tolerance, confidence, **more)
+    return (record or LocalStepBias)(rule is not None, k, False, note, tolerance, confidence, **more)
 
 
 # -- the phase -----------------------------------------------------------------------------------
@@ -288,19 +290,23 @@ class Measurement:
                    int(rec["wait"]), int(rec["budget"]), int(rec["done"]), str(rec["phase"]))
 
 
-def init(sampler, warmup: int) -> tuple[int, Changes]:
+def init(sampler, warmup: int, make: type = Changes) -> tuple[int, Any]:
     """Plan the measurement of ``sampler``'s run with a warm-up of ``warmup`` rounds: (the rounds
     left to an adaptive warm-up, the changes: the phase started, or where it cannot be, the record
-    saying why and the K the run goes on with). Only where :func:`due`."""
-    config = sampler.config
-    rule, k = config.auto_local_steps, sampler.local_steps
+    saying why and the K the run goes on with). Only where :func:`due`. ``make``: the sampler's
+    changes record (FA-LD's :class:`~fedlangevin.fald.warmup.session.Changes`, FA-HMC's
+    :class:`~fedlangevin.fahmc.warmup.Changes`: both have ``local_steps``, ``local_bias`` and
+    ``measurement``); FA-HMC's record is its :class:`~fedlangevin.fahmc.local_bias.HMCLocalStepBias`
+    (``sampler.local_bias_record``, default :class:`LocalStepBias`)."""
+    rule, k = sampler.auto_local_steps, sampler.local_steps
     measuring = warmup // 2
     if measuring < MIN_ROUNDS:
         note = (f"a warm-up of {warmup} rounds is too short: the measurement takes its second half, at least "
                 f"{MIN_ROUNDS} rounds (a warm-up of {2 * MIN_ROUNDS} or more)")
-        return warmup, Changes(local_steps=k, local_bias=_not_measured(rule, k, note))
+        record = getattr(sampler, "local_bias_record", LocalStepBias)
+        return warmup, make(local_steps=k, local_bias=_not_measured(rule, k, note, record=record))
     wait = warmup - measuring
-    return wait, Changes(measurement=Measurement(rule, k, wait, measuring))
+    return wait, make(measurement=Measurement(rule, k, wait, measuring))
 
 
 def round_etas(sampler):
@@ -337,7 +343,7 @@ def _user_level() -> int:
 def record(sampler) -> dict:
     """The local-step entries of ``sampler``'s checkpoint: the rule, the check, the K now, the
     (round, step) since which every round ran it, the measurement in progress and the record."""
-    rule = sampler.config.auto_local_steps
+    rule = sampler.auto_local_steps
     return {"rule": None if rule is None else rule.record(), "check": sampler.config.check_local_bias,
             "local_steps": sampler.local_steps, "anchor": list(sampler.anchor),
             "measurement": None if sampler.measurement is None else sampler.measurement.record(),
