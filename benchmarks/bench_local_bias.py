@@ -11,10 +11,12 @@ and whether it passes the acceptance. ``--auto`` adds a row of local_steps="auto
 and one of K = 1 with the same seed; every row gives the min bulk ESS (the model's coordinates)
 per sampling round (rounds - warm-up; the warm-up is rounds // 2 in every row), so the rounds
 "auto" saves are ESS-per-round ratios against the K = 1 row. ``--no-fixed`` leaves out the fixed
-K's row.
+K's row. ``--sampler fahmc`` runs FAHMC(problem, local_steps=..., chains=R) with its defaults instead
+(step_size="auto": M, h and gamma adapted at K = 1; from zeros, FA-HMC has no init="map"; a fixed K
+> 1 refuses step_size="auto", so use it with ``--auto --no-fixed``).
 
     python benchmarks/bench_local_bias.py [--rounds 2000] [--chains 32] [--local-steps 10] [--auto]
-        [--no-fixed] [--names diamonds-diamonds ...] [--figure docs/img/local_bias_check.png]
+        [--no-fixed] [--sampler fahmc] [--names diamonds-diamonds ...] [--figure docs/img/local_bias_check.png]
 """
 
 from __future__ import annotations
@@ -34,12 +36,15 @@ from fedlangevin.experiments.posteriordb import POSTERIORS, compare, load  # noq
 from fedlangevin.fald.warmup.local_bias import margins  # noqa: E402
 
 
-def row(post, local_steps, rounds: int, chains: int, seed: int) -> tuple[str, dict | None]:
+def row(post, local_steps, rounds: int, chains: int, seed: int, hmc: bool = False) -> tuple[str, dict | None]:
     """The table's row, and for a measured fixed K the figure's point (None otherwise)."""
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        sampler = fl.FALD(post.problem, local_steps=local_steps, chains=chains, seed=seed, init="map")
+        if hmc:
+            sampler = fl.FAHMC(post.problem, local_steps=local_steps, chains=chains, seed=seed)
+        else:
+            sampler = fl.FALD(post.problem, local_steps=local_steps, chains=chains, seed=seed, init="map")
         trace = sampler.run(rounds, progress=False)
     seconds = time.perf_counter() - start
     warned = any("local-step bias" in str(w.message) for w in caught)
@@ -107,6 +112,7 @@ def main() -> None:
     parser.add_argument("--auto", action="store_true", help="also rows of local_steps='auto' and K = 1")
     parser.add_argument("--no-fixed", action="store_true", help="no row of the fixed --local-steps")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sampler", choices=("fald", "fahmc"), default="fald")
     parser.add_argument("--names", nargs="*", default=list(POSTERIORS))
     parser.add_argument("--figure", help="write the fixed K's measured-vs-true figure here (a .png)")
     args = parser.parse_args()
@@ -117,7 +123,7 @@ def main() -> None:
     for name in args.names:
         post = load(name)
         for k in ([] if args.no_fixed else [args.local_steps]) + (["auto", 1] if args.auto else []):
-            text, point = row(post, k, args.rounds, args.chains, args.seed)
+            text, point = row(post, k, args.rounds, args.chains, args.seed, hmc=args.sampler == "fahmc")
             print(text, flush=True)
             points += [point] if point is not None and k == args.local_steps else []
     if args.figure and points:

@@ -15,7 +15,6 @@ import torch
 import fedlangevin as fl
 from fedlangevin.fahmc import local_bias as hcheck
 from fedlangevin.fahmc.exact import stationary_moments
-from fedlangevin.fald.warmup import companions
 from fedlangevin.fald.warmup.curvature import curvature_at
 from fedlangevin.fald.warmup.local_bias import exceeds
 from fedlangevin.problems import QuadraticProblem
