@@ -32,7 +32,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fedlangevin as fl  # noqa: E402
-from fedlangevin.experiments.posteriordb import POSTERIORS, compare, load  # noqa: E402
+from fedlangevin.experiments.posteriordb import compare  # noqa: E402
+from fedlangevin.experiments.rounds import available, load_posterior  # noqa: E402
 from fedlangevin.fald.warmup.local_bias import margins  # noqa: E402
 
 
@@ -113,7 +114,8 @@ def main() -> None:
     parser.add_argument("--no-fixed", action="store_true", help="no row of the fixed --local-steps")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sampler", choices=("fald", "fahmc"), default="fald")
-    parser.add_argument("--names", nargs="*", default=list(POSTERIORS))
+    parser.add_argument("--names", nargs="*", default=available(),
+                        help="posteriordb names and breast_cancer-logistic (default: all twelve)")
     parser.add_argument("--figure", help="write the fixed K's measured-vs-true figure here (a .png)")
     args = parser.parse_args()
     print("| posterior | K asked | K run | measured worst bias [95 % bounds] | warned | max mean err / sd "
@@ -121,7 +123,7 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     points = []
     for name in args.names:
-        post = load(name)
+        post = load_posterior(name)
         for k in ([] if args.no_fixed else [args.local_steps]) + (["auto", 1] if args.auto else []):
             text, point = row(post, k, args.rounds, args.chains, args.seed, hmc=args.sampler == "fahmc")
             print(text, flush=True)
