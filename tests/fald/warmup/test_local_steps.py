@@ -18,6 +18,8 @@ from fedlangevin.fald.warmup import local_bias as lb
 from fedlangevin.fald.warmup import local_steps as ls
 from fedlangevin.problems import QuadraticProblem
 
+from tests.stops import finishes_as, measures_afresh_after_a_stop
+
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 ETA = 0.15
@@ -288,36 +290,14 @@ def test_a_checkpoint_in_the_measurement_resumes_bit_for_bit(tmp_path):
     assert resumed.unfinished["done"] == 250 and resumed.measurement is not None
     assert resumed.measurement.phase == "measure" and resumed.local_step_bias is None
     assert resumed.companions is not None and resumed.companions.done == 50
-    trace = resumed.run()
-    assert torch.equal(trace.samples, reference.samples)
-    np.testing.assert_array_equal(trace.draw_steps, reference.draw_steps)
-    assert trace.local_step_bias == reference.local_step_bias and trace.local_step_bias.measured
-    assert resumed.local_steps == whole.local_steps and resumed.anchor == whole.anchor
-    assert dict(resumed.ledger) == dict(whole.ledger)
+    finishes_as(resumed, whole, reference)
 
 
 def test_a_run_stopped_in_the_measurement_leaves_the_next_run_a_fresh_one():
     """A run interrupted mid-measurement (Ctrl-C): the next run drops the stale phase, counts its steps
     from where it starts and measures again in its own warm-up."""
     sampler = fl.FALD(_equal(), step_size=ETA, local_steps=fl.AutoLocalSteps(LADDER), chains=16, seed=0)
-    calls = [0]
-    observe = sampler._observe
-
-    def stop(run, theta, *args):
-        calls[0] += 1
-        if calls[0] == 250:
-            raise KeyboardInterrupt
-        observe(run, theta, *args)
-
-    sampler._observe = stop
-    with pytest.raises(KeyboardInterrupt):
-        sampler.run(400, warmup=350, progress=False)
-    assert sampler.measurement is not None and sampler.companions is not None
-    del sampler._observe
-    trace = sampler.run(400, warmup=350, progress=False)
-    assert trace.local_step_bias.measured and sampler.measurement is None
-    assert trace.draw_steps[-1] == sampler.state.step
-    assert np.diff(trace.draw_steps).tolist() == [sampler.local_steps] * 49
+    measures_afresh_after_a_stop(sampler)
 
 
 def test_bad_values_are_refused_by_name_before_any_work():
