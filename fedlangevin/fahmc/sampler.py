@@ -60,7 +60,7 @@ class FAHMC(Runner):
     problem : a :class:`~fedlangevin.problems.FederatedProblem`.
     step_size : ``"auto"`` (default) or an :class:`~fedlangevin.AutoStep` (its ``target_accept``):
         M, h and the friction adapted in the first run's warm-up (default ``rounds // 2``) from the
-        start, then frozen (:mod:`fedlangevin.fahmc.warmup`; needs ``local_steps=1`` and full
+        start, then frozen (:mod:`fedlangevin.fahmc.warmup`; needs ``local_steps`` 1 or ``"auto"`` and full
         participation); or h > 0, a sequence (one value per local step) or a callable k -> h_k (as
         FALD's numeric step sizes): stable for h < 2 / sqrt(lambda_max(M H)) (H: the clients'
         Hessians); with M the posterior covariance, h = 0.5 is a good start.
@@ -74,8 +74,9 @@ class FAHMC(Runner):
         chosen in the second half of the first run's warm-up (default ``rounds // 2``; at least 300
         rounds), where candidate groups of R chains run K local steps beside the sampler's K = 1 chains,
         then frozen; ``trace.local_step_bias`` holds the choice and its evidence
-        (:mod:`fedlangevin.fahmc.auto`; needs chains >= 2 and one process). temperature : tau > 0; correlation : rho in [0, 1] of the momentum
-        noise across clients (FA-LD's eq. 14); participation : Full (default), SchemeI(S) or
+        (:mod:`fedlangevin.fahmc.auto`; needs chains >= 2 and one process).
+    temperature : tau > 0; correlation : rho in [0, 1] of the momentum noise across clients (FA-LD's
+        eq. 14); participation : Full (default), SchemeI(S) or
         SchemeII(S); chains : R >= 1; batch_size : minibatch size per client and step (None:
         full gradients); init : theta0, (d,) or (R, d) (default zeros; the momentum starts at 0);
         device, dtype, seed, noise_dtype : as FALD's.
@@ -441,7 +442,8 @@ def _check_auto(local_steps: int, participation: Participation) -> None:
                          f"participation={participation!r}): its statistic, the energy error of a round's integrator "
                          "step read off the clients' energies, measures one centralised step, which a round is only "
                          "then; give a numeric step_size (and a preconditioner, e.g. from an FA-HMC or FA-LD run with "
-                         "local_steps=1) for K > 1 or random participation")
+                         "local_steps=1) for K > 1 or random participation, or local_steps='auto' (adapted at K = 1, "
+                         "then K chosen)")
 
 
 def _refuse_unbuilt(step_size: Any, init: Any, correction: Any, privacy: Any) -> None:
