@@ -48,7 +48,8 @@ def row(post, local_steps, rounds: int, chains: int, seed: int, hmc: bool = Fals
             sampler = fl.FALD(post.problem, local_steps=local_steps, chains=chains, seed=seed, init="map")
         trace = sampler.run(rounds, progress=False)
     seconds = time.perf_counter() - start
-    warned = any("local-step bias" in str(w.message) for w in caught)
+    warned = any("local-step bias" in str(w.message) or "no more than one K = 1 round" in str(w.message)
+                 for w in caught)
     truth = compare(post, np.asarray(trace.numpy()), seconds, local_steps=sampler.local_steps, rounds=rounds)
     bias, point = trace.local_step_bias, None
     if bias is None or not bias.measured:
@@ -66,6 +67,9 @@ def row(post, local_steps, rounds: int, chains: int, seed: int, hmc: bool = Fals
             parts.append(f"K={est.local_steps}: {worst:.3f} [{low:.3f}, {high:.3f}]{sd}")
             point = dict(worst=worst, low=low, high=high) if mean_only else None
         measured = "; ".join(parts)
+    if bias is not None and getattr(bias, "one_step", None) is not None:  # a fixed K: K = 1's reach per round
+        measured += (f"; K eta {bias.local_steps * bias.step_size:.3g} vs K = 1's eta "
+                     f"{'< K eta' if bias.one_step == 0 else f'{bias.one_step:.3g}'}")
     name = post.name.split("-")[0]
     k = "auto" if isinstance(local_steps, str) else local_steps
     per_round = truth.min_ess_bulk / (rounds - rounds // 2)

@@ -59,6 +59,7 @@ from fedlangevin.fald.core.engine import assemble
 from fedlangevin.fald.core.kernel import FALDState
 from fedlangevin.fald.core.noise import NoiseTally
 from fedlangevin.fald.core.schedules import step_sizes
+from fedlangevin.fald.warmup.acceptance import resolve_target
 from fedlangevin.fald.warmup.curvature import curvature_at
 from fedlangevin.fald.warmup.extrapolation import extrapolated
 from fedlangevin.fald.warmup.local_bias import (
@@ -67,6 +68,7 @@ from fedlangevin.fald.warmup.local_bias import (
 from fedlangevin.fald.warmup.local_steps import (
     CONFIDENCE, STABLE, TOLERANCE, AutoLocalSteps, LocalStepBias, eligible,
 )
+from fedlangevin.fald.warmup.reach import CEILING, one_step_eta
 from fedlangevin.fald.warmup.session import Changes
 
 __all__ = ["CANDIDATE", "HALVES", "LOOK", "MIN_KEPT", "PILOT", "WHOLE", "Companions", "build", "due",
@@ -103,7 +105,9 @@ class Companions:
     K = 1 step of K eta) or :data:`HALVES` (two of K eta / 2), a twin coupled to the candidate
     before it or (a fixed K) to the sampler's chains (None: every group a candidate, "auto", or
     WHOLE, a fixed K: checkpoints before the twins); reach : "auto"'s eta lambda_max(M H) (a
-    candidate K gets twins where K reach <= STABLE)."""
+    candidate K gets twins where K reach <= STABLE); one_step : a fixed K's comparison of time per
+    round, the step K = 1's acceptance rule takes at the iterates the check started from
+    (:mod:`~fedlangevin.fald.warmup.reach`; None: not computed)."""
 
     local_steps: tuple[int, ...]
     step_size: float
@@ -125,6 +129,7 @@ class Companions:
     kept: tuple[int, ...] = (0, 0)
     roles: tuple[int, ...] | None = None
     reach: float | None = None
+    one_step: float | None = None
 
     def record(self) -> dict:
         opt = lambda t: None if t is None else t.detach().cpu().clone()  # noqa: E731
@@ -134,7 +139,8 @@ class Companions:
                 "budget": self.budget, "started": list(self.started), "status": list(self.status),
                 "done": self.done, "pilot": opt(self.pilot), "decay": self.decay, "burn_in": self.burn_in,
                 "shift": opt(self.shift), "sums": opt(self.sums), "squares": opt(self.squares),
-                "kept": list(self.kept), "roles": None if self.roles is None else list(self.roles), "reach": self.reach}
+                "kept": list(self.kept), "roles": None if self.roles is None else list(self.roles), "reach": self.reach,
+                "one_step": self.one_step}
 
     @classmethod
     def from_record(cls, rec: dict, device, dtype) -> "Companions":
@@ -148,7 +154,7 @@ class Companions:
                    ints(rec["started"]), tuple(str(s) for s in rec["status"]), int(rec["done"]), f64(rec["pilot"]),
                    opt(rec["decay"], float), opt(rec["burn_in"], int), f64(rec["shift"]), f64(rec["sums"]),
                    f64(rec["squares"]), ints(rec["kept"]),
-                   opt(rec.get("roles"), ints), opt(rec.get("reach"), float))
+                   opt(rec.get("roles"), ints), opt(rec.get("reach"), float), opt(rec.get("one_step"), float))
 
     def role(self, g: int) -> int:
         """Group ``g``'s :data:`CANDIDATE`, :data:`WHOLE` or :data:`HALVES` (the fields' roles)."""
@@ -216,11 +222,25 @@ def frozen_eta(sampler) -> float:
     return float(step_sizes(sampler.schedule, sampler.state.step, 1)[0])
 
 
+def _one_step(sampler, theta: torch.Tensor, k: int, eta: float) -> tuple[float | None, float]:
+    """(K = 1's acceptance-rule step at the iterates ``theta``, searched in [K eta, CEILING K eta]; the
+    floats per chain the clients sent for it): only with ``step_size="auto"`` (whose K > 1 warm-up set eta
+    by the clients' curvature) and an energy; else (None, 0)."""
+    if not sampler.adapt_step:
+        return None, 0.0
+    target = resolve_target(sampler.step_rule.target_accept, sampler.problem.dim)
+    one, evaluations = one_step_eta(sampler._kernel_problem, theta, sampler.preconditioner, target,
+                                    sampler.temperature, seed_of(sampler.seed) + 9, k * eta, CEILING * k * eta)
+    return one, float(evaluations * sampler.problem.num_clients * (sampler.problem.dim + 1))
+
+
 def start(sampler) -> Changes:
     """Start a fixed K's companions at the sampler's iterates (M and eta frozen): the phase, or where
-    K eta is not a stable K = 1 step, the record saying so."""
+    K eta is not a stable K = 1 step, the record saying so. Both carry the step K = 1's acceptance
+    rule would take there (:func:`~fedlangevin.fald.warmup.reach.one_step_eta`, ``step_size="auto"``)."""
     k, eta = sampler.local_steps, frozen_eta(sampler)
     theta = sampler.state.theta.detach()
+    one, read = _one_step(sampler, theta, k, eta)
     try:
         s = k * eta * curvature_at(sampler._kernel_problem, theta, sampler.preconditioner, seed_of(sampler.seed) + 1,
                                    per_client=False)
@@ -229,13 +249,14 @@ def start(sampler) -> Changes:
     if not s <= STABLE:
         note = (f"K eta lambda_max(M H) = {s:.3g} > {STABLE:g}: one step of K eta = {k * eta:.3g}, the companions' "
                 "K = 1 reference at the same Langevin time per round, is not a stable step; no companion ran")
-        return Changes(local_bias=LocalStepBias(False, k, False, note, TOLERANCE, CONFIDENCE, stability=s))
+        return Changes(floats_up=read, local_bias=LocalStepBias(False, k, False, note, TOLERANCE, CONFIDENCE,
+                                                                stability=s, step_size=eta, one_step=one))
     own = torch.Generator(device=sampler.device).manual_seed(seed_of(sampler.seed))
     # one step of K eta and two of K eta / 2, both coupled to the sampler's round noise: a measurable
     # sampler (local_steps.eligible) runs in one process with one stream, which draws every client's normals
     return Changes(companions=Companions((k, k), eta, s, theta.clone()[None].repeat(2, 1, 1), own.get_state(),
                                          started=(0, 0), status=("running", "running"), kept=(0, 0, 0),
-                                         roles=(WHOLE, HALVES)))
+                                         roles=(WHOLE, HALVES), one_step=one), floats_up=read)
 
 
 def ended(phase: Companions, note: str) -> Changes:
@@ -246,7 +267,7 @@ def ended(phase: Companions, note: str) -> Changes:
             stability=phase.stability, rounds=phase.done, companions=True))
     return Changes(companions=None, local_bias=LocalStepBias(
         False, phase.local_steps[0], False, note, TOLERANCE, CONFIDENCE, decay=phase.decay,
-        stability=phase.stability, rounds=phase.done))
+        stability=phase.stability, rounds=phase.done, step_size=phase.step_size, one_step=phase.one_step))
 
 
 def stop(phase: Companions, g: int, why: str) -> Companions:
@@ -359,7 +380,8 @@ def verdict(phase: Companions, *, sd: bool = False, reference: str | None = None
             f"the extrapolation to step 0 (2 m(h/2) - m(h)) of K = 1 companion chains at one step of K eta = h = "
             f"{k * phase.step_size:.4g} and at two of h/2, coupled to the sampler's rounds (noise, participation)")
     reference = reference or f"K = 1 companion chains at one step of K eta = {k * phase.step_size:.4g}"
-    common = dict(decay=phase.decay, stability=phase.stability, rounds=phase.done, companions=True)
+    common = dict(decay=phase.decay, stability=phase.stability, rounds=phase.done, companions=True,
+                  step_size=phase.step_size, one_step=phase.one_step)
     kept = phase.kept[0]
     if kept < MIN_KEPT:
         burn = f"burn-in {phase.burn_in}" if phase.burn_in is not None else f"a pilot of {PILOT} rounds"

@@ -52,6 +52,7 @@ from fedlangevin.fald.warmup.curvature import curvature_at
 from fedlangevin.fald.warmup.local_bias import (
     DEFAULT_LADDER, BiasEstimate, BiasPlan, LocalStepsChoice, check_ladder, margins,
 )
+from fedlangevin.fald.warmup.reach import CEILING
 from fedlangevin.fald.warmup.session import Changes
 
 __all__ = ["MIN_ROUNDS", "STABLE", "AutoLocalSteps", "LocalStepBias", "Measurement", "as_local_steps",
@@ -167,7 +168,11 @@ class LocalStepBias:
     the mean shifts only: :mod:`~fedlangevin.fald.warmup.companions`); round : the sampler's round
     when the record was made (the accountant refuses the runs whose rounds ran companions);
     extrapolated : a fixed K measured against the posterior's means, extrapolated to step 0 from two
-    coupled K = 1 companion groups (:mod:`~fedlangevin.fald.warmup.extrapolation`)."""
+    coupled K = 1 companion groups (:mod:`~fedlangevin.fald.warmup.extrapolation`); step_size : a
+    fixed K's eta; one_step : the step K = 1's acceptance rule takes at the chains' iterates (at least
+    K eta where it is K eta or more; 0.0 below; None: not computed, :mod:`~fedlangevin.fald.warmup.reach`):
+    where it is K eta or more, a round of K local steps moves no further than one K = 1 round
+    (:attr:`slower`, warned)."""
 
     auto: bool
     local_steps: int
@@ -185,8 +190,17 @@ class LocalStepBias:
     companions: bool = False
     round: int | None = None
     extrapolated: bool = False
+    step_size: float | None = None
+    one_step: float | None = None
     #: "auto" with a stability above this did not try K > 1 (its answer K = 1 is not a failure)
     stable_limit: ClassVar[float] = STABLE
+
+    @property
+    def slower(self) -> bool:
+        """A fixed K whose round moves no more Langevin time (K eta) than one K = 1 step of the acceptance
+        rule's eta would: K > 1 costs rounds here."""
+        return (not self.auto and self.one_step is not None and self.step_size is not None
+                and self.one_step >= self.local_steps * self.step_size)
 
     @property
     def worst(self) -> float | None:
@@ -201,7 +215,8 @@ class LocalStepBias:
                 "choice": None if self.choice is None else self.choice.record(), "exceeds": self.exceeds,
                 "decay": self.decay, "stability": self.stability,
                 "plan": None if self.plan is None else self.plan.record(), "rounds": self.rounds,
-                "companions": self.companions, "round": self.round, "extrapolated": self.extrapolated}
+                "companions": self.companions, "round": self.round, "extrapolated": self.extrapolated,
+                "step_size": self.step_size, "one_step": self.one_step}
 
     @classmethod
     def from_record(cls, rec: dict) -> "LocalStepBias":
@@ -213,7 +228,7 @@ class LocalStepBias:
                    bool(rec["exceeds"]), opt(rec["decay"]), opt(rec["stability"]),
                    None if rec["plan"] is None else BiasPlan.from_record(rec["plan"]), int(rec["rounds"]),
                    bool(rec.get("companions", False)), None if rec.get("round") is None else int(rec["round"]),
-                   bool(rec.get("extrapolated", False)))
+                   bool(rec.get("extrapolated", False)), opt(rec.get("step_size")), opt(rec.get("one_step")))
 
     def summary(self) -> str:
         """One line per K measured: worst point estimate, verdict."""
@@ -235,8 +250,9 @@ class LocalStepBias:
                 return None  # measured, or K > 1 not stable: K = 1 is the answer, not a failure
             return (f"local_steps='auto': the local-step bias was not measured ({self.note}); the run goes on with "
                     "K = 1. A longer warm-up (run(rounds, warmup=...)) or more chains let it measure")
+        slow = self._slower_text()
         if not self.exceeds:
-            return None
+            return slow
         (est,) = self.estimates
         kind, i, dev, margin = max(margins(est, self.confidence, sd=not self.companions), key=lambda m: m[2] - m[3])
         name = names[i] if names is not None and i < len(names) else f"theta[{i}]"
@@ -254,7 +270,20 @@ class LocalStepBias:
                 "measured in warm-up), or the corrected recipe correction='control_variates', correlation=1.0 (no "
                 "privacy: rho = 1 shares one noise vector between the clients and the control variates release "
                 "noiseless gradients). The evidence is trace.local_step_bias; check_local_bias=False turns the "
-                f"check (and its companion chains: {cost}) off")
+                f"check (and its companion chains: {cost}) off" + ("" if slow is None else ". Also: " + slow))
+
+    def _slower_text(self) -> str | None:
+        """The warning's text where a round of K local steps moves no further than one K = 1 round (else None)."""
+        if not self.slower:
+            return None
+        k, eta = self.local_steps, self.step_size
+        reach = f"{self.one_step:.3g}" + (" or more" if self.one_step >= CEILING * k * eta * (1 - 1e-9) else "")
+        return (f"local_steps={k}: a round of K = {k} local steps of eta = {eta:.3g} (small enough for the local "
+                f"steps to be stable on every client) moves K eta = {k * eta:.3g} of Langevin time, no more than one "
+                f"K = 1 round would: K = 1's acceptance rule takes eta = {reach} at the chains' iterates. K > 1 costs "
+                "rounds here instead of saving them, and a run of the usual length may not have mixed (check its "
+                "ESS): use local_steps=1 or local_steps='auto'. The evidence is trace.local_step_bias "
+                "(one_step); check_local_bias=False turns the check off")
 
 
 def _not_measured(rule: AutoLocalSteps | None, k: int, note: str, record: type = None, **more) -> LocalStepBias:

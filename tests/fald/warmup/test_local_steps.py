@@ -225,7 +225,8 @@ def test_the_check_is_off_where_it_cannot_measure_or_is_turned_off():
 def test_the_check_leaves_the_sampler_and_its_warm_up_as_they_are():
     """The defaults (step_size="auto", M adapted over the whole warm-up): the draws, the step sizes and
     the rounds are the same bits with the check on and off; the companions start at the warm-up's end
-    and their floats are counted (3 R d more up and down per client and round)."""
+    and their floats are counted (3 R d more up and down per client and round, and the search for
+    K = 1's step)."""
     runs = {}
     for check in (True, False):
         sampler = fl.FALD(_equal(), local_steps=10, chains=16, seed=2, check_local_bias=check)
@@ -239,7 +240,11 @@ def test_the_check_leaves_the_sampler_and_its_warm_up_as_they_are():
     d, n = 2, 3
     # two groups: one sync of R d floats per client and round (one step of K eta), two (K eta / 2 twice)
     assert with_check.communication.floats_down - without.communication.floats_down == 3 * 200 * n * d
-    assert with_check.communication.floats_up - without.communication.floats_up == 3 * 200 * n * d
+    # and the search for K = 1's step at the warm-up's end (fedlangevin.fald.warmup.reach): U and grad U
+    # (d + 1 floats per client) at the iterates, at 100 K eta and at K eta, where K = 1 is not accepted
+    assert bias.one_step == 0.0
+    assert (with_check.communication.floats_up - without.communication.floats_up
+            == 3 * 200 * n * d + 3 * n * (d + 1))
     assert without.local_step_bias is None
 
 
@@ -372,3 +377,38 @@ def test_auto_twins_measure_a_candidate_with_a_fraction_of_the_error(monkeypatch
         found[twins] = np.array(est.mean_shift + est.sd_ratio), np.array(est.mean_shift_se + est.sd_ratio_se)
         assert np.all(np.abs(found[twins][0] - exact) <= 4 * found[twins][1])
     assert np.all(found[True][1] <= 0.8 * found[False][1])
+
+
+def _one_stiff_client(equal: bool = False, n: int = 20) -> QuadraticProblem:
+    """20 clients with equal weights: client 0 holds all the curvature of the first coordinate (its Hessian
+    diag(20, 1), the others' diag(0.001, 1)), so its energy is 20 times stiffer there than the whole
+    posterior's; or (``equal``) every client's Hessian is the identity."""
+    a = torch.stack([torch.eye(2, dtype=torch.float64) if equal
+                     else torch.diag(torch.tensor([20.0 if c == 0 else 1e-3, 1.0], dtype=torch.float64))
+                     for c in range(n)])
+    return QuadraticProblem(a, torch.zeros(n, 2, dtype=torch.float64), torch.full((n,), 1.0 / n, dtype=torch.float64))
+
+
+def test_a_fixed_k_whose_round_moves_less_than_one_k1_step_warns():
+    """step_size="auto" with K = 10: the K > 1 warm-up sets eta by the stiffest client's curvature
+    (eta = 0.0025), so a round moves K eta = 0.025, while K = 1's acceptance rule takes about 0.06 at
+    the chains' iterates (fedlangevin.fald.warmup.reach): the warning says K > 1 costs rounds here (no
+    bias is claimed: the clients' optima agree). With equal curvatures (eta = 0.093, K eta = 0.93) one
+    K = 1 step cannot go that far (one_step 0.0) and nothing is said; with a numeric step size nothing
+    is computed."""
+    with pytest.warns(UserWarning, match=r"local_steps=10: a round of K = 10 local steps of eta = .* no more than "
+                                         r"one K = 1 round would.*local_steps=1 or local_steps='auto'") as caught:
+        sampler = fl.FALD(_one_stiff_client(), local_steps=10, chains=16, seed=0)
+        trace = sampler.run(400, progress=False)
+    assert len([w for w in caught if "local_steps=10" in str(w.message)]) == 1
+    bias = trace.local_step_bias
+    assert bias.slower and not bias.exceeds and bias.step_size < 0.005
+    assert bias.one_step >= 2 * 10 * bias.step_size  # K = 1 reaches at least twice a round's time
+    assert ls.LocalStepBias.from_record(bias.record()) == bias
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trace = fl.FALD(_one_stiff_client(equal=True), local_steps=10, chains=16, seed=0).run(400, progress=False)
+    assert _local_step_warnings(caught) == [] and not [w for w in caught if "local_steps=10" in str(w.message)]
+    assert trace.local_step_bias.one_step == 0.0 and not trace.local_step_bias.slower
+    trace = fl.FALD(_one_stiff_client(), step_size=0.0025, local_steps=10, chains=16, seed=0).run(400, progress=False)
+    assert trace.local_step_bias.one_step is None and not trace.local_step_bias.slower
