@@ -234,13 +234,19 @@ class LocalStepBias:
         """One line per K measured: worst point estimate, verdict."""
         head = (f"local_steps={'auto' if self.auto else self.local_steps}: K = {self.local_steps}"
                 f" (tolerance {self.tolerance:g} sd at {self.confidence:.0%})")
+        reach = []
+        if self.one_step is not None and self.step_size is not None:  # a fixed K's time per round
+            k_eta = self.local_steps * self.step_size
+            one = f"{self.one_step:.3g}" if self.one_step > 0 else "less than K eta"
+            reach = [f"  a round moves K eta = {k_eta:.3g}; one K = 1 step of the acceptance rule {one}"
+                     + (" (K > 1 costs rounds)" if self.slower else "")]
         if not self.measured:
-            return f"{head}; not measured: {self.note}"
+            return "\n".join([f"{head}; not measured: {self.note}"] + reach)
         lines = [head + (f"; {self.note}" if self.note else "")]
         for e in self.estimates:
             lines.append(f"  K = {e.local_steps}: worst |mean shift| or |sd ratio - 1| {e.worst:.3g} "
                          f"({e.chains} chains, {e.kept[0]} + {e.kept[1]} kept rounds per chain)")
-        return "\n".join(lines)
+        return "\n".join(lines + reach)
 
     def warning(self, names=None) -> str | None:
         """The ``UserWarning``'s text, or None: a fixed K biased beyond the tolerance on evidence, or
