@@ -35,7 +35,7 @@ from fedlangevin.fald.warmup import session as fald_session
 from fedlangevin.fald.core.schedules import AdaptedSteps
 from fedlangevin.fald.warmup.acceptance import AutoStep
 from fedlangevin.fald.warmup import local_steps as kphase
-from fedlangevin.fald.warmup.local_steps import AutoLocalSteps, Measurement
+from fedlangevin.fald.warmup.local_steps import AutoLocalSteps
 from fedlangevin.fald.warmup.session import auto_schedule
 from fedlangevin.problems.base import FederatedProblem, check_problem, check_weights
 
@@ -132,11 +132,9 @@ class FAHMC(Runner):
     adapt_matrix: bool                 #: M adapted in that warm-up
     adapted: bool                      #: the warm-up has finished (M, h and gamma frozen)
     check_local_bias: bool             #: a fixed K > 1 is checked by K = 1 companions (fahmc.local_bias)
-    companions: Any = None             #: their state while they run (fahmc.local_bias.HMCCompanions), or None
     auto_local_steps: AutoLocalSteps | None = None  #: local_steps="auto"'s rule (None: a fixed K)
-    measurement: Measurement | None = None  #: "auto"'s measurement in progress (fahmc.auto), or None
     local_bias_record = hcheck.HMCLocalStepBias  #: the class of trace.local_step_bias (its warning's words)
-    _companion_kernel: Any = None      #: their kernel, built once on first use
+    _companion_kernel: Any = None      #: the companions' (or candidates') kernel, built once on first use
 
     def __init__(
         self,
@@ -326,15 +324,7 @@ class FAHMC(Runner):
             self.state = dataclasses.replace(self.state, momentum=changes.momentum)
         if changes.finished:
             self.adapter, self.adapted = None, True
-        if changes.companions is not fahmc_warmup.KEEP:
-            self.companions = changes.companions
-        if changes.measurement is not fahmc_warmup.KEEP:
-            self.measurement = changes.measurement
-        if changes.local_steps is not None:  # every round from here runs K: the trace's steps count from here
-            self.local_steps, self.anchor = int(changes.local_steps), (int(self.state.round), int(self.state.step))
-        if changes.local_bias is not None:
-            self.local_step_bias = dataclasses.replace(changes.local_bias, round=int(self.state.round))
-            kphase.warn(changes.local_bias, self.problem.parameter_names())
+        self._apply_local_steps(changes)
         return sent
 
     # -- resuming -----------------------------------------------------------------------------------

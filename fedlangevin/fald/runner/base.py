@@ -35,6 +35,8 @@ from fedlangevin.fald.results.trace import Communication, DivergenceError, StepS
 from fedlangevin.fald.runner import loop
 from fedlangevin.fald.runner import resume as rs
 from fedlangevin.fald.runner.runs import Run, communication, continue_arguments, progress_bar, run_arguments
+from fedlangevin.fald.warmup.local_steps import warn as warn_local_bias
+from fedlangevin.fald.warmup.session import KEEP
 from fedlangevin.problems.base import FederatedProblem, check_problem
 
 __all__ = ["Runner"]
@@ -75,8 +77,10 @@ class Runner:
     transport: Any = None              #: a distributed run's synchronisation (FA-LD), None in one process
     adapter: Any = None                #: an adaptive warm-up in progress (FA-LD), None otherwise
     temperature: float = 1.0           #: tau of the target (target="posterior"): the kernel's settings()["temperature"]
-    anchor: tuple[int, int] = (0, 0)   #: (round, step) since which every round ran local_steps steps (FA-LD moves it)
-    local_step_bias: Any = None        #: the local-step bias measured in warm-up (FA-LD), None otherwise
+    anchor: tuple[int, int] = (0, 0)   #: (round, step) since which every round ran local_steps steps ("auto" moves it)
+    local_step_bias: Any = None        #: the local-step bias measured (fixed K's check, "auto"), None otherwise
+    companions: Any = None             #: companion chains (a fixed K's check) or "auto"'s candidates running, or None
+    measurement: Any = None            #: "auto"'s measurement in progress, or None
 
     def __init__(self, kernel: Any, problem: FederatedProblem, step_size: Any, local_steps: int = 1, chains: int = 1,
                  init: Any = None, device: Any = None, dtype: Any = torch.float64, seed: int | None = None) -> None:
@@ -158,6 +162,21 @@ class Runner:
             self.ledger[name] += floats
             if run is not None:
                 setattr(run, name, getattr(run, name, 0.0) + floats)
+
+    def _apply_local_steps(self, changes: Any) -> None:
+        """The local-step fields of a family's warm-up changes (FA-LD's and FA-HMC's ``Changes`` both carry
+        them; :data:`~fedlangevin.fald.warmup.session.KEEP`: unchanged): the companions' and "auto"'s
+        measurement's new state, K from the next round on (every round from here runs it: the trace's
+        steps count from here) and the record (stamped with the round, its warning issued)."""
+        if changes.companions is not KEEP:
+            self.companions = changes.companions
+        if changes.measurement is not KEEP:
+            self.measurement = changes.measurement
+        if changes.local_steps is not None:
+            self.local_steps, self.anchor = int(changes.local_steps), (int(self.state.round), int(self.state.step))
+        if changes.local_bias is not None:
+            self.local_step_bias = dataclasses.replace(changes.local_bias, round=int(self.state.round))
+            warn_local_bias(changes.local_bias, self.problem.parameter_names())
 
     def _step_arguments(self) -> dict:
         """The kernel's further ``step`` arguments for the next round (FA-LD: its current M, an

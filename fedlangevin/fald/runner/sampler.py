@@ -347,15 +347,7 @@ class FALD(Runner):
             self.state = dataclasses.replace(self.state, correction=changes.correction)
         if changes.finished:
             self.adapter, self.adapted = None, True
-        if changes.measurement is not session.KEEP:
-            self.measurement = changes.measurement
-        if changes.companions is not session.KEEP:
-            self.companions = changes.companions
-        if changes.local_steps is not None:  # every round from here runs K: the trace's steps count from here
-            self.local_steps, self.anchor = int(changes.local_steps), (int(self.state.round), int(self.state.step))
-        if changes.local_bias is not None:
-            self.local_step_bias = dataclasses.replace(changes.local_bias, round=int(self.state.round))
-            kphase.warn(changes.local_bias, self.problem.parameter_names())
+        self._apply_local_steps(changes)
         return sent
 
     # -- resuming ----------------------------------------------------------------------------------
