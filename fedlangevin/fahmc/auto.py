@@ -30,7 +30,8 @@ record says why. A candidate that diverges stops with every larger K.
 **Cost.** A candidate K costs K gradients per chain and client a round and sends 2 R d floats up
 and down per client (theta and v; counted as set-up floats in the ledger and the trace's totals);
 rounds are unchanged. What it needs: two or more chains, one process, and a step size constant over
-the warm-up's end (``"auto"`` or a number): :func:`refusal`, checked before any work.
+the warm-up's end (``"auto"`` or a number): :func:`~fedlangevin.fahmc.local_bias.unmeasurable`, checked
+before any work.
 """
 
 from __future__ import annotations
@@ -43,27 +44,12 @@ import torch
 from fedlangevin.fahmc.kernel import FAHMCKernel, FAHMCState
 from fedlangevin.fahmc.local_bias import STABLE, HMCCompanions, HMCLocalStepBias
 from fedlangevin.fahmc.warmup import Changes
-from fedlangevin.fald.core.schedules import AdaptedSteps, Constant
 from fedlangevin.fald.warmup import auto_groups
 from fedlangevin.fald.warmup.companions import CANDIDATE, ended, frozen_eta, observe, seed_of, stop
 from fedlangevin.fald.warmup.curvature import curvature_at
 from fedlangevin.fald.warmup.local_steps import AutoLocalSteps, LocalStepBias
 
-__all__ = ["converted", "measure", "refusal", "start", "update"]
-
-
-def refusal(rule: AutoLocalSteps | None, chains: int, transport, schedule, adaptive: bool) -> str:
-    """Why FA-HMC with ``local_steps`` ``rule`` cannot measure ("" when it can, or with a fixed K)."""
-    if rule is None:
-        return ""
-    if chains < 2:
-        return (f"chains={chains}: the measurement compares independent chains (at least 2; 32 or more give useful "
-                "standard errors)")
-    if transport is not None:
-        return "a transport (the measurement's candidate chains run in one process)"
-    if not (adaptive or isinstance(schedule, (Constant, AdaptedSteps))):
-        return "a step size that varies with the step (K = 1 and K are compared at one h: 'auto' or a number)"
-    return ""
+__all__ = ["converted", "measure", "start", "update"]
 
 
 def converted(changes) -> Changes:

@@ -63,7 +63,7 @@ from fedlangevin.fald.warmup.local_bias import margins
 from fedlangevin.fald.warmup.local_steps import CONFIDENCE, TOLERANCE, AutoLocalSteps, LocalStepBias, Measurement
 
 __all__ = ["STABLE", "HMCCompanions", "HMCLocalStepBias", "Restored", "build", "due", "record", "restore",
-           "start", "update", "verdict"]
+           "start", "unmeasurable", "update", "verdict"]
 
 #: the companions run where h sqrt(lambda_max(M H)) < STABLE: BAOAB's and OBABO's stability limit on a
 #: Gaussian mode of frequency omega is h omega < 2
@@ -121,15 +121,17 @@ def _not_measured(k: int, note: str, **more) -> HMCLocalStepBias:
     return HMCLocalStepBias(False, k, False, note, TOLERANCE, CONFIDENCE, companions=True, **more)
 
 
-def _ineligible(sampler) -> str:
-    """Why ``sampler`` cannot run companions ("" when it can)."""
-    if len(sampler.active) < 2:
-        return (f"chains={len(sampler.active)}: the check compares independent chains (at least 2; 32 or more give "
-                "useful standard errors)")
-    if sampler.transport is not None:
-        return "a transport (the companions run in one process)"
-    if not isinstance(sampler.schedule, (Constant, AdaptedSteps)):
-        return "a step size that varies with the step (K = 1 and K are compared at one h: a number)"
+def unmeasurable(chains: int, transport, schedule) -> str:
+    """Why FA-HMC with ``chains``, ``transport`` and ``schedule`` cannot compare K local steps with K = 1
+    ("" when it can): a fixed K's check (a note) and ``local_steps="auto"`` (refused before any work)
+    alike. ``"auto"``'s adaptive warm-up is an :class:`~fedlangevin.fald.core.schedules.AdaptedSteps`."""
+    if chains < 2:
+        return (f"chains={chains}: the comparison needs independent chains (at least 2; 32 or more give useful "
+                "standard errors)")
+    if transport is not None:
+        return "a transport (the companion or candidate chains run in one process)"
+    if not isinstance(schedule, (Constant, AdaptedSteps)):
+        return "a step size that varies with the step (K = 1 and K are compared at one h: 'auto' or a number)"
     return ""
 
 
@@ -155,7 +157,7 @@ def start(sampler) -> Changes:
     """Start the companions at the sampler's (theta, v) (h, M and gamma frozen): the phase, or where the
     check cannot run, the record saying why."""
     k = sampler.local_steps
-    why = _ineligible(sampler)
+    why = unmeasurable(len(sampler.active), sampler.transport, sampler.schedule)
     if why:
         return Changes(local_bias=_not_measured(k, f"not checked: {why}"))
     h = float(step_sizes(sampler.schedule, sampler.state.step, 1)[0])

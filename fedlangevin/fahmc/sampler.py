@@ -183,7 +183,7 @@ class FAHMC(Runner):
         if self.adapt_step:
             _check_auto(local_steps, self.participation)
             schedule.symbol = "h"
-        why = hauto.refusal(self.auto_local_steps, chains, self.transport, schedule, self.adapt_step)
+        why = "" if self.auto_local_steps is None else hcheck.unmeasurable(chains, self.transport, schedule)
         if why:
             raise ValueError(f"local_steps='auto' cannot measure the local-step bias with {why}; give a fixed K")
         if self.auto_local_steps is not None and not self.check_local_bias:
