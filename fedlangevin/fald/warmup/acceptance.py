@@ -50,7 +50,8 @@ from fedlangevin._validation import check_real
 from fedlangevin.fald.core.preconditioning import preconditioner_matrix
 
 __all__ = [
-    "SD_EXCESS", "AutoStep", "DualAveraging", "da_final", "da_init", "da_update", "energy_function", "gaussian_acceptance",
+    "SD_EXCESS", "AutoStep", "DualAveraging", "da_final", "da_init", "da_update", "energy_and_gradient",
+    "energy_function", "gaussian_acceptance",
     "log_acceptance", "matrix_growth", "mean_acceptance", "resolve_target",
 ]
 
@@ -73,6 +74,17 @@ def energy_function(problem):
         if fn is None or getattr(problem, "quadratic", lambda: None)() is None and not hasattr(problem, "client_energy"):
             return None
     return fn
+
+
+def energy_and_gradient(problem, energy, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(U, grad U) at the iterates x (R, d): ``energy`` (:func:`energy_function` of ``problem``) and
+    sum_c p_c grad f^c, the server's sum of what the clients return with their gradient (their f^c and
+    grad f^c: d + 1 floats per client and chain)."""
+    n = problem.num_clients
+    weights = problem.weights.to(dtype=x.dtype, device=x.device)
+    grads = problem.grad(x[:, None, :].expand(x.shape[0], n, x.shape[1]).contiguous())
+    with torch.no_grad():
+        return energy(x).reshape(-1), (weights[None, :, None] * grads).sum(1)
 
 
 def log_acceptance(theta, theta_new, energy, energy_new, grad, grad_new, eta: float, pre=None,

@@ -57,7 +57,8 @@ from fedlangevin.fald.core.preconditioning import (
     as_preconditioner, is_identity, placed, preconditioner_from_record, preconditioner_matrix, preconditioner_record,
 )
 from fedlangevin.fald.warmup.acceptance import (
-    DualAveraging, da_final, da_init, da_update, energy_function, log_acceptance, matrix_growth, mean_acceptance,
+    DualAveraging, da_final, da_init, da_update, energy_and_gradient, energy_function, log_acceptance, matrix_growth,
+    mean_acceptance,
 )
 from fedlangevin.fald.warmup.approach import (
     ARRIVED, PIECE, Approach, approach_init, approach_update, arrived, newton_statistic, straggler_excess,
@@ -398,12 +399,8 @@ class Adapter:
     def _evaluate(self, x: torch.Tensor):
         """(U, grad U) at the iterates x (R, d): what the clients return with their gradient (their
         f^c and grad f^c, d + 1 floats per client and chain, summed with p_c by the server)."""
-        problem, n = self.problem, self.problem.num_clients
-        weights = problem.weights.to(dtype=torch.float64)
-        grads = problem.grad(x[:, None, :].expand(x.shape[0], n, self.dim).contiguous())
-        self.floats_up += n * (self.dim + 1)
-        with torch.no_grad():
-            return self.energy(x).reshape(-1), (weights[None, :, None] * grads).sum(1)
+        self.floats_up += self.problem.num_clients * (self.dim + 1)
+        return energy_and_gradient(self.problem, self.energy, x)
 
     def _accept(self, x: torch.Tensor) -> None:
         """The acceptance rule after a round from :attr:`last` to ``x``: the acceptance MALA would

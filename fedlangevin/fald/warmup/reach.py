@@ -26,7 +26,7 @@ import math
 import torch
 
 from fedlangevin.fald.core.preconditioning import is_identity, placed
-from fedlangevin.fald.warmup.acceptance import energy_function, log_acceptance, mean_acceptance
+from fedlangevin.fald.warmup.acceptance import energy_and_gradient, energy_function, log_acceptance, mean_acceptance
 
 __all__ = ["CEILING", "HALVINGS", "one_step_eta"]
 
@@ -36,15 +36,6 @@ HALVINGS = 24
 CEILING = 100.0
 
 
-def _at(problem, energy, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(U, grad U) at x (R, d): sum_c p_c f^c and its gradient, as the server sums the clients' returns."""
-    n = problem.num_clients
-    weights = problem.weights.to(dtype=x.dtype, device=x.device)
-    grads = problem.grad(x[:, None, :].expand(x.shape[0], n, x.shape[1]).contiguous())
-    with torch.no_grad():
-        return energy(x).reshape(-1), (weights[None, :, None] * grads).sum(1)
-
-
 def one_step_eta(problem, theta: torch.Tensor, preconditioner, target: float, temperature: float, seed: int,
                  low: float, high: float) -> tuple[float | None, int]:
     """(eta, evaluations): the largest eta in [``low``, ``high``] found by bisection in log eta where
@@ -52,22 +43,21 @@ def one_step_eta(problem, theta: torch.Tensor, preconditioner, target: float, te
     M^(1/2) xi from ``theta`` (R, d), the normals xi drawn once from ``seed``, is at least ``target``
     (``high`` where it is there; 0.0 where not even ``low`` is accepted; None without an energy), and
     the number of (U, grad U) evaluations made (each d + 1 floats per client and chain)."""
-    energy = energy_function(problem)
-    if energy is None:
-        return None, 0
     x = theta.detach().to(dtype=torch.float64)
     work = problem.to(device=x.device, dtype=torch.float64)
     energy = energy_function(work)
+    if energy is None:
+        return None, 0
     pre = None if is_identity(preconditioner) else placed(preconditioner, x.device, torch.float64)
     gen = torch.Generator(device=x.device).manual_seed(int(seed))
     xi = torch.randn(x.shape, generator=gen, dtype=torch.float64, device=x.device)
     noise = xi if pre is None else pre.noise(xi)
-    u, g = _at(work, energy, x)
+    u, g = energy_and_gradient(work, energy, x)
     drift = g if pre is None else pre.drift(g)
 
     def accepted(eta: float) -> bool:
         y = x - eta * drift + math.sqrt(2.0 * eta * temperature) * noise
-        u_new, g_new = _at(work, energy, y)
+        u_new, g_new = energy_and_gradient(work, energy, y)
         return mean_acceptance(log_acceptance(x, y, u, u_new, g, g_new, eta, pre, temperature)) >= target
 
     evaluations = 1
