@@ -1,6 +1,7 @@
 """Runs stopped mid-way, for the checkpoint and measurement tests: a kernel step that raises on its n-th
-call, a run interrupted in its n-th observed round, and the checks that the run after such a stop
-finishes as an uninterrupted one (resumed) or measures afresh."""
+call, a run interrupted in its n-th observed round, a run resumed from its checkpoint before the last,
+and the checks that the run after such a stop finishes as an uninterrupted one (resumed) or measures
+afresh."""
 
 from __future__ import annotations
 
@@ -68,3 +69,13 @@ def measures_afresh_after_a_stop(sampler) -> None:
     assert trace.local_step_bias.measured and sampler.measurement is None
     assert trace.draw_steps[-1] == sampler.state.step
     assert np.diff(trace.draw_steps).tolist() == [sampler.local_steps] * 49
+
+
+def resumed_from_prev(cls, problem, kw: dict, rounds: int, warmup: int, every: int, path):
+    """(whole, reference, resumed): an uninterrupted ``cls(problem, **kw)`` and its trace of
+    ``run(rounds, warmup=warmup)``, and a twin run that checkpoints every ``every`` rounds to ``path``,
+    resumed from the checkpoint before its last (``path`` + ".prev": as if the process had died after it)."""
+    whole = cls(problem, **kw)
+    reference = whole.run(rounds, warmup=warmup, progress=False)
+    cls(problem, **kw).run(rounds, warmup=warmup, progress=False, checkpoint=path, checkpoint_every=every)
+    return whole, reference, cls.resume(f"{path}.prev")

@@ -14,6 +14,8 @@ from fedlangevin.experiments.exact import stationary_moments
 from fedlangevin.fald.warmup import companions
 from fedlangevin.problems import QuadraticProblem
 
+from tests.stops import resumed_from_prev
+
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 SHIFTS = [[2.0, -1.0], [-1.0, 2.0], [0.5, 0.5]]
@@ -59,12 +61,7 @@ def test_a_checkpoint_mid_measurement_resumes_bit_for_bit(tmp_path):
     round 150 (c.prev, as if the process died after it) holds the companions (iterates, generator,
     sums); resumed, the run ends on the same draws, the same companions' state, record and ledger."""
     kw = dict(step_size=0.02, local_steps=10, chains=16, seed=3)
-    problem = _heterogeneous()
-    whole = fl.FALD(problem, **kw)
-    reference = whole.run(400, warmup=50, progress=False)
-    first = fl.FALD(problem, **kw)
-    first.run(400, warmup=50, progress=False, checkpoint=tmp_path / "c", checkpoint_every=150)
-    resumed = fl.FALD.resume(tmp_path / "c.prev")
+    whole, reference, resumed = resumed_from_prev(fl.FALD, _heterogeneous(), kw, 400, 50, 150, tmp_path / "c")
     assert resumed.unfinished["done"] == 300 and resumed.companions is not None
     assert resumed.companions.done == 300 and min(resumed.companions.kept) > 0
     trace = resumed.run()

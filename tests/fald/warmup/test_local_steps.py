@@ -18,7 +18,7 @@ from fedlangevin.fald.warmup import local_bias as lb
 from fedlangevin.fald.warmup import local_steps as ls
 from fedlangevin.problems import QuadraticProblem
 
-from tests.stops import finishes_as, measures_afresh_after_a_stop
+from tests.stops import finishes_as, measures_afresh_after_a_stop, resumed_from_prev
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -286,12 +286,7 @@ def test_a_checkpoint_in_the_measurement_resumes_bit_for_bit(tmp_path):
     at round 250 (c.prev, as if the process had died after it) holds the measurement in progress;
     resumed, the run ends on the same draws, record, K, steps and ledger as without the stop."""
     kw = dict(step_size=ETA, local_steps=fl.AutoLocalSteps(LADDER), chains=16, seed=3)
-    problem = _equal()
-    whole = fl.FALD(problem, **kw)
-    reference = whole.run(450, warmup=400, progress=False)
-    first = fl.FALD(problem, **kw)
-    first.run(450, warmup=400, progress=False, checkpoint=tmp_path / "c", checkpoint_every=250)
-    resumed = fl.FALD.resume(tmp_path / "c.prev")
+    whole, reference, resumed = resumed_from_prev(fl.FALD, _equal(), kw, 450, 400, 250, tmp_path / "c")
     assert resumed.unfinished["done"] == 250 and resumed.measurement is not None
     assert resumed.measurement.phase == "measure" and resumed.local_step_bias is None
     assert resumed.companions is not None and resumed.companions.done == 50
