@@ -133,7 +133,6 @@ class FAHMC(Runner):
     adapted: bool                      #: the warm-up has finished (M, h and gamma frozen)
     check_local_bias: bool             #: a fixed K > 1 is checked by K = 1 companions (fahmc.local_bias)
     auto_local_steps: AutoLocalSteps | None = None  #: local_steps="auto"'s rule (None: a fixed K)
-    local_bias_record = hcheck.HMCLocalStepBias  #: the class of trace.local_step_bias (its warning's words)
     _companion_kernel: Any = None      #: the companions' (or candidates') kernel, built once on first use
 
     def __init__(
@@ -253,13 +252,12 @@ class FAHMC(Runner):
     def _begin_warmup(self, warmup: int) -> float:
         """The run's warm-up: "auto"'s measurement (where due) takes its second half, the adaptation of
         M, h and gamma (where due) the rest."""
-        rounds, measured = (kphase.init(self, warmup, fahmc_warmup.Changes) if kphase.due(self)
-                            else (warmup, fahmc_warmup.Changes()))
+        rounds, measured = kphase.init(self, warmup) if kphase.due(self) else (warmup, fald_session.Changes())
         sent = 0.0
         if (self.adapt_step or self.adapt_matrix) and not self.adapted:
             self.adapter, changes = fahmc_warmup.init(self, rounds)
             sent = self._apply(changes)
-        self._apply(measured)
+        self._apply(hauto.converted(measured))
         return sent
 
     def _observing(self) -> bool:

@@ -292,9 +292,9 @@ class LocalStepBias:
                 "(one_step); check_local_bias=False turns the check off")
 
 
-def _not_measured(rule: AutoLocalSteps | None, k: int, note: str, record: type = None, **more) -> LocalStepBias:
+def _not_measured(rule: AutoLocalSteps | None, k: int, note: str, **more) -> LocalStepBias:
     tolerance, confidence = (TOLERANCE, CONFIDENCE) if rule is None else (rule.tolerance, rule.confidence)
-    return (record or LocalStepBias)(rule is not None, k, False, note, tolerance, confidence, **more)
+    return LocalStepBias(rule is not None, k, False, note, tolerance, confidence, **more)
 
 
 # -- the phase -----------------------------------------------------------------------------------
@@ -325,23 +325,19 @@ class Measurement:
                    int(rec["wait"]), int(rec["budget"]), int(rec["done"]), str(rec["phase"]))
 
 
-def init(sampler, warmup: int, make: type = Changes) -> tuple[int, Any]:
+def init(sampler, warmup: int) -> tuple[int, Changes]:
     """Plan the measurement of ``sampler``'s run with a warm-up of ``warmup`` rounds: (the rounds
     left to an adaptive warm-up, the changes: the phase started, or where it cannot be, the record
-    saying why and the K the run goes on with). Only where :func:`due`. ``make``: the sampler's
-    changes record (FA-LD's :class:`~fedlangevin.fald.warmup.session.Changes`, FA-HMC's
-    :class:`~fedlangevin.fahmc.warmup.Changes`: both have ``local_steps``, ``local_bias`` and
-    ``measurement``); FA-HMC's record is its :class:`~fedlangevin.fahmc.local_bias.HMCLocalStepBias`
-    (``sampler.local_bias_record``, default :class:`LocalStepBias`)."""
+    saying why and the K the run goes on with). Only where :func:`due`. (FA-HMC converts the changes
+    into its own: :func:`fedlangevin.fahmc.auto.converted`.)"""
     rule, k = sampler.auto_local_steps, sampler.local_steps
     measuring = warmup // 2
     if measuring < MIN_ROUNDS:
         note = (f"a warm-up of {warmup} rounds is too short: the measurement takes its second half, at least "
                 f"{MIN_ROUNDS} rounds (a warm-up of {2 * MIN_ROUNDS} or more)")
-        record = getattr(sampler, "local_bias_record", LocalStepBias)
-        return warmup, make(local_steps=k, local_bias=_not_measured(rule, k, note, record=record))
+        return warmup, Changes(local_steps=k, local_bias=_not_measured(rule, k, note))
     wait = warmup - measuring
-    return wait, make(measurement=Measurement(rule, k, wait, measuring))
+    return wait, Changes(measurement=Measurement(rule, k, wait, measuring))
 
 
 def round_etas(sampler):
