@@ -85,7 +85,10 @@ class AutoLocalSteps:
         ladder = check_ladder(self.ladder)
         if len(ladder) < 2:
             raise ValueError(f"ladder must hold at least one K > 1 besides the reference K = 1; got {list(ladder)}")
-        check_local_steps(ladder[-1])  # the largest K's step sizes fit in memory
+        try:
+            check_local_steps(ladder[-1])  # the largest K's step sizes fit in memory
+        except ValueError as exc:
+            raise ValueError(f"ladder: its largest K = {ladder[-1]} cannot run: {exc}") from None
         object.__setattr__(self, "ladder", ladder)
         object.__setattr__(self, "tolerance", check_real("tolerance", self.tolerance, low=0.0, low_open=True))
         object.__setattr__(self, "confidence", check_real("confidence", self.confidence, low=0.0, high=1.0,

@@ -305,7 +305,7 @@ def test_bad_values_are_refused_by_name_before_any_work():
     for value in ("fast", "AUTO", "", "10"):
         with pytest.raises(ValueError, match="local_steps"):
             fl.FALD(problem, local_steps=value)
-    for ladder in ((1,), (2, 5), (1, 1, 2), (1, 5, 2), (1, 0), (1, 2.5), "125", (), None, (1, True)):
+    for ladder in ((1,), (2, 5), (1, 1, 2), (1, 5, 2), (1, 0), (1, 2.5), "125", (), None, (1, True), (1, 10**12)):
         with pytest.raises(ValueError, match="ladder"):
             fl.AutoLocalSteps(ladder=ladder)
     for tolerance in (0.0, -0.1, float("nan"), float("inf"), "0.1", None, True):
