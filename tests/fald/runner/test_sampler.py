@@ -247,3 +247,10 @@ def test_default_chains_are_four_so_that_r_hat_can_judge_the_run(sampler):
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         assert np.isfinite(dg.rhat(trace.numpy())).all()
+
+
+def test_run_docstring_gives_the_warm_up_default_of_an_adaptive_run():
+    """help(FALD.run) said the warm-up defaults to 0; with step_size="auto" it is half the rounds."""
+    doc = " ".join(fl.FALD.run.__doc__.split())
+    assert "(default 0)" not in doc.split("``thin``")[0]
+    assert "half the rounds (``rounds // 2``" in doc and 'step_size="auto"' in doc
