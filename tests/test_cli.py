@@ -89,3 +89,21 @@ def test_validate_runs_on_the_shipped_data_with_a_passes_column(capsys, monkeypa
     lines = capsys.readouterr().out.splitlines()
     assert code == 0 and lines[0].endswith("| passes |") and len(lines) == 3
     assert lines[2].startswith("| kilpisjarvi_mod-kilpisjarvi |") and lines[2].rsplit("|", 2)[1].strip() in ("yes", "no")
+
+
+def test_demo_figure_legend_covers_no_curve(tmp_path, monkeypatch):
+    """The legend sat inside the W2 axes over the K = 1 curve; it is below the axes now."""
+    import matplotlib.pyplot as plt
+
+    figures = []
+    real_close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
+    assert main(["demo", "--out", str(tmp_path), "--rounds", "12", "--chains", "40", "--local-steps", "1", "5",
+                 "--no-progress"]) == 0
+    fig = figures[-1]
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    legend = ax.get_legend().get_window_extent()
+    assert legend.y1 <= ax.get_window_extent().y0  # wholly below the plotting area
+    assert legend.y0 >= 0  # and inside the saved figure
+    real_close(fig)
