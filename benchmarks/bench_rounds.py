@@ -1,8 +1,8 @@
 """Effective samples per communication round: FA-LD and FA-HMC with their defaults beside federated
 NUTS on every validation posterior (docs/rounds.md; fedlangevin.experiments.rounds).
 
-Per posterior (the posteriordb ones found under $FEDLANGEVIN_POSTERIORDB or
-shared/validation/posteriordb beside the checkout, the breast cancer logistic regression shipped
+Per posterior (the eleven posteriordb ones the package ships, or those under
+$FEDLANGEVIN_POSTERIORDB when set, and the breast cancer logistic regression shipped
 with the package) and sampler (FA-LD as a user gets it: FALD(problem, local_steps=1, chains=32),
 no init, no step size; FA-HMC likewise, FAHMC(problem, local_steps=1, chains=32); federated NUTS: Pyro's NUTS, dense mass, 4 chains, one round per
 gradient): rounds to the acceptance (the smallest budget of the grid whose run passes: max |mean

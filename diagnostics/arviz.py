@@ -45,6 +45,7 @@ from diagnostics._arrays import as_numpy
 from diagnostics._validation import check_bool, check_int, check_real
 
 __all__ = [
+    "MIN_CHAINS",
     "MIN_DRAWS",
     "TAIL_PROB",
     "arviz_family",
@@ -66,6 +67,12 @@ CI_PROB = 0.90
 #: estimators need 2 draws in each half of a chain; below 4 both ArviZ families (0.x, and
 #: arviz-stats under 1.x) return NaN with only a log line, so fewer draws are refused by name.
 MIN_DRAWS = 4
+
+#: fewest chains whose R-hat can judge convergence: one chain gives NaN, and with two or three the
+#: between-chain variance rests on so few chains that R-hat rarely flags chains stuck in different
+#: places (Vehtari et al. 2021 and Stan/NumPyro run 4 by default); :func:`rhat` and :func:`summary`
+#: warn below it, naming ``chains``.
+MIN_CHAINS = 4
 
 SAMPLE_DIMS = ("chain", "draw")
 
@@ -411,6 +418,15 @@ def _check_draws(x: np.ndarray, what: str) -> None:
         )
 
 
+def _warn_few_chains(x: np.ndarray) -> None:
+    """A ``UserWarning`` naming ``chains`` when the R-hat of x (chains, draws, k) cannot judge convergence."""
+    if x.shape[0] < MIN_CHAINS:
+        warnings.warn(
+            f"chains: R-hat from {x.shape[0]} chain(s) cannot judge convergence (NaN with one chain; "
+            f"{MIN_CHAINS} or more are needed for it to flag chains that disagree): run the sampler with "
+            f"chains >= {MIN_CHAINS} (FALD's and FAHMC's default)", UserWarning, stacklevel=3)
+
+
 def _check_prob_pair(name: str, prob: Any) -> tuple[float, float]:
     try:
         lo, hi = (check_real(name, p) for p in prob)
@@ -486,11 +502,12 @@ def rhat(data: Any, *, var_names: Sequence[str] | str | None = None) -> np.ndarr
 
     ``data``: samples (chains, draws, d) (numpy or torch), ArviZ data, or a ``Trace``.
     Needs >= :data:`MIN_DRAWS` (4) draws per chain (a ValueError otherwise) and >= 2 chains
-    (NaN with one chain). Values above 1.01 signal chains that disagree (Vehtari et al.
-    recommend 1.01 as the threshold).
+    (NaN with one chain); warns (``UserWarning`` naming ``chains``) below :data:`MIN_CHAINS` (4).
+    Values above 1.01 signal chains that disagree (Vehtari et al. recommend 1.01 as the threshold).
     """
     x, _ = flatten_posterior(data, var_names)
     _check_draws(x, "rhat")
+    _warn_few_chains(x)
     return _diagnostic(_unit_scale(x)[0], "rhat")
 
 
@@ -551,7 +568,8 @@ def summary(
 
     Returns a ``pandas.DataFrame``; ``df.attrs`` records the conventions and ArviZ version.
     Needs >= :data:`MIN_DRAWS` (4) draws per chain (a ValueError otherwise); R-hat is NaN
-    with one chain.
+    with one chain, and fewer than :data:`MIN_CHAINS` (4) chains warn (``UserWarning`` naming
+    ``chains``).
     """
     import pandas as pd
 
@@ -563,6 +581,7 @@ def summary(
         round_to = check_int("round_to", round_to, 0, 100)
     x, labels = flatten_posterior(data, var_names)
     _check_draws(x, "summary")
+    _warn_few_chains(x)
     x, scale = _unit_scale(x)  # statistics of x / scale, multiplied back (no overflow near the float range)
     flat = x.reshape(-1, x.shape[2])
     lo_q = (1.0 - float(ci_prob)) / 2.0

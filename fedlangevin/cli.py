@@ -16,7 +16,7 @@ from typing import Sequence
 
 #: command name -> (module path, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("fedlangevin.commands.demo", "FA-LD on the paper's Gaussian simulation: W2 table + figure (about a minute)"),
+    "demo": ("fedlangevin.commands.demo", "FA-LD on the paper's Gaussian simulation: W2 table + figure (about 15 seconds on a CPU)"),
     "simulate": ("fedlangevin.commands.simulate", "reproduce the paper's studies (Sec. 7): PNG + CSV per study"),
     "privacy": ("fedlangevin.commands.privacy", "differential-privacy budget of an FA-LD run (paper bound and tight accountant)"),
     "compare": ("fedlangevin.commands.compare", "FA-LD beside quantized-communication FL optimizers on the same data"),

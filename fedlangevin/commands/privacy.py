@@ -82,8 +82,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     m = parser.add_argument_group("modes")
     m.add_argument("--solve", choices=["eta", "iterations", "num-sampled", "rho"],
                    help="largest value of this parameter within --target-epsilon / --target-delta")
-    m.add_argument("--target-epsilon", type=float, default=None)
-    m.add_argument("--target-delta", type=float, default=None)
+    m.add_argument("--target-epsilon", type=float, default=None,
+                   help="the epsilon budget --solve stays within (> 0; needed with --solve)")
+    m.add_argument("--target-delta", type=float, default=None,
+                   help="the delta of the budget --solve stays within, in (0, 1) (needed with --solve; "
+                        "the paper's delta0 = delta1 = delta2 are a third of it unless given)")
     m.add_argument("--table", action="store_true", help="both accountants on a fixed set of settings (markdown)")
     m.add_argument("--figure", metavar="PATH", default=None, help="plot epsilon against T for both accountants")
     m.add_argument("--no-progress", action="store_true",

@@ -221,6 +221,7 @@ def _run_fald(setting: Setting, s: ComparisonSettings, q: int | None, eval_round
     t0 = time.perf_counter()
     sampler = fl.FALD(problem, step_size=eta, local_steps=s.local_steps, temperature=s.temperature,
                       batch_size=s.batch_size, dtype=torch.float32, seed=s.seed, upload=recorder, correction=correction,
+                      chains=1,  # one chain beside each optimizer's one model (its bits are counted per chain)
                       check_local_bias=False)  # the paper's fixed K, on purpose
     rounds, setup_bits = s.rounds, 0.0
     if correction is not None:

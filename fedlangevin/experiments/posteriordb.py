@@ -14,8 +14,9 @@ draws and to the reference in the unconstrained space relative to sqrt(tr Sigma_
 bulk ESS per second (ArviZ) and the wall time.
 
 Data: a posteriordb folder per posterior (``posterior.json``, ``data.json.zip``,
-``reference_draws.json.zip``); :data:`SHARED` is the full set beside a checkout, the repository
-ships the two the tests run under ``tests/data/posteriordb`` (with the licence).
+``reference_draws.json.zip``); the package ships all eleven (:data:`SHIPPED`, with posteriordb's
+BSD 3-Clause licence), and :data:`SHARED`, the default root, is ``$FEDLANGEVIN_POSTERIORDB`` when
+set, else the shipped copy.
 """
 
 from __future__ import annotations
@@ -39,19 +40,14 @@ from fedlangevin.problems._client_data import ClientData, minibatch_indices
 from fedlangevin.problems.base import FederatedProblem
 
 __all__ = [
-    "LinearRegressionProblem", "POSTERIORS", "RECIPES", "Recipe", "SHARED", "Posterior", "ValidationRow", "compare",
+    "LinearRegressionProblem", "POSTERIORS", "RECIPES", "Recipe", "SHARED", "SHIPPED", "Posterior", "ValidationRow", "compare",
     "custom_problem", "iid_split", "load", "read_zip_json", "validate",
 ]
 
-_REPO = Path(__file__).resolve().parents[2]
-#: where the full set is looked for: $FEDLANGEVIN_POSTERIORDB, then ``shared/validation/posteriordb``
-#: beside the checkout (or one level up), then the two posteriors the repository ships
-SHARED_CANDIDATES = tuple(
-    [Path(os.environ["FEDLANGEVIN_POSTERIORDB"])] if os.environ.get("FEDLANGEVIN_POSTERIORDB") else []
-) + (_REPO.parent / "shared" / "validation" / "posteriordb",
-     _REPO.parent.parent / "shared" / "validation" / "posteriordb",
-     _REPO / "tests" / "data" / "posteriordb")
-SHARED = next((p for p in SHARED_CANDIDATES if p.is_dir()), SHARED_CANDIDATES[-1])
+#: the eleven posteriors as the package ships them (copied unchanged from posteriordb, with its licence)
+SHIPPED = Path(__file__).resolve().parent / "data" / "posteriordb"
+#: the default posteriordb folder: $FEDLANGEVIN_POSTERIORDB when set (another copy of posteriordb), else :data:`SHIPPED`
+SHARED = Path(os.environ["FEDLANGEVIN_POSTERIORDB"]) if os.environ.get("FEDLANGEVIN_POSTERIORDB") else SHIPPED
 POSTERIORS = (
     "arK-arK", "diamonds-diamonds", "earnings-logearn_interaction_z", "eight_schools-eight_schools_noncentered",
     "kidiq-kidscore_momhsiq", "kidiq_with_mom_work-kidscore_interaction_c", "kilpisjarvi_mod-kilpisjarvi",
@@ -440,15 +436,16 @@ class ValidationRow:
     map_rounds: int
 
     HEADER = ("| posterior | sampler | K | max mean err / sd | sd ratio min-max | W2 / sqrt(tr) | min bulk ESS | "
-              "ESS/s | time s | MC err |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+              "ESS/s | time s | MC err | passes |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 
     def markdown(self, sampler: str = "FA-LD") -> str:
-        """One row of the validation table (``HEADER``)."""
+        """One row of the validation table (``HEADER``); its last cell says whether the run meets
+        the acceptance (:meth:`passes`)."""
         flag = "" if self.passes() else " (fails)"
         k = self.local_steps if sampler.startswith("FA-LD") else "-"
         return (f"| {self.name} | {sampler} | {k} | {self.max_mean_error:.3f}{flag} | {self.min_sd_ratio:.3f}-"
                 f"{self.max_sd_ratio:.3f} | {self.w2_relative:.3f} | {self.min_ess_bulk:.0f} | "
-                f"{self.ess_per_second:.1f} | {self.seconds:.1f} | {self.mc_error:.3f} |")
+                f"{self.ess_per_second:.1f} | {self.seconds:.1f} | {self.mc_error:.3f} | {'yes' if self.passes() else 'no'} |")
 
     def passes(self) -> bool:
         """The acceptance of the validation: means within 0.1 sd, sds within 10%."""

@@ -367,3 +367,25 @@ def test_plot_path_must_name_a_file(plot, path, tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["sub"]  # nothing written
     getattr(dg, plot)(x, path="sub/plot.png")
     assert _is_png(tmp_path / "sub" / "plot.png")
+
+
+# -- too few chains to judge convergence ------------------------------------------------------
+
+
+@pytest.mark.parametrize("chains", [1, 2, 3])
+def test_rhat_and_summary_of_fewer_than_four_chains_warn_naming_chains(chains):
+    x = np.random.default_rng(0).standard_normal((chains, 50, 2))
+    with pytest.warns(UserWarning, match=rf"chains: R-hat from {chains} chain\(s\) cannot judge convergence"):
+        dg.rhat(x)
+    with pytest.warns(UserWarning, match=r"chains >= 4"):
+        dg.summary(x)
+
+
+def test_four_chains_do_not_warn():
+    import warnings
+
+    x = np.random.default_rng(0).standard_normal((4, 50, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        dg.rhat(x)
+        dg.summary(x)

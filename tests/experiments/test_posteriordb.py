@@ -1,5 +1,5 @@
 """Validation on real posteriors (experiments/posteriordb.py): the two fastest posteriors end to end
-with the defaults, from the copies the repository ships (tests/data/posteriordb)."""
+with the defaults, from the copies the package ships (fedlangevin/experiments/data/posteriordb)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 import torch
 
 import fedlangevin as fl
-from fedlangevin.experiments.posteriordb import RECIPES, custom_problem, load, validate
+from fedlangevin.experiments.posteriordb import RECIPES, SHIPPED, custom_problem, load, validate
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-BUNDLED = Path(__file__).resolve().parents[1] / "data" / "posteriordb"
+BUNDLED = SHIPPED
 
 
 def test_fast_regression_gradient_equals_the_custom_problem_of_the_same_energy():
@@ -158,14 +158,9 @@ def test_docs_validation_python_block_runs():
     assert outputs[1] == ["torch.Size([8, 100, 3])"]  # the Pyro model's run: 8 chains, 100 kept draws, d = 3
 
 
-# -- the two posteriors added later (arK, gp_pois_regr): from the full set beside the checkout ---------
+# -- the two posteriors added later (arK, gp_pois_regr) -------------------------------------------------
 def _shared(name):
-    from fedlangevin.experiments.posteriordb import SHARED
-
-    for root in (BUNDLED, SHARED):
-        if (root / name).is_dir():
-            return load(name, root), root / name
-    pytest.skip(f"{name} is not under {BUNDLED} or {SHARED}")
+    return load(name, BUNDLED), BUNDLED / name
 
 
 def _points(d, count, seed, scale=0.5):
@@ -264,25 +259,17 @@ def test_new_posteriors_reference_loads_with_names_of_the_stan_model(name):
 
 
 def test_new_posteriors_refuse_more_clients_than_rows():
-    from fedlangevin.experiments.posteriordb import SHARED
-
     for name, rows in (("gp_pois_regr-gp_pois_regr", 11), ("arK-arK", 195)):
-        if not (SHARED / name).is_dir():
-            pytest.skip(f"{name} is not under {SHARED}")
         with pytest.raises(ValueError, match=rf"clients must be an integer in \[1, {rows}\]"):
-            load(name, SHARED, clients=rows + 1)
-        assert load(name, SHARED, clients=rows).problem.num_clients == rows
+            load(name, BUNDLED, clients=rows + 1)
+        assert load(name, BUNDLED, clients=rows).problem.num_clients == rows
 
 
 def test_validate_command_runs_the_new_posteriors(capsys):
     """A smoke run (seconds): one row each, finite numbers; the accuracy is measured, not tested here."""
     from fedlangevin.cli import main
-    from fedlangevin.experiments.posteriordb import SHARED
-
     names = ["arK-arK", "gp_pois_regr-gp_pois_regr"]
-    if not all((SHARED / n).is_dir() for n in names):
-        pytest.skip(f"the new posteriors are not under {SHARED}")
-    code = main(["validate", "--root", str(SHARED), "--names", *names, "--rounds", "40", "--chains", "2",
+    code = main(["validate", "--root", str(BUNDLED), "--names", *names, "--rounds", "40", "--chains", "2",
                  "--local-steps", "1"])
     rows = capsys.readouterr().out.splitlines()[2:]
     assert code == 0 and [r.split("|")[1].strip() for r in rows] == names
@@ -310,3 +297,18 @@ def test_validate_command_prints_a_diverged_run_as_a_failed_row_and_goes_on(caps
     assert rows[0].startswith("| kilpisjarvi_mod-kilpisjarvi | FA-LD | 1 | diverged in round 6 (fails) |")
     assert rows[0].count("|") == rows[1].count("|") and rows[1].startswith("| earnings-logearn_interaction_z |")
     assert main([*argv, "--strict"]) == 1
+
+
+def test_passes_column_follows_the_acceptance():
+    """The table's last cell is 'yes' exactly when max |mean error| <= 0.1 sd and every sd ratio
+    lies in [0.9, 1.1] (docs/validation.md's acceptance), at the boundaries too."""
+    from fedlangevin.experiments.posteriordb import ValidationRow
+
+    def row(err, lo, hi):
+        return ValidationRow("p", 1, 10, err, lo, hi, 0.0, 100.0, 1.0, 1.0, 0.1, 0.1, 0)
+
+    for (err, lo, hi), want in [((0.1, 0.9, 1.1), "yes"), ((0.05, 0.95, 1.0), "yes"), ((0.101, 1.0, 1.0), "no"),
+                                ((0.0, 0.89, 1.0), "no"), ((0.0, 1.0, 1.11), "no")]:
+        cells = [c.strip() for c in row(err, lo, hi).markdown().split("|")[1:-1]]
+        assert len(cells) == len(ValidationRow.HEADER.splitlines()[0].split("|")[1:-1])
+        assert cells[-1] == want, (err, lo, hi)

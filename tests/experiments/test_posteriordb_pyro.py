@@ -4,33 +4,25 @@ eight-schools CustomProblem), and FA-LD samples the same posterior through eithe
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from fedlangevin.experiments.posteriordb import POSTERIORS, SHARED, compare, load
+from fedlangevin.experiments.posteriordb import POSTERIORS, SHIPPED, compare, load
 
 pytest.importorskip("pyro")
 from fedlangevin.experiments.posteriordb_pyro import pyro_problem  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-BUNDLED = Path(__file__).resolve().parents[1] / "data" / "posteriordb"
-
-
-def _root(name):
-    for root in (BUNDLED, SHARED):
-        if (root / name).is_dir():
-            return root
-    pytest.skip(f"{name} is not under {BUNDLED} or {SHARED}")
+BUNDLED = SHIPPED
 
 
 @pytest.mark.parametrize("name", POSTERIORS)
 def test_pyro_model_gradient_equals_the_hand_written_one(name):
     """Same energy, same theta order and space (log scales, with their Jacobians): the gradients
     agree to rounding (measured <= 4e-16 relative on all nine) at random points around 0."""
-    post = load(name, _root(name))
+    post = load(name, BUNDLED)
     fast, pyro = post.problem, pyro_problem(post)
     assert (pyro.dim, pyro.num_clients) == (fast.dim, fast.num_clients)
     theta = 0.3 * torch.randn(3, fast.num_clients, fast.dim, generator=torch.Generator().manual_seed(0),
@@ -63,7 +55,7 @@ def test_gp_pois_regr_pyro_model_gives_f_as_the_posterior_does():
     """The Pyro model's deterministic site f = L f_tilde, with rho and alpha, equals the
     hand-written constrain (the reference's parameters) at random points."""
     name = "gp_pois_regr-gp_pois_regr"
-    post = load(name, _root(name))
+    post = load(name, BUNDLED)
     theta = 0.5 * torch.randn(5, post.problem.dim, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     got = pyro_problem(post).constrain(theta)
     want = post.constrain(theta.numpy())

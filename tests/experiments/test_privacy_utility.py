@@ -5,7 +5,6 @@ the budget plan, the clip quantile and the point error."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,11 +13,12 @@ from scipy.optimize import brentq
 from scipy.stats import norm
 
 from fedlangevin.experiments import privacy_utility as pu
+from fedlangevin.experiments.posteriordb import SHIPPED
 from fedlangevin.privacy import noise_multiplier, tight_epsilon
 from fedlangevin.problems import LogisticRegression
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-BUNDLED = Path(__file__).resolve().parents[1] / "data" / "posteriordb"
+BUNDLED = SHIPPED
 
 
 def _gaussian_epsilon(mu: float, delta: float) -> float:

@@ -16,10 +16,10 @@ import pytest
 
 import fedlangevin as fl
 from fedlangevin.experiments import rounds as rd
-from fedlangevin.experiments.posteriordb import Posterior
+from fedlangevin.experiments.posteriordb import POSTERIORS, SHIPPED, Posterior
 
 ROOT = Path(__file__).resolve().parents[2]
-BUNDLED = ROOT / "tests" / "data" / "posteriordb"
+BUNDLED = SHIPPED
 
 
 def _gaussian_posterior(d: int = 2) -> Posterior:
@@ -252,7 +252,7 @@ def test_available_lists_the_folders_found_and_the_logistic_regression(tmp_path)
     from fedlangevin.experiments.logistic_posterior import NAME
 
     assert rd.available(tmp_path) == [NAME]
-    assert rd.available(BUNDLED) == ["earnings-logearn_interaction_z", "kilpisjarvi_mod-kilpisjarvi", NAME]
+    assert rd.available(BUNDLED) == [*POSTERIORS, NAME]  # the package ships all eleven
 
 
 def _bench():

@@ -84,7 +84,8 @@ def test_full_participation_and_full_batch(problem):
 
 def test_scheme_one_with_unequal_weights_is_conservative():
     problem = fl.problems.GaussianSimulation(num_clients=4, samples_per_client=[10, 20, 30, 40], seed=0)
-    trace = fl.FALD(problem, step_size=1e-6, local_steps=2, participation=fl.SchemeI(2), seed=0).run(10)
+    trace = fl.FALD(problem, step_size=1e-6, local_steps=2, participation=fl.SchemeI(2), chains=1,
+                    seed=0).run(10)
     report = trace.privacy(delta=1e-5, sensitivity=1.0)
     assert report.tight.q == pytest.approx(1 - (1 - 0.4) ** 2)
     assert report.mechanism["p_min"] == pytest.approx(0.1)
@@ -92,7 +93,7 @@ def test_scheme_one_with_unequal_weights_is_conservative():
 
 
 def test_varying_step_sizes_use_the_run_schedule(problem):
-    trace = fl.FALD(problem, step_size=lambda k: 2e-6 / (1 + k / 50), local_steps=5, seed=0).run(20)
+    trace = fl.FALD(problem, step_size=lambda k: 2e-6 / (1 + k / 50), local_steps=5, chains=1, seed=0).run(20)
     report = trace.privacy(delta=1e-5, sensitivity=1.0)
     top = tight_epsilon(eta=2e-6, gamma=1.0, sensitivity=1.0, p_min=0.1, num_clients=10, num_sampled=10,
                         local_steps=5, iterations=100, delta=1e-5)

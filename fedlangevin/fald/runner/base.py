@@ -229,9 +229,13 @@ class Runner:
         """Run ``rounds`` communication rounds (``rounds * local_steps`` local steps).
 
         Continues the chains from where the previous call stopped. Draws (the synchronised
-        global model after a round) are kept after the first ``warmup`` rounds of this call
-        (default 0), every ``thin`` rounds (default 1); they are never stored and then
-        dropped. ``progress``: a progress bar on stderr (default: only on a TTY).
+        global model after a round) are kept after the first ``warmup`` rounds of this call,
+        every ``thin`` rounds (default 1); they are never stored and then dropped. ``warmup``'s
+        default: half the rounds (``rounds // 2``, Stan's convention) in a run that adapts (the
+        samplers' default ``step_size="auto"``, or ``adapt=True``, until the first run has
+        adapted; and ``local_steps="auto"`` until K is chosen), else 0 (a numeric step
+        size without adaptation, or a later run of an adapted sampler). ``progress``: a progress
+        bar on stderr (default: only on a TTY).
 
         Long runs
         ---------

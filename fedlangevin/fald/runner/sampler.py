@@ -72,7 +72,10 @@ class FALD(Runner):
         Alg. 1 with independent noise; rho = 1 shares one noise vector (no privacy).
     participation : :func:`Full` (default), :class:`SchemeI` (S draws with replacement,
         probabilities p_c) or :class:`SchemeII` (S uniform without replacement, balanced data).
-    chains : R >= 1 independent replicate chains, simulated together.
+    chains : R >= 1 independent replicate chains, simulated together (default 4: R-hat and the
+        warm-up's adaptation from the chains' spread need several; one chain gives a NaN R-hat,
+        and diagnostics of fewer than 4 warn, ``docs/adaptation.md``, "How many chains").
+        Privacy: every chain is a release (``trace.privacy`` counts them all).
     batch_size : minibatch size per client and step (``None`` = full gradients).
     init : initial global parameter, shape (d,) or (R, d) (e.g. prior draws); default zeros;
         ``"map"``: the MAP of a federated Newton search (:mod:`fedlangevin.fald.warmup.mode`).
@@ -147,7 +150,7 @@ class FALD(Runner):
         temperature: float = 1.0,
         correlation: float = 0.0,
         participation: Participation | str | None = None,
-        chains: int = 1,
+        chains: int = 4,
         batch_size: int | None = None,
         init: Any = None,
         device: Any = None,

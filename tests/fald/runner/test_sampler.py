@@ -231,3 +231,26 @@ def test_cuda_matches_cpu_law():
     trace = fl.FALD(problem, step_size=1e-3, local_steps=5, chains=500, device="cuda", seed=3).run(100)
     assert trace.samples.device.type == "cpu"
     assert trace.w2()[-1] < _bias(problem, 1e-3, 5, 100) + _floor3(trace)
+
+
+@pytest.mark.parametrize("sampler", [fl.FALD, fl.FAHMC])
+def test_default_chains_are_four_so_that_r_hat_can_judge_the_run(sampler):
+    """One chain by default gave a NaN R-hat; the default is 4 chains (NumPyro's habit), and the
+    R-hat of a default run is finite and raises no 'chains' warning."""
+    import warnings
+
+    import diagnostics as dg
+
+    s = sampler(_problem(), step_size=0.05, seed=0)
+    trace = s.run(40, progress=False)
+    assert s.chains == 4 and trace.samples.shape[0] == 4
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        assert np.isfinite(dg.rhat(trace.numpy())).all()
+
+
+def test_run_docstring_gives_the_warm_up_default_of_an_adaptive_run():
+    """help(FALD.run) said the warm-up defaults to 0; with step_size="auto" it is half the rounds."""
+    doc = " ".join(fl.FALD.run.__doc__.split())
+    assert "(default 0)" not in doc.split("``thin``")[0]
+    assert "half the rounds (``rounds // 2``" in doc and 'step_size="auto"' in doc
