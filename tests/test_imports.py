@@ -89,8 +89,8 @@ MAY_IMPORT = {
 # The one declared exception: the checkpoint decoder's allow-list (io/encoding.stored_classes) names the
 # classes a checkpoint may rebuild (schedules, participation rules, adapted step sizes), so it imports
 # them, inside that one function; everything else of io stays free of the sampler.
-ALLOWED_UPWARD = {"fedlangevin.fald.io.encoding": {"fedlangevin.fald.core.participation", "fedlangevin.fald.core.schedules",
-                                                   "fedlangevin.fald.warmup.adaptation"}}
+ALLOWED_UPWARD = {"fedlangevin.runner.io.encoding": {"fedlangevin.federation.participation", "fedlangevin.federation.schedules",
+                                                   "fedlangevin.warmup.adaptation"}}
 FALD_MODULES = [m for m in MODULES if m.startswith("fedlangevin.fald.") and not _is_package(m)]
 
 
@@ -101,7 +101,7 @@ def _layer(module: str) -> str:
 def test_every_fald_module_has_a_layer():
     assert {_layer(m) for m in FALD_MODULES} <= set(LAYERS), {_layer(m) for m in FALD_MODULES} - set(LAYERS)
     top = [m for m in FALD_MODULES if m.count(".") == 2]
-    assert top == ["fedlangevin.fald.contracts"], f"fald modules outside a layer's subpackage: {top}"
+    assert top == ["fedlangevin.federation.contracts"], f"fald modules outside a layer's subpackage: {top}"
     assert all(m.count(".") == 3 for m in FALD_MODULES if m not in top), "layers are one level deep"
 
 
@@ -123,8 +123,8 @@ def test_fald_modules_import_only_from_their_own_and_lower_layers():
 def test_the_layer_rule_catches_an_upward_import(monkeypatch):
     """The rule can fail: the kernel core importing the runner is reported."""
     real = _imports
-    monkeypatch.setitem(globals(), "_imports", lambda m: real(m) | ({"fedlangevin.fald.runner.sampler"} if m == "fedlangevin.fald.core.kernel" else set()))
-    with pytest.raises(AssertionError, match="core.kernel .core. imports fedlangevin.fald.runner.sampler"):
+    monkeypatch.setitem(globals(), "_imports", lambda m: real(m) | ({"fedlangevin.fald.sampler"} if m == "fedlangevin.fald.kernel" else set()))
+    with pytest.raises(AssertionError, match="core.kernel .core. imports fedlangevin.fald.sampler"):
         test_fald_modules_import_only_from_their_own_and_lower_layers()
 
 

@@ -12,7 +12,7 @@ a second sampler family on the shared runner (``docs/fahmc.md``).
 - :mod:`fedlangevin.fahmc.local_bias`: the check of a fixed K > 1 against K = 1 companion chains
   (``check_local_bias``), with FA-LD's estimator;
 - :mod:`fedlangevin.fahmc.sampler`: :class:`FAHMC`, the user-facing runner (checkpoints, resume,
-  draws, divergence handling through :class:`fedlangevin.fald.runner.base.Runner`).
+  draws, divergence handling through :class:`fedlangevin.runner.base.Runner`).
 """
 
 from fedlangevin.fahmc.kernel import FAHMCKernel, FAHMCState, build

@@ -3,10 +3,10 @@
 Each Flower node holds one client c of the federation: its own data (which never leaves
 it), as a :class:`~fedlangevin.problems.FederatedProblem` with one client. Per round the
 handler receives the global iterate theta (R, d) and runs K local steps of eq. 10 (Deng et
-al.) from it with :func:`fedlangevin.fald.core.engine.client_round`: the shared noise from the
+al.) from it with :func:`fedlangevin.fald.engine.client_round`: the shared noise from the
 round seed of the message (every client draws the same normals), its private noise and
 minibatches from its own stream (seeded by the node's private seed, see
-:mod:`fedlangevin.fald.core.streams`), and replies with its local state beta (R, d). In an FA-HMC
+:mod:`fedlangevin.federation.streams`), and replies with its local state beta (R, d). In an FA-HMC
 run the message also carries the global velocity v and the handler runs the K local steps of
 :func:`fedlangevin.fahmc.client.client_round` from (theta, v) on the same streams, replying with
 (theta_c, v_c).
@@ -22,8 +22,8 @@ from typing import Any, Callable
 import torch
 
 from fedlangevin.fahmc.client import client_round as fahmc_client_round
-from fedlangevin.fald.core.engine import client_round
-from fedlangevin.fald.core.streams import private_stream
+from fedlangevin.fald.engine import client_round
+from fedlangevin.federation.streams import private_stream
 from fedlangevin.flower.protocol import (
     BETA, CONFIG, INFO, MOMENTUM, NOISE_DTYPES, SAMPLERS, THETA, flwr_app, from_array_record, to_array_record,
 )

@@ -1,13 +1,13 @@
 """FA-LD's server on the package's runner: a round over remote clients as a kernel.
 
-The Flower server is one more sampler kernel (:data:`fedlangevin.fald.contracts.KERNEL`) run by
-the shared :class:`~fedlangevin.fald.runner.base.Runner`, which owns everything else as for
+The Flower server is one more sampler kernel (:data:`fedlangevin.federation.contracts.KERNEL`) run by
+the shared :class:`~fedlangevin.runner.base.Runner`, which owns everything else as for
 ``FALD``: the plan (rounds, warm-up, thinning), the kept draws, the ledger and communication,
 the settings record, checkpoints in the package's format (checksum, atomic write, weights-only
 load, a lock against a second server on the same file) and resume.
 
 :class:`ServerKernel` ``step(state, step_sizes, generator)`` is round t = ``state.round`` of
-Deng et al.'s Alg. 1 / Alg. 4 with the randomness layout of :mod:`fedlangevin.fald.core.streams`
+Deng et al.'s Alg. 1 / Alg. 4 with the randomness layout of :mod:`fedlangevin.federation.streams`
 (so the same seed gives the samples of ``FALD(..., streams="per_client")``; the runner's
 generator is not used): the participating clients drawn from the server's (seed, t) stream,
 theta and the round seed sent to them and their local states beta_c received through an
@@ -46,12 +46,12 @@ from typing import Any, Callable, NamedTuple
 import torch
 
 from fedlangevin.fahmc.kernel import FAHMCState
-from fedlangevin.fald.core.kernel import aggregate
-from fedlangevin.fald.core.streams import participation_stream
-from fedlangevin.fald.io import checkpoint as ckpt
-from fedlangevin.fald.io.records import check_runner_record
-from fedlangevin.fald.runner import resume as rs
-from fedlangevin.fald.runner.base import Runner
+from fedlangevin.fald.kernel import aggregate
+from fedlangevin.federation.streams import participation_stream
+from fedlangevin.runner.io import checkpoint as ckpt
+from fedlangevin.runner.io.records import check_runner_record
+from fedlangevin.runner import resume as rs
+from fedlangevin.runner.base import Runner
 from fedlangevin.flower.trace import Federation, FlowerCommunication, FlowerTrace, dropouts_from, dropouts_record, read_record
 
 __all__ = ["FlowerRunner", "Replies", "ServerKernel", "ServerRound", "ServerState", "serve"]
@@ -107,7 +107,7 @@ def _without(w: torch.Tensor, dropped: list[int], normalise: bool = True) -> tor
 
 class ServerKernel:
     """The FA-LD (or FA-HMC: ``run.sampler == "fahmc"``) server round over remote clients (module
-    docstring), a :data:`~fedlangevin.fald.contracts.KERNEL`. ``exchange``: the clients' side of a round;
+    docstring), a :data:`~fedlangevin.federation.contracts.KERNEL`. ``exchange``: the clients' side of a round;
     ``problem``: the :class:`~fedlangevin.flower.trace.Federation` (p_c); ``run``: the
     :class:`~fedlangevin.flower.server.FlowerRun` (seed, K, tau, rho, participation, ...);
     ``on_round(j)``: called after round j's average (before the runner keeps it). ``step`` does not
@@ -245,7 +245,7 @@ class FlowerRunner(Runner):
         """The runner of the checkpoint at ``path`` with its run to continue (also a run that had
         finished: a server given more rounds extends it). ValueError if the checkpoint belongs
         to another run (the kernel's ``record()`` differs) or is past ``rounds``;
-        :class:`~fedlangevin.fald.io.checkpoint.CheckpointError` if it is not a Flower server's
+        :class:`~fedlangevin.runner.io.checkpoint.CheckpointError` if it is not a Flower server's
         checkpoint, is damaged or holds wrong entries."""
         run = kernel.run
         record, e = read_record(path, "Flower FA-LD server checkpoint")

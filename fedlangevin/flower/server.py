@@ -1,13 +1,13 @@
 """The server side of FA-LD on Flower: a ``ServerApp`` that runs the sampler over real clients.
 
-The server is the package's runner (:class:`fedlangevin.fald.runner.base.Runner`) running the
+The server is the package's runner (:class:`fedlangevin.runner.base.Runner`) running the
 server-round kernel of :mod:`fedlangevin.flower.runner` over the Flower grid: it waits for the
 nodes, asks each for its client index, n_c and d (:func:`discover`: the
 :class:`~fedlangevin.flower.trace.Federation` it samples, p_c = n_c / sum n), and every round
 sends the global iterate theta (R, d) and the round seed to the participating clients
 (:class:`FlowerExchange`, ``Grid.send_and_receive``) and averages their replies. The plan,
 draws, ledger, settings, checkpoints and resume are the runner's, as for ``FALD``; the
-randomness layout is :mod:`fedlangevin.fald.core.streams`', so a run with the same seed gives
+randomness layout is :mod:`fedlangevin.federation.streams`', so a run with the same seed gives
 the samples of ``FALD(..., streams="per_client")``. Dropped clients: see
 :mod:`fedlangevin.flower.runner`. ``FlowerRun(sampler="fahmc")`` runs FA-HMC the same way, the
 velocity v travelling and averaged with theta (:mod:`fedlangevin.flower.protocol`).
@@ -23,9 +23,9 @@ import torch
 
 from fedlangevin.fahmc.kernel import SPLITTINGS
 from fedlangevin.fahmc.sampler import DEFAULT_FRICTION
-from fedlangevin.fald.core.participation import Participation, as_participation
-from fedlangevin.fald.core.schedules import as_schedule, check_schedule
-from fedlangevin.fald.core.streams import SHARED, stream_seed
+from fedlangevin.federation.participation import Participation, as_participation
+from fedlangevin.federation.schedules import as_schedule, check_schedule
+from fedlangevin.federation.streams import SHARED, stream_seed
 from fedlangevin.flower.protocol import (
     BETA, CONFIG, INFO, MOMENTUM, NOISE_DTYPES, SAMPLERS, THETA, flwr_app, from_array_record, message_bytes,
     to_array_record,

@@ -65,7 +65,7 @@ import numpy as np
 import torch
 
 from fedlangevin._validation import check_bool, check_int, check_real, check_seed
-from fedlangevin.fald.core.participation import Participation, SchemeII, as_participation
+from fedlangevin.federation.participation import Participation, SchemeII, as_participation
 from fedlangevin.privacy.mechanism import RecordLevel, check_privacy
 from fedlangevin.problems.base import check_count_fits
 
@@ -91,7 +91,7 @@ class AuditSetting:
     num_clients : N >= 1 clients of equal size; client 0 holds the canary. rho > 0 needs N >= 2
         (with one client the shared noise could not be read off another upload).
     participation : ``"full"`` (default), an int S (scheme II, S of N drawn without
-        replacement) or a :class:`~fedlangevin.fald.core.participation.Participation` rule.
+        replacement) or a :class:`~fedlangevin.federation.participation.Participation` rule.
     rows : n_c >= 1 records per client (the canary and n_c - 1 zero records).
     batch_size : b in [1, n_c] rows per local step (drawn without replacement), or None for
         full batches (batch fraction b / n_c).
@@ -226,7 +226,7 @@ class _Attacker:
 
 def _world(setting: AuditSetting, world: str, replicates: int, seed: int, progress):
     """One world's run: (scores (R,), trace)."""
-    from fedlangevin.fald.runner.sampler import FALD
+    from fedlangevin.fald.sampler import FALD
     from fedlangevin.problems.custom import CustomProblem
 
     def energy(theta, x):  # l(theta; x) = -<x, theta>: per-example gradient -x

@@ -18,11 +18,11 @@ import torch
 
 from fedlangevin.fahmc.client import client_round as fahmc_client_round
 from fedlangevin.fald import FALD, SchemeI, SchemeII
-from fedlangevin.fald.contracts import KERNEL, conformance
-from fedlangevin.fald.core.engine import client_round
-from fedlangevin.fald.core.kernel import aggregate
-from fedlangevin.fald.core.streams import participation_stream, private_stream, shared_stream
-from fedlangevin.fald.io.checkpoint import MAGIC, CheckpointError, read_file, write_file
+from fedlangevin.federation.contracts import KERNEL, conformance
+from fedlangevin.fald.engine import client_round
+from fedlangevin.fald.kernel import aggregate
+from fedlangevin.federation.streams import participation_stream, private_stream, shared_stream
+from fedlangevin.runner.io.checkpoint import MAGIC, CheckpointError, read_file, write_file
 from fedlangevin.flower.runner import Replies, ServerKernel, serve
 from fedlangevin.flower.server import FlowerRun
 from fedlangevin.flower.trace import Federation
