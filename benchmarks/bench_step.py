@@ -67,7 +67,8 @@ import torch
 import fedlangevin as fl
 from fedlangevin.fald.kernel import FALDState, fald_round
 from fedlangevin.federation.noise import noise_scales
-from fedlangevin.fald.steppers import SMALL_DIM, make_stepper, round_threads
+from fedlangevin.fald.steppers import SMALL_DIM, make_stepper
+from fedlangevin.federation.rounds import round_threads
 
 
 class GradientOnly(fl.problems.FederatedProblem):

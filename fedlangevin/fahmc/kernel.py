@@ -112,7 +112,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from fedlangevin._validation import check_choice, check_device, check_dtype, check_real, check_step_sizes
-from fedlangevin.fald.engine import RoundInfo, check_gradient, initial_theta
+from fedlangevin.federation.rounds import RoundInfo, check_gradient, initial_theta
 from fedlangevin.federation.noise import add_noise_, noise_scales
 from fedlangevin.federation.participation import Full, Participation, SchemeI, SchemeII, as_participation, synchronize
 from fedlangevin.federation.preconditioning import (

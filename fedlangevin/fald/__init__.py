@@ -9,7 +9,8 @@ from fedlangevin.corrections.conducive import Conducive, Surrogates
 from fedlangevin.federation.contracts import Contract, CorrectionSettings, check_conforms, conformance
 from fedlangevin.corrections.control_variates import ControlVariates
 from fedlangevin.corrections.qlsd import QLSDPlusPlus
-from fedlangevin.fald.engine import Kernel, RoundInfo, build, client_round
+from fedlangevin.fald.engine import Kernel, build, client_round
+from fedlangevin.federation.rounds import RoundInfo
 from fedlangevin.federation.extensions import (
     DriftCorrection,
     FactorPreconditioner,

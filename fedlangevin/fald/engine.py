@@ -29,33 +29,25 @@ theta, with its own shared-noise and private-noise generators.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, NamedTuple, Sequence
 
 import torch
 
-from fedlangevin._validation import check_device, check_dtype, check_real, check_step_sizes, refuse_complex
+from fedlangevin._validation import check_device, check_dtype, check_real, check_step_sizes
 from fedlangevin.federation.contracts import (
     CORRECTION_SETTINGS, DRIFT_CORRECTION, TRANSPORT, UPLOAD_CODEC, check_conforms,
 )
 from fedlangevin.federation.extensions import PRECONDITIONERS, LocalTransport
-from fedlangevin.fald.kernel import FALDState, UploadCodec, aggregate
+from fedlangevin.fald.kernel import FALDState
 from fedlangevin.fald.local import local_step
 from fedlangevin.federation.noise import noise_scales
 from fedlangevin.federation.participation import Full, Participation, as_participation
 from fedlangevin.federation.preconditioning import BUILT, RoundPreconditioner, as_preconditioner, is_identity
+from fedlangevin.federation.rounds import RoundInfo, UploadCodec, aggregate, check_gradient, initial_theta
 from fedlangevin.fald.steppers import AffineStepper, SmallAffineStepper, make_stepper
 from fedlangevin.problems.base import FederatedProblem, check_client_indices, check_problem, check_weights
 
 __all__ = ["Kernel", "RoundInfo", "assemble", "build", "check_gradient", "client_round", "initial_theta"]
-
-
-@dataclass(frozen=True)
-class RoundInfo:
-    """What a round reports besides the state: the aggregation weights, (N,) shared by the
-    chains or (R, N) per chain (over all N clients, whichever a process holds)."""
-
-    weights: torch.Tensor
 
 
 class Kernel(NamedTuple):
@@ -270,64 +262,6 @@ def assemble(
         step.rounds = rounds
     return Kernel(init, step, isinstance(stepper, AffineStepper))
 
-
-
-def initial_theta(theta0, dim: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A kernel's initial global parameters: ``theta0`` of shape (R, d) with R >= 1, finite, not
-    requiring grad (the state is plain data), as a new tensor in ``dtype`` on ``device``
-    (``ValueError`` naming ``theta0`` otherwise)."""
-    if getattr(theta0, "requires_grad", False):
-        raise ValueError("theta0 must not require grad (the kernel's state is plain data); pass theta0.detach()")
-    refuse_complex("theta0", theta0)
-    try:
-        theta = torch.as_tensor(theta0, dtype=dtype, device=device)
-    except (TypeError, ValueError, RuntimeError):
-        raise ValueError(f"theta0 must be an array of numbers of shape (R, d = {dim}); got "
-                         f"{type(theta0).__name__}") from None
-    if theta.dim() != 2 or theta.shape[1] != dim:
-        raise ValueError(f"theta0 must have shape (R, d = {dim}); got {tuple(theta.shape)}")
-    if theta.shape[0] == 0:
-        raise ValueError(f"theta0 must hold at least one chain (R >= 1); got shape {tuple(theta.shape)}")
-    if not bool(torch.isfinite(theta).all()):
-        raise ValueError("theta0 must be finite")
-    return theta.clone()
-
-
-def check_gradient(work: FederatedProblem, dtype: torch.dtype, device: torch.device, batch_size: int | None = None,
-                   problem: FederatedProblem | None = None) -> None:
-    """The gradient of ``work`` (the kernel's copy of ``problem`` on ``device`` in ``dtype``) at one
-    probe point must have the shape of its theta (R, n, d), the state's dtype and its device: a
-    gradient of another shape would be broadcast into the samples and one of another dtype
-    added silently. Evaluated once, when a kernel is built, at ``problem.initial_params``
-    (where the problem has one, e.g. :class:`~fedlangevin.problems.CustomProblem`) or zeros,
-    with its own generator (the run's random stream is untouched). ``ValueError`` naming the
-    problem's ``grad``. A gradient that raises at the probe point is left to the run (which
-    reports it where it happens), so that a problem defined away from the probe point is not
-    refused. Not evaluated for a problem with ``no_probe`` set (:class:`~fedlangevin.problems.clipped.Clipped`:
-    a private run reads data only in its noisy steps; its gradient is the package's ``private_grad``)."""
-    problem = work if problem is None else problem
-    if getattr(work, "no_probe", False):  # a private run's problem: a probe would read data outside the noisy steps
-        return
-    n, d = work.num_clients, work.dim
-    theta = torch.zeros(1, n, d, dtype=dtype, device=device)
-    start = getattr(problem, "initial_params", None)
-    if isinstance(start, torch.Tensor) and start.shape == (d,):
-        theta.copy_(start.to(device=device, dtype=dtype))
-    generator = None if batch_size is None else torch.Generator(device=device).manual_seed(0)
-    try:
-        grad = work.grad(theta, batch_size=batch_size, generator=generator)
-    except Exception:  # noqa: BLE001 - see the docstring: not this check's to report
-        return
-    if (isinstance(grad, torch.Tensor) and grad.shape == theta.shape and grad.dtype == dtype
-            and grad.device == theta.device):
-        return
-    got = (f"shape {tuple(grad.shape)}, {grad.dtype} on device {grad.device}" if isinstance(grad, torch.Tensor)
-           else f"{type(grad).__name__}")
-    raise ValueError(
-        f"problem.grad ({type(problem).__name__}.grad) must return a tensor of shape {tuple(theta.shape)}, {dtype} "
-        f"on {theta.device} (like its theta: one gradient per chain, client and coordinate, in the state's dtype "
-        f"on its device); got {got}. Check the problem's grad() and to(device, dtype)"
-    )
 
 
 def client_round(

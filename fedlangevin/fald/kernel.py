@@ -17,25 +17,19 @@ theta <- theta (I - eta A_c) + eta b_c + noise that never touches data).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import torch
 
 from fedlangevin.fald.local import local_step
 from fedlangevin.federation.noise import NoiseScales
-from fedlangevin.federation.participation import Participation, synchronize
-from fedlangevin.fald.steppers import Stepper, make_stepper, round_threads
+from fedlangevin.federation.participation import Participation
+from fedlangevin.fald.steppers import Stepper, make_stepper
+from fedlangevin.federation.rounds import UploadCodec, aggregate, round_threads
 from fedlangevin.problems.base import FederatedProblem
 
-__all__ = ["FALDState", "UploadCodec", "aggregate", "local_step", "fald_round", "init_state", "make_stepper", "released"]
-
-#: An upload codec: ``codec(beta, theta, generator) -> beta_received``. It gets the clients'
-#: local states beta (R, N, d) after the round's local steps and the broadcast global
-#: parameters theta (R, d), and returns what the server receives, (R, N, d); the server
-#: averages that instead of beta. Example: :class:`fedlangevin.compression.QuantizedUpdateUpload`.
-UploadCodec = Callable[[torch.Tensor, torch.Tensor, "torch.Generator | None"], torch.Tensor]
-
+__all__ = ["FALDState", "UploadCodec", "aggregate", "local_step", "fald_round", "init_state", "make_stepper"]
 
 @dataclass(frozen=True)
 class FALDState:
@@ -51,38 +45,8 @@ class FALDState:
     correction: dict | None = None
 
 
-def released(state):
-    """``state`` (any kernel's frozen dataclass state) with its tensor fields usable outside
-    ``torch.inference_mode``: a copy of each that the rounds made in it, ``state`` itself when
-    none was."""
-    made = {f.name: v.clone() for f in fields(state)
-            if isinstance(v := getattr(state, f.name), torch.Tensor) and v.is_inference()}
-    return replace(state, **made) if made else state
-
-
 def init_state(initial: torch.Tensor) -> FALDState:
     return FALDState(theta=initial, step=0, round=0)
-
-
-def aggregate(
-    beta: torch.Tensor,
-    theta: torch.Tensor,
-    w: torch.Tensor,
-    generator: torch.Generator | None,
-    upload: UploadCodec | None = None,
-) -> torch.Tensor:
-    """The server side of a round: the upload codec (if any) on the local states beta
-    (R, n, d), then the weighted sum over clients sum_c w_rc beta_rc (R, d)."""
-    if upload is not None:
-        received = upload(beta, theta, generator)
-        if (not isinstance(received, torch.Tensor) or received.shape != beta.shape
-                or received.dtype != beta.dtype or received.device != beta.device):
-            got = (f"a tensor of shape {tuple(received.shape)}, {received.dtype} on {received.device}"
-                   if isinstance(received, torch.Tensor) else type(received).__name__)
-            raise ValueError(f"upload codec must return a tensor like the local states (shape "
-                             f"{tuple(beta.shape)}, {beta.dtype} on {beta.device}); got {got}")
-        beta = received
-    return synchronize(beta, w)
 
 
 def fald_round(

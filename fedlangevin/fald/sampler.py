@@ -24,11 +24,11 @@ from fedlangevin.fald.kernel import FALDState, init_state
 from fedlangevin.federation.noise import NoiseTally
 from fedlangevin.federation.participation import Participation
 from fedlangevin.federation.preconditioning import broadcast_floats, spectral_norm
-from fedlangevin.federation.streams import build_per_client
+from fedlangevin.fald.per_client import build_per_client
 from fedlangevin.corrections import drift
 from fedlangevin.runner.results.settings import Settings
 from fedlangevin.runner import loop
-from fedlangevin.runner import resume as rs
+from fedlangevin.fald import resume as rs
 from fedlangevin.runner.base import Runner
 from fedlangevin.fald.config import Config
 from fedlangevin.runner.replay import diagnose, where
@@ -249,13 +249,16 @@ class FALD(Runner):
 
     def _observe(self, run: Run, theta: torch.Tensor, info=None, arguments=None) -> None:
         if self.companions is not None:  # a round beside the sampler's (M and eta frozen)
-            if self._companion_kernel is None:
-                self._companion_kernel = kcheck.build(self)
+            if self._companion_kernel is None:  # the sampler's FA-LD (M given per round), built once
+                self._companion_kernel = assemble(
+                    self._kernel_problem, self.temperature, self.correlation, self.participation, self.batch_size,
+                    dtype=self.dtype, device=self.device, noise_dtype=self.noise_dtype)
             tally = (arguments or {}).get("tally")
             coupling = None if tally is None else (tally, info.weights)
             look = None if self.companions.rule is None else auto_groups.look
             self._apply(kcheck.update(self.companions, self._companion_kernel, theta, self.preconditioner,
-                                      self.participation.uploads, self.problem.num_clients, coupling, look), run)
+                                      self.participation.uploads, self.problem.num_clients, coupling, look,
+                                      state_of=init_state), run)
         if self.adapter is not None:
             self._apply(session.update(self.adapter, theta, self.preconditioner), run)
             if kcheck.due(self):  # the warm-up ended here: the companions start at its last iterates

@@ -30,8 +30,7 @@ coordinate-major kernels transpose the draws while promoting them to the state's
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -48,7 +47,6 @@ __all__ = [
     "SmallAffineStepper",
     "Stepper",
     "make_stepper",
-    "round_threads",
 ]
 
 #: Largest d for which affine problems use the coordinate-major kernel. Measured on CPU
@@ -56,14 +54,6 @@ __all__ = [
 #: matrix-product kernel up to d = 6 with per-client Hessians (d^2 plane updates) and up to
 #: at least d = 10 with a shared one (one (d x d) @ (d x R N) product).
 SMALL_DIM = 6
-
-#: Rounds whose working state (R N d numbers) is at most this size run with one intra-op
-#: CPU thread. Each operation of such a step touches at most a few MB, so a second thread
-#: gains little, while on a busy machine an OpenMP parallel region waits for a descheduled
-#: thread: measured on a shared 2-core machine, a 45k-element copy took 3.6 ms with two
-#: threads against 29 us with one. The previous setting is restored after the round.
-SINGLE_THREAD_NUMEL = 1 << 18
-
 
 #: ``on_step(i, beta)``: called after local step i of a round with the client states (R, N, d)
 #: (a view of the kernel's buffer, valid during the call).
@@ -430,18 +420,3 @@ def make_stepper(
     if kernel == "dense":
         return DenseAffineStepper(problem, dtype, device)
     return GradientStepper(problem, dtype, device, batch_size)
-
-
-@contextmanager
-def round_threads(numel: int, device: torch.device | str | None = None) -> Iterator[None]:
-    """Run a round with one intra-op CPU thread when its state has <= :data:`SINGLE_THREAD_NUMEL`
-    numbers (see there for the measurement); otherwise leave the thread count alone."""
-    threads = torch.get_num_threads()
-    if threads == 1 or numel > SINGLE_THREAD_NUMEL or torch.device(device or "cpu").type != "cpu":
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)

@@ -46,7 +46,7 @@ from typing import Any, Callable, NamedTuple
 import torch
 
 from fedlangevin.fahmc.kernel import FAHMCState
-from fedlangevin.fald.kernel import aggregate
+from fedlangevin.federation.rounds import aggregate
 from fedlangevin.federation.streams import participation_stream
 from fedlangevin.runner.io import checkpoint as ckpt
 from fedlangevin.runner.io.records import check_runner_record

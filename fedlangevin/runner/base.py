@@ -27,7 +27,7 @@ import torch
 
 from fedlangevin._validation import check_device, check_dtype, check_init, check_int, check_memory_draws, check_optional_bool, check_seed
 from fedlangevin.federation.contracts import KERNEL, check_conforms
-from fedlangevin.fald.kernel import released
+from fedlangevin.federation.rounds import released
 from fedlangevin.federation.schedules import as_schedule, check_schedule, round_step_sizes
 from fedlangevin.runner.results.ledger import Ledger
 from fedlangevin.runner.results.settings import Settings

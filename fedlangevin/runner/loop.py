@@ -19,7 +19,7 @@ import time
 import torch
 
 from fedlangevin.runner.runs import Run
-from fedlangevin.fald.steppers import round_threads
+from fedlangevin.federation.rounds import round_threads
 
 __all__ = ["CHECKPOINT_SECONDS", "CHUNK_NUMBERS", "CHUNK_ROUNDS", "advance"]
 

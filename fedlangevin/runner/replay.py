@@ -11,12 +11,11 @@ average overflowed; "upload": the codec returned non-finite values) go into the
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 
-from fedlangevin.fald.kernel import FALDState
 from fedlangevin.problems.base import FederatedProblem
 
 __all__ = ["diagnose", "where"]
@@ -24,7 +23,7 @@ __all__ = ["diagnose", "where"]
 
 def diagnose(
     step: Callable,
-    state: FALDState,
+    state: Any,
     gen_state: torch.Tensor,
     etas: Sequence[float],
     bad_rows: np.ndarray,
@@ -34,8 +33,9 @@ def diagnose(
     num_clients: int,
     uses_upload: bool,
 ) -> tuple[dict, dict, str]:
-    """Replay the round from ``state`` with ``step`` (a kernel step without the upload codec) and
-    a generator at ``gen_state``; returns ({chain: step}, {chain: cause}, a sentence).
+    """Replay the round from ``state`` (a kernel's state: ``theta`` (R, d), ``step``) with ``step`` (a
+    kernel step without the upload codec) and a generator at ``gen_state``; returns ({chain: step},
+    {chain: cause}, a sentence).
 
     ``bad_rows``: rows of ``state.theta`` whose round ended non-finite; ``active``: the sampler
     index of each row; ``problem``: the problem on the run's device (its gradient is probed);

@@ -4,8 +4,9 @@ Both compare the stationary law of the broadcast iterate at K local steps with i
 from chains that run *beside* the sampler's on their own generator (seeded from the run's seed),
 so that the sampler's chains draw exactly the numbers they draw without them. The companions are
 FA-LD with the sampler's problem, temperature, correlation, participation, minibatches and M,
-built by the package's engine (:func:`~fedlangevin.fald.engine.assemble`, a pure
-``(init, step)`` kernel over their own state), started at the sampler's iterates.
+built by the sampler (FA-LD's :func:`~fedlangevin.fald.engine.assemble`, a pure
+``(init, step)`` kernel over their own state, passed to :func:`update` with ``state_of``, the state
+of one group's iterates), started at the sampler's iterates.
 
 **A fixed K's check** (``check_local_bias=True``, the default) runs one group of R companion
 chains (R = the sampler's chains) from the rounds where M and eta are frozen (the end of an
@@ -55,8 +56,6 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from fedlangevin.fald.engine import assemble
-from fedlangevin.fald.kernel import FALDState
 from fedlangevin.federation.noise import NoiseTally
 from fedlangevin.federation.schedules import step_sizes
 from fedlangevin.warmup.acceptance import resolve_target
@@ -206,13 +205,6 @@ def due(sampler) -> bool:
             and not eligible(config))
 
 
-def build(sampler):
-    """The companions' kernel: the sampler's FA-LD (problem, temperature, correlation, participation,
-    minibatches, precisions), M given per round; built once per sampler."""
-    return assemble(sampler._kernel_problem, sampler.temperature, sampler.correlation, sampler.participation,
-                    sampler.batch_size, dtype=sampler.dtype, device=sampler.device, noise_dtype=sampler.noise_dtype)
-
-
 def seed_of(seed: int) -> int:
     """The companions' generator seed from the run's seed (a stream apart from the sampler's)."""
     return (int(seed) * 1_000_033 + 7_919) % 2**63
@@ -278,11 +270,13 @@ def stop(phase: Companions, g: int, why: str) -> Companions:
 
 
 def update(phase: Companions, kernel, theta: torch.Tensor, preconditioner, uploads_of, num_clients: int,
-           coupling: tuple | None = None, look=None) -> Changes:
+           coupling: tuple | None = None, look=None, *, state_of) -> Changes:
     """After a round of the sampler whose broadcast iterates are ``theta`` (R, d): one round of every
     running group, the burn-in or the sums, "auto"'s ``look`` (its tests and next candidate:
     :func:`fedlangevin.warmup.auto_groups.look`), and the floats the round sent
     (``uploads_of(weights)``: uploads per chain; d floats each, N d down, per synchronisation).
+    ``kernel``: the sampler's kernel for the companions; ``state_of(theta)``: its state at one group's
+    iterates (R, d), counters at zero.
     ``coupling``: (the round's :class:`~fedlangevin.federation.noise.NoiseTally`, its participation
     weights), which a coupled fixed K's twins take instead of their own draws; an "auto" candidate's
     twins take the candidate's. Everything else from the companions' own generator."""
@@ -305,7 +299,7 @@ def update(phase: Companions, kernel, theta: torch.Tensor, preconditioner, uploa
                 tally, weights = source
                 shared = dict(normals=tally.normals() if role == WHOLE else tally.normals(i, gen),
                               weights=weights if i == 0 else None)
-            state = FALDState(theta=rows[g], step=0, round=0, correction=None)
+            state = state_of(rows[g])
             new, info = kernel.step(state, etas, gen, preconditioner=preconditioner, **shared)
             up += float(uploads_of(info.weights))
             rows[g], syncs = new.theta, syncs + 1

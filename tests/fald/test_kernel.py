@@ -181,7 +181,7 @@ def test_make_stepper_choices_and_errors():
 
 
 def test_small_rounds_run_single_threaded_and_restore_the_setting():
-    from fedlangevin.fald.steppers import SINGLE_THREAD_NUMEL, round_threads
+    from fedlangevin.federation.rounds import SINGLE_THREAD_NUMEL, round_threads
 
     before = torch.get_num_threads()
     torch.set_num_threads(2)

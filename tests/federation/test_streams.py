@@ -8,7 +8,8 @@ import torch
 import fedlangevin as fl
 from fedlangevin.experiments.exact import exact_moments
 from fedlangevin.fald import SchemeI, SchemeII
-from fedlangevin.federation.streams import build_per_client, private_stream, shared_stream, stream_seed
+from fedlangevin.fald.per_client import build_per_client
+from fedlangevin.federation.streams import private_stream, shared_stream, stream_seed
 from tests.targets import assert_moments_within_mc_error
 
 

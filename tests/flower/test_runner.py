@@ -20,7 +20,7 @@ from fedlangevin.fahmc.client import client_round as fahmc_client_round
 from fedlangevin.fald import FALD, SchemeI, SchemeII
 from fedlangevin.federation.contracts import KERNEL, conformance
 from fedlangevin.fald.engine import client_round
-from fedlangevin.fald.kernel import aggregate
+from fedlangevin.federation.rounds import aggregate
 from fedlangevin.federation.streams import participation_stream, private_stream, shared_stream
 from fedlangevin.runner.io.checkpoint import MAGIC, CheckpointError, read_file, write_file
 from fedlangevin.flower.runner import Replies, ServerKernel, serve
