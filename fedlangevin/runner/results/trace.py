@@ -204,7 +204,7 @@ class Trace:
         discretization) as :func:`fedlangevin.privacy.trace_privacy`, which documents what is
         counted. Returns a :class:`fedlangevin.privacy.PrivacyReport` (``.summary()`` prints it).
         """
-        from fedlangevin.privacy import trace_privacy
+        from fedlangevin.privacy.report import trace_privacy
 
         return trace_privacy(self, delta=delta, sensitivity=sensitivity, **kwargs)
 
