@@ -121,9 +121,12 @@ from fedlangevin.federation.preconditioning import (
 from fedlangevin.federation.contracts import TRANSPORT, check_conforms
 from fedlangevin.problems.base import FederatedProblem, check_client_indices, check_problem, check_weights
 
-__all__ = ["FAHMCKernel", "FAHMCState", "OVERDAMPED", "SPLITTINGS", "as_fahmc_preconditioner", "assemble", "build",
+__all__ = ["DEFAULT_FRICTION", "FAHMCKernel", "FAHMCState", "OVERDAMPED", "SPLITTINGS", "as_fahmc_preconditioner", "assemble", "build",
            "checked_arguments", "local_steps_"]
 
+#: gamma with a numeric step size and ``friction="auto"`` (with M the posterior covariance: the friction rule's
+#: value is about 0.7, :mod:`fedlangevin.fahmc.warmup`)
+DEFAULT_FRICTION = 1.0
 #: the splittings of a local step (module docstring)
 SPLITTINGS = ("BAOAB", "OBABO")
 #: ``step(..., friction=OVERDAMPED)``: the overdamped step, FA-LD's with eta = h^2 / 2 (module docstring)

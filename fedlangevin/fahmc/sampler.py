@@ -21,7 +21,8 @@ from fedlangevin._validation import (
 from fedlangevin.fahmc import auto as hauto
 from fedlangevin.fahmc import local_bias as hcheck
 from fedlangevin.fahmc import warmup as fahmc_warmup
-from fedlangevin.fahmc.kernel import SPLITTINGS, FAHMCKernel, as_fahmc_preconditioner, assemble, checked_arguments
+from fedlangevin.fahmc.kernel import DEFAULT_FRICTION, SPLITTINGS, FAHMCKernel, as_fahmc_preconditioner, assemble, checked_arguments
+from fedlangevin.fahmc.node import NODE
 from fedlangevin.federation.contracts import TRANSPORT, check_conforms
 from fedlangevin.federation.participation import Participation, as_participation
 from fedlangevin.federation.preconditioning import (
@@ -40,10 +41,6 @@ from fedlangevin.warmup.session import auto_schedule
 from fedlangevin.problems.base import FederatedProblem, check_problem, check_weights
 
 __all__ = ["DEFAULT_FRICTION", "FAHMC"]
-
-#: gamma with a numeric step size and ``friction="auto"`` (with M the posterior covariance: the friction rule's
-#: value is about 0.7, :mod:`fedlangevin.fahmc.warmup`)
-DEFAULT_FRICTION = 1.0
 
 
 class FAHMC(Runner):
@@ -116,6 +113,9 @@ class FAHMC(Runner):
     Hessians for the Laplace M and the friction). ``trace.privacy`` refuses an FA-HMC trace (its
     accountant is FA-LD's).
     """
+
+    #: the family as a transport with remote clients runs it (:mod:`fedlangevin.federation.nodes`)
+    node = NODE
 
     # The state FA-HMC adds to the runner's (fedlangevin.runner.base.Runner): its settings, and
     # what the warm-up changes (M, h through the schedule, gamma), applied in one place (_apply).

@@ -21,6 +21,7 @@ import torch
 from fedlangevin._validation import check_init
 from fedlangevin.fald.engine import assemble
 from fedlangevin.fald.kernel import FALDState, init_state
+from fedlangevin.fald.node import NODE
 from fedlangevin.federation.noise import NoiseTally
 from fedlangevin.federation.participation import Participation
 from fedlangevin.federation.preconditioning import broadcast_floats, spectral_norm
@@ -124,6 +125,9 @@ class FALD(Runner):
     ``on_divergence=`` (``"raise"`` or ``"drop"`` the diverged chains); :meth:`resume`
     continues a checkpointed run bit for bit.
     """
+
+    #: the family as a transport with remote clients runs it (:mod:`fedlangevin.federation.nodes`)
+    node = NODE
 
     # The state FA-LD adds to the runner's (declared in fedlangevin.runner.base.Runner), all here:
     # the configuration (validated once, frozen) and what changes during runs, set by __init__ and
