@@ -18,7 +18,7 @@ For each shape (R chains, N clients, d) and dtype the script times, in the same 
 
 Ratios (engine / loop, engine / roofline) are measured within one run, so they hold on a
 busy machine where absolute numbers do not. Small rounds run single-threaded in the engine
-(see ``fedlangevin.fald.steppers.round_threads``); the roofline is timed the same way.
+(see ``fedlangevin.federation.rounds.round_threads``); the roofline is timed the same way.
 
     python benchmarks/bench_step.py [--seconds 2] [--shapes 300,50,2 300,1,2 100,50,1000] [--local-steps 10 1]
                                     [--dtypes float64 float32]

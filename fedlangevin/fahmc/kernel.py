@@ -374,7 +374,7 @@ def assemble(problem: FederatedProblem, *, temperature: float, correlation: floa
              check_step_sizes: bool = False, transport: Any = None) -> FAHMCKernel:
     """The kernel from checked arguments (:func:`checked_arguments`, or the sampler's own checks):
     none is checked again; M is converted, placed and checked, and the problem's gradient probed
-    once (:func:`fedlangevin.fald.engine.check_gradient`). ``check_step_sizes``: ``step``
+    once (:func:`fedlangevin.federation.rounds.check_gradient`). ``check_step_sizes``: ``step``
     checks each round's step sizes (off for the runner :class:`fedlangevin.FAHMC`, whose schedule is
     checked). ``transport``: checked against the contract by the caller; one with ``bind(N)`` is
     given the problem's N here, and the kernel then holds its ``clients`` (module docstring)."""

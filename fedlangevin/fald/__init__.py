@@ -1,8 +1,9 @@
-"""FA-LD engine (one subpackage per layer: docs/fald.md, "Architecture"): noise, participation, schedules, the reference local step and the round kernels
-(steppers), the pure kernel ``build -> (init, step)`` with its extension points (their contracts
-and conformance check: :mod:`fedlangevin.federation.contracts`), the runner
-(sampler, split into runs, replay and resume), drift corrections, typed settings, trace; checkpoint, store and
-streaming statistics for long runs."""
+"""FA-LD (docs/fald.md, "Architecture"): the reference local step (``local``) and the round kernels
+(``steppers``), the pure kernel ``build -> (init, step)`` (``engine``), its per-client-stream form
+(``per_client``) and node kernel (``node``), and :class:`FALD` (``sampler``: its configuration,
+``config``; its checkpoint entries and resume, ``resume``). The package also re-exports the shared
+machinery FA-LD runs on (:mod:`fedlangevin.federation`, :mod:`fedlangevin.warmup`,
+:mod:`fedlangevin.corrections`, :mod:`fedlangevin.runner`) under the names it always had."""
 
 from fedlangevin.runner.io.checkpoint import CheckpointError, checkpoint_info
 from fedlangevin.corrections.conducive import Conducive, Surrogates

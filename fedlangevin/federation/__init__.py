@@ -1,3 +1,6 @@
-"""The kernel core: FA-LD's local step (eq. 10) and round (Alg. 1/4), noise, participation schemes, step-size schedules,
-the pure kernel ``build -> (init, step)`` and the built-in extensions (preconditioners, transports). Imports only
-:mod:`fedlangevin.federation.contracts` from the rest of fald: nothing of the runner, the warm-up or io."""
+"""What every federated sampler shares inside a round: the extension contracts (``contracts``), noise
+scales (``noise``), participation rules (``participation``), step-size schedules (``schedules``),
+preconditioners (``preconditioning``), the built-in extensions (``extensions``: preconditioners,
+transports), per-client random streams (``streams``), what every kernel's round shares (``rounds``)
+and the node-kernel contract of transports with remote clients (``nodes``). Imports no sampler and
+nothing of the warm-up, the corrections or the runner."""

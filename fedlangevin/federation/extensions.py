@@ -23,7 +23,7 @@ round exactly as it is (the default kernel is bit-identical to a kernel built wi
   run by threads of one process (a test double of a distributed run).
 
 The upload codec (``upload(beta, theta, generator) -> beta'``, e.g. quantised uploads) is
-the fourth hook; see :data:`fedlangevin.fald.kernel.UploadCodec`.
+the fourth hook; see :data:`fedlangevin.federation.rounds.UploadCodec`.
 """
 
 from __future__ import annotations
