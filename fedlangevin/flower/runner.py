@@ -51,7 +51,7 @@ from fedlangevin.runner.io import checkpoint as ckpt
 from fedlangevin.runner.io.records import check_runner_record
 from fedlangevin.runner import resume as rs
 from fedlangevin.runner.base import Runner
-from fedlangevin.flower.protocol import DEFAULT_SAMPLER, node_kernels
+from fedlangevin.flower.protocol import DEFAULT_SAMPLER, MOMENTUM, node_kernels
 from fedlangevin.flower.trace import Federation, FlowerCommunication, FlowerTrace, dropouts_from, dropouts_record, read_record
 
 __all__ = ["FlowerRunner", "Replies", "ServerKernel", "ServerRound", "ServerState", "serve"]
@@ -119,6 +119,9 @@ class ServerKernel:
         self.exchange, self.problem, self.run, self.on_round = exchange, problem, run, on_round
         self.p = problem.weights.to(torch.float64)
         self.node = getattr(run, "node", None) or node_kernels()[getattr(run, "sampler", DEFAULT_SAMPLER)]
+        if not set(self.node.arrays) <= {MOMENTUM}:
+            raise ValueError(f"sampler {self.node.name!r}: its state's arrays {list(self.node.arrays)} are not all "
+                             f"carried by the Flower protocol (theta and {MOMENTUM!r})")
         self.name = self.node.label
 
     @property
@@ -142,7 +145,7 @@ class ServerKernel:
         for c in dropped:
             warnings.warn(f"round {t + 1}: client {c} dropped: {replies.refused[c]}", stacklevel=2)
         new_theta = self._average(replies.betas, theta, w, dropped)
-        received = {"momentum": replies.momenta or {}}  # the arrays a reply carries besides beta
+        received = {MOMENTUM: replies.momenta or {}}  # the arrays a reply carries besides beta
         # each averaged with theta's weights (FA-HMC's v: what its kernel averages)
         new = {name: self._average(received[name], arrays[name], w, dropped) for name in self.node.arrays}
         if w.dim() == 1:
