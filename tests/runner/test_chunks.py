@@ -91,11 +91,11 @@ def test_chunks_with_a_store_checkpoints_and_a_resume(tmp_path):
 
 
 def test_chunks_end_at_checkpoint_boundaries(tmp_path, monkeypatch):
-    import fedlangevin.fald.sampler as S
+    from fedlangevin.runner.resume import CheckpointWriter
 
     written = []
-    real = S.rs.CheckpointWriter.write
-    monkeypatch.setattr(S.rs.CheckpointWriter, "write",
+    real = CheckpointWriter.write
+    monkeypatch.setattr(CheckpointWriter, "write",
                         lambda self, path, sampler, run: (written.append(run.done), real(self, path, sampler, run)))
     problem = fl.problems.GaussianSimulation(num_clients=1, seed=0)
     fl.FALD(problem, step_size=1e-3, chains=3, seed=0).run(1000, checkpoint=tmp_path / "c", checkpoint_every=300,
