@@ -17,7 +17,6 @@ a second sampler family on the shared runner (``docs/fahmc.md``).
 """
 
 from fedlangevin.fahmc.kernel import FAHMCKernel, FAHMCState, build
-from fedlangevin.fahmc.node import NODE
 from fedlangevin.fahmc.sampler import FAHMC
 
-__all__ = ["FAHMC", "FAHMCKernel", "FAHMCState", "NODE", "build"]
+__all__ = ["FAHMC", "FAHMCKernel", "FAHMCState", "build"]

@@ -11,7 +11,6 @@ from fedlangevin.federation.contracts import Contract, CorrectionSettings, check
 from fedlangevin.corrections.control_variates import ControlVariates
 from fedlangevin.corrections.qlsd import QLSDPlusPlus
 from fedlangevin.fald.engine import Kernel, build, client_round
-from fedlangevin.fald.node import NODE
 from fedlangevin.federation.rounds import RoundInfo
 from fedlangevin.federation.extensions import (
     DriftCorrection,
@@ -36,7 +35,7 @@ from fedlangevin.runner.results.streaming import RunStatistics
 from fedlangevin.runner.results.trace import Communication, DivergenceError, StepSizes, Trace
 
 __all__ = [
-    "NODE", "AutoLocalSteps", "AutoStep", "CheckpointError", "LocalStepBias", "Communication", "Conducive", "Constant", "Contract", "CorrectionSettings", "ControlVariates", "QLSDPlusPlus", "Surrogates", "DivergenceError", "DriftCorrection", "FALD", "FALDState",
+    "AutoLocalSteps", "AutoStep", "CheckpointError", "LocalStepBias", "Communication", "Conducive", "Constant", "Contract", "CorrectionSettings", "ControlVariates", "QLSDPlusPlus", "Surrogates", "DivergenceError", "DriftCorrection", "FALD", "FALDState",
     "FactorPreconditioner", "Full", "IdentityPreconditioner", "InProcessGroup", "Kernel", "LocalTransport",
     "PaperDecay", "Participation", "Polynomial", "Preconditioner", "RoundInfo", "RunStatistics", "Runner", "SampleStore",
     "SchemeI", "SchemeII", "Settings", "StepSizes", "StoreError", "Trace", "Transport", "add_noise_", "build",

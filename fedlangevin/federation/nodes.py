@@ -10,7 +10,7 @@ them from a :class:`NodeKernel` it is given, never from the sampler's package:
 - ``options`` and ``state``: the family's own settings, checked with their defaults, and the
   server's state from the averaged arrays.
 
-Each sampler package declares its node kernel (``fedlangevin.fald.NODE``, ``fedlangevin.fahmc.NODE``),
+Each sampler package declares its node kernel (``fedlangevin.fald.node.NODE``, ``fedlangevin.fahmc.node.NODE``),
 which its user class carries as ``node`` (``fedlangevin.FALD.node``).
 """
 
