@@ -180,25 +180,6 @@ def test_make_stepper_choices_and_errors():
         make_stepper(small, torch.float64, "cpu", batch_size=2, kernel="small")
 
 
-def test_small_rounds_run_single_threaded_and_restore_the_setting():
-    from fedlangevin.federation.rounds import SINGLE_THREAD_NUMEL, round_threads
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        with round_threads(1000):
-            assert torch.get_num_threads() == 1
-        assert torch.get_num_threads() == 2
-        with round_threads(SINGLE_THREAD_NUMEL + 1):
-            assert torch.get_num_threads() == 2
-        with pytest.raises(RuntimeError):
-            with round_threads(10):
-                raise RuntimeError("boom")
-        assert torch.get_num_threads() == 2
-    finally:
-        torch.set_num_threads(before)
-
-
 @pytest.mark.parametrize("per_client", [False, True])
 @pytest.mark.parametrize("d", [2, 9])
 def test_on_step_sees_every_local_step_and_changes_nothing(per_client, d):
