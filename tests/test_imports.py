@@ -190,6 +190,14 @@ def test_no_sampler_imports_another_and_the_shared_packages_transports_and_priva
     assert not bad, bad
 
 
+def test_the_shared_packages_import_no_transport():
+    """The transports sit above the machinery they carry: nothing of the shared packages imports
+    fedlangevin.flower or fedlangevin.distributed (a transport is handed to the kernel: ``transport=``)."""
+    bad = [f"{m} imports {d}" for m, deps in sorted(GRAPH.items()) if _under(m, SHARED)
+           for d in sorted(deps) if _under(d, TRANSPORTS)]
+    assert not bad, bad
+
+
 @pytest.mark.parametrize("module, dep, match", [
     ("fedlangevin.fahmc.kernel", "fedlangevin.fald.kernel", r"fahmc.kernel \(sampler fedlangevin.fahmc\) imports "
                                                             r"fedlangevin.fald.kernel \(sampler fedlangevin.fald\)"),

@@ -33,22 +33,14 @@ import os
 import socket
 import threading
 import time
-from typing import Sequence
 
 import torch
+
+from fedlangevin.federation.extensions import RankFailure
 
 __all__ = ["ProcessGroup", "RankFailure", "split_clients"]
 
 _MASK64 = (1 << 64) - 1
-
-
-class RankFailure(RuntimeError):
-    """A rank of the process group stopped (or hung) during a distributed run (FA-LD or FA-HMC)."""
-
-    def __init__(self, message: str, ranks: Sequence[int] = ()) -> None:
-        super().__init__(message)
-        #: the ranks found stopped (empty when none could be named)
-        self.ranks = tuple(ranks)
 
 
 def split_clients(num_clients: int, world_size: int) -> list[list[int]]:

@@ -38,8 +38,19 @@ from fedlangevin.federation.contracts import DriftCorrection, Preconditioner, Tr
 
 __all__ = [
     "DriftCorrection", "FactorPreconditioner", "IdentityPreconditioner", "InProcessGroup", "LocalTransport",
-    "Preconditioner", "Transport",
+    "Preconditioner", "RankFailure", "Transport",
 ]
+
+
+class RankFailure(RuntimeError):
+    """A rank of the process group stopped (or hung) during a distributed run (FA-LD or FA-HMC), or a group
+    of an :class:`InProcessGroup` did not reach the synchronisation; re-exported by
+    :mod:`fedlangevin.distributed`."""
+
+    def __init__(self, message: str, ranks: Sequence[int] = ()) -> None:
+        super().__init__(message)
+        #: the ranks found stopped (empty when none could be named)
+        self.ranks = tuple(ranks)
 
 
 class IdentityPreconditioner:
@@ -182,8 +193,6 @@ class InProcessGroup:
 
     def _failure(self, rank: int):
         """The error of a broken barrier: names the groups that had not reached this round."""
-        from fedlangevin.distributed.transport import RankFailure
-
         mine = self._rounds[rank]
         missing = [r for r in range(len(self.groups)) if self._rounds[r] < mine]
         where = f"InProcessGroup: rank {rank} (clients {self.groups[rank]}) in round {mine}"
