@@ -6,7 +6,7 @@ K = 1 companion chains at step K eta and warns where its mean shift exceeds 0.1 
 against Stan's reference draws: the measured worst |mean shift| (unconstrained coordinates, in
 K = 1 sds; for "auto" also |sd ratio - 1|) with its lower and upper bound at 95 %, the worst
 |sd ratio - 1| against the companions (recorded, not tested), K eta against the step K = 1's acceptance
-rule takes at the chains' iterates (fedlangevin.fald.warmup.reach), whether the run warned of a bias
+rule takes at the chains' iterates (fedlangevin.warmup.reach), whether the run warned of a bias
 and whether it warned that a round moves no further than one K = 1 step, and the true max
 |mean error| / sd and sd ratios of its draws (the model's own coordinates, as docs/validation.md)
 and whether it passes the acceptance. ``--auto`` adds a row of local_steps="auto" (the K chosen)
@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import fedlangevin as fl  # noqa: E402
 from fedlangevin.experiments.posteriordb import compare  # noqa: E402
 from fedlangevin.experiments.rounds import available, load_posterior  # noqa: E402
-from fedlangevin.fald.warmup.local_bias import margins  # noqa: E402
+from fedlangevin.warmup.local_bias import margins  # noqa: E402
 
 
 def row(post, local_steps, rounds: int, chains: int, seed: int, hmc: bool = False) -> tuple[str, dict | None]:

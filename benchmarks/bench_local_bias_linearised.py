@@ -2,7 +2,7 @@
 
 The deterministic alternative to measuring the K-step bias from iterates: linearise every
 client's gradient at the posterior mean, grad f^c(theta) ~ g_c + H_c (theta - theta_bar) (H_c by
-central differences of the gradients, :func:`fedlangevin.fald.warmup.mode.client_derivatives`),
+central differences of the gradients, :func:`fedlangevin.warmup.mode.client_derivatives`),
 and read the bias off the exact stationary law of FA-LD on that quadratic problem
 (:func:`fedlangevin.experiments.exact.stationary_moments`, in the coordinates whitened by M, where
 the preconditioned step is plain FA-LD): the worst |mean(K) - mean(1)| / sd(1) and the sd ratios.
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import fedlangevin as fl  # noqa: E402
 from fedlangevin.experiments import exact  # noqa: E402
 from fedlangevin.experiments.posteriordb import POSTERIORS, load  # noqa: E402
-from fedlangevin.fald.warmup.mode import client_derivatives  # noqa: E402
+from fedlangevin.warmup.mode import client_derivatives  # noqa: E402
 
 
 def predicted(problem, theta_bar: np.ndarray, cov: np.ndarray, eta: float, k: int) -> tuple[float, float, float]:

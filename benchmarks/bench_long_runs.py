@@ -51,7 +51,7 @@ print(json.dumps({"growth": peak() - base}))
 
 def memory_growth(rounds: int, chains: int, dim: int, mode: str, timeout: float | None = None) -> float:
     """Growth (MiB) of the peak resident set of a fresh process over its warm-up, for a run of
-    ``rounds`` rounds in ``mode`` ("memory", "store" or "stats"); also used by tests/fald/io/test_store.py."""
+    ``rounds`` rounds in ``mode`` ("memory", "store" or "stats"); also used by tests/runner/io/test_store.py."""
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
         res = subprocess.run([sys.executable, "-c", CHILD, str(rounds), str(chains), str(dim), mode], cwd=tmp,

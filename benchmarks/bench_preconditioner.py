@@ -1,11 +1,11 @@
 """Cost of a preconditioner per local step, by dimension: none, diagonal, dense, in one run.
 
 A dense M adds two (R N x d) @ (d x d) products per local step (M grad, A xi); a diagonal M two
-elementwise products. This measures steps per second of ``fald.core.engine.build`` rounds on a
+elementwise products. This measures steps per second of ``fald.engine.build`` rounds on a
 logistic regression (R = 32 chains, N = 10 clients, 50 rows per client, d features, 2 classes:
 d + 1... parameters per class) with no, a diagonal and a dense preconditioner, as ratios to the
 unpreconditioned kernel within the same run. It informs
-``fedlangevin.fald.warmup.adaptation.DENSE_MAX_DIM`` together with the statistical limit (a dense M
+``fedlangevin.warmup.adaptation.DENSE_MAX_DIM`` together with the statistical limit (a dense M
 is estimated from R x w draws per window, which must be well above d).
 
     python benchmarks/bench_preconditioner.py [--dims 10 50 100 200] [--seconds 1]
@@ -23,8 +23,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fedlangevin as fl  # noqa: E402
-from fedlangevin.fald.core.engine import build  # noqa: E402
-from fedlangevin.fald.core.preconditioning import as_preconditioner  # noqa: E402
+from fedlangevin.fald.engine import build  # noqa: E402
+from fedlangevin.federation.preconditioning import as_preconditioner  # noqa: E402
 
 
 def steps_per_second(kernel, theta, seconds: float) -> float:

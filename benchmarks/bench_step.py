@@ -3,7 +3,7 @@
 For each shape (R chains, N clients, d) and dtype the script times, in the same process:
 
 - engine:      ``FALD.run`` on the paper's Gaussian simulation (affine fast path of
-               :mod:`fedlangevin.fald.core.steppers`), including the per-round synchronisation
+               :mod:`fedlangevin.fald.steppers`), including the per-round synchronisation
                and bookkeeping;
 - general:     the same problem behind a plain ``grad`` callable (no affine structure), so
                the engine takes its general path (``GradientStepper``);
@@ -18,7 +18,7 @@ For each shape (R chains, N clients, d) and dtype the script times, in the same 
 
 Ratios (engine / loop, engine / roofline) are measured within one run, so they hold on a
 busy machine where absolute numbers do not. Small rounds run single-threaded in the engine
-(see ``fedlangevin.fald.core.steppers.round_threads``); the roofline is timed the same way.
+(see ``fedlangevin.federation.rounds.round_threads``); the roofline is timed the same way.
 
     python benchmarks/bench_step.py [--seconds 2] [--shapes 300,50,2 300,1,2 100,50,1000] [--local-steps 10 1]
                                     [--dtypes float64 float32]
@@ -65,9 +65,10 @@ from pathlib import Path
 import torch
 
 import fedlangevin as fl
-from fedlangevin.fald.core.kernel import FALDState, fald_round
-from fedlangevin.fald.core.noise import noise_scales
-from fedlangevin.fald.core.steppers import SMALL_DIM, make_stepper, round_threads
+from fedlangevin.fald.kernel import FALDState, fald_round
+from fedlangevin.federation.noise import noise_scales
+from fedlangevin.fald.steppers import SMALL_DIM, make_stepper
+from fedlangevin.federation.rounds import round_threads
 
 
 class GradientOnly(fl.problems.FederatedProblem):

@@ -130,7 +130,7 @@ def check_input_file(what: str, path, *, max_bytes: int | None = None, error: ty
     device such as ``/dev/zero`` (endless), a folder or a symbolic-link loop is refused at once.
 
     Returns the file's ``os.stat_result``. Raises ``error`` (``ValueError`` or a subclass such as
-    :class:`~fedlangevin.fald.io.checkpoint.CheckpointError`) whose message starts with ``what``
+    :class:`~fedlangevin.runner.io.checkpoint.CheckpointError`) whose message starts with ``what``
     and names the path; ``missing``: the message for a missing file (default: "no file at").
     """
     given = repr(str(path))

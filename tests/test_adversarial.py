@@ -60,7 +60,7 @@ def test_scheme_one_draws_in_blocks_with_the_law_of_one_draw():
     # Scheme I weights are counts / S of S draws with probabilities p: unbiased for p.
     p = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)
     g = torch.Generator().manual_seed(0)
-    from fedlangevin.fald.core import participation
+    from fedlangevin.federation import participation
 
     s = participation._BLOCK * 2 + 5  # three blocks
     w = fl.SchemeI(s).weights(p, 2, g)

@@ -36,8 +36,8 @@ import fedlangevin as fl
 from fedlangevin import data as fd
 from fedlangevin import privacy as fp
 from fedlangevin.compression import wireless
-from fedlangevin.fald.warmup import local_bias as lb
-from fedlangevin.fald.warmup.mode import find_map
+from fedlangevin.warmup import local_bias as lb
+from fedlangevin.warmup.mode import find_map
 
 # a generous per-call bound: every bad value must fail fast, long before this
 FAST = settings(max_examples=40, deadline=10_000, suppress_health_check=[HealthCheck.too_slow])

@@ -41,7 +41,7 @@ def _exec(code: str, where: Path) -> tuple[dict, str]:
 def _run_dying_in_round(dies_in: int, where: Path, monkeypatch) -> None:
     """Run the recipe in ``where`` with kernels whose round ``dies_in`` (counted over all of them)
     dies: the process stops there and nothing after that point survives."""
-    import fedlangevin.fald.runner.sampler as S
+    import fedlangevin.fald.sampler as S
 
     real, calls = S.assemble, [0]
 

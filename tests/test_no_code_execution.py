@@ -1,7 +1,7 @@
 """No file the package reads runs code (issue 31).
 
 A pickle is planted in every file type fedlangevin reads: the checkpoints of both runners
-(FA-LD's and the runner's fedlangevin.fald.io.checkpoint, the Flower server's, which is the
+(FA-LD's and the runner's fedlangevin.runner.io.checkpoint, the Flower server's, which is the
 runner's, read by a restarted server, and the Flower trace file), ``<path>.prev``, ``<path>.problem``, a sample store's ``meta.json`` and data files
 (read by ``open_store`` and by a resumed run), ``.npy`` / ``.npz`` given to ``fedlangevin
 diagnose``, the data sets' ``.npz`` and IDX files, and the logistic regression's reference draws. Unpickling the planted object creates a
@@ -26,8 +26,8 @@ import torch
 import fedlangevin as fl
 from fedlangevin import data as fd
 from fedlangevin.experiments.logistic_posterior import read_reference
-from fedlangevin.fald.io.checkpoint import _HEADER, MAGIC, CheckpointError
-from fedlangevin.fald.io.store import StoreError
+from fedlangevin.runner.io.checkpoint import _HEADER, MAGIC, CheckpointError
+from fedlangevin.runner.io.store import StoreError
 from fedlangevin.flower import load_trace
 
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import fedlangevin as fl
 from fedlangevin._validation import check_memory_draws
-from fedlangevin.fald.core.schedules import Sequence as SequenceSchedule
+from fedlangevin.federation.schedules import Sequence as SequenceSchedule
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -56,12 +56,12 @@ class RoundCounter:
     a gradient and an energy per client).
 
     ``problem`` must expose its energy (``global_energy`` of autodiff problems, ``energy`` of the
-    quadratic and logistic problems; :func:`fedlangevin.fald.warmup.mode.global_energy`), else a
+    quadratic and logistic problems; :func:`fedlangevin.warmup.mode.global_energy`), else a
     ValueError naming ``problem``. It is used in float64 on the CPU.
     """
 
     def __init__(self, problem: Any) -> None:
-        from fedlangevin.fald.warmup.mode import global_energy
+        from fedlangevin.warmup.mode import global_energy
         from fedlangevin.problems.base import check_problem
 
         check_problem(problem)

@@ -372,7 +372,7 @@ def audit_setting(args):
 
     from fedlangevin._validation import check_int, check_real
     from fedlangevin.commands._checks import UsageError
-    from fedlangevin.fald.core.participation import SchemeI, SchemeII
+    from fedlangevin.federation.participation import SchemeI, SchemeII
     from fedlangevin.privacy import ClientLevel, RecordLevel
     from fedlangevin.privacy.canary import AuditSetting
 

@@ -41,7 +41,7 @@ def configure(parser: argparse.ArgumentParser) -> None:  # torch-free: --help st
 
 def main(args: argparse.Namespace) -> int:
     from fedlangevin.experiments.posteriordb import POSTERIORS, RECIPES, SHARED, ValidationRow, load, validate
-    from fedlangevin.fald.results.trace import DivergenceError
+    from fedlangevin.runner.results.trace import DivergenceError
 
     root = Path(args.root) if args.root is not None else SHARED
     where = "--root" if args.root is not None else "$FEDLANGEVIN_POSTERIORDB"

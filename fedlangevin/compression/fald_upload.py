@@ -40,7 +40,7 @@ __all__ = ["QuantizedUpdateUpload", "aggregated_error_variance"]
 class QuantizedUpdateUpload:
     """FA-LD upload codec: the server receives theta + Q(beta^c - theta, q) from client c.
 
-    A :data:`fedlangevin.fald.core.kernel.UploadCodec`: pass it as ``FALD(..., upload=codec)``.
+    A :data:`fedlangevin.federation.rounds.UploadCodec`: pass it as ``FALD(..., upload=codec)``.
     ``generator``: the quantizer's own random stream (on the sampler's device); ``None`` draws
     from the sampler's generator (then the quantized run's noise differs from the exact run's).
     A run stopped by a divergence rolls the sampler's generator back to the last good round,

@@ -4,7 +4,7 @@ FA-LD's only cross-client operation is the synchronisation (Deng et al., Alg. 1,
 "theta_{k+1} = sum_c w_c beta^c_{k+1}"): with the clients split over W processes, process
 q holds the clients C_q and computes the partial sum s_q = sum_{c in C_q} w_rc beta_rc, (R, d);
 one ``all_reduce`` (SUM) gives every process theta_new = sum_q s_q. :class:`ProcessGroup` is
-that transport (see :class:`fedlangevin.fald.core.extensions.Transport`): it names the clients of
+that transport (see :class:`fedlangevin.federation.extensions.Transport`): it names the clients of
 this rank (a ``torch.tensor_split`` of 0..N-1 into W contiguous blocks) and sums the partial
 sums. SUM, never AVG: AVG exists only on NCCL, and the weights w_rc already sum to one. FA-HMC
 (:mod:`fedlangevin.fahmc.kernel`) reduces its partial sums of theta and v stacked, (2, R, d), in one call.
@@ -33,22 +33,14 @@ import os
 import socket
 import threading
 import time
-from typing import Sequence
 
 import torch
+
+from fedlangevin.federation.extensions import RankFailure
 
 __all__ = ["ProcessGroup", "RankFailure", "split_clients"]
 
 _MASK64 = (1 << 64) - 1
-
-
-class RankFailure(RuntimeError):
-    """A rank of the process group stopped (or hung) during a distributed run (FA-LD or FA-HMC)."""
-
-    def __init__(self, message: str, ranks: Sequence[int] = ()) -> None:
-        super().__init__(message)
-        #: the ranks found stopped (empty when none could be named)
-        self.ranks = tuple(ranks)
 
 
 def split_clients(num_clients: int, world_size: int) -> list[list[int]]:

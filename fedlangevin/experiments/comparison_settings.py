@@ -21,7 +21,7 @@ __all__ = ["CORRECTED", "METHODS", "ComparisonSettings", "MethodRun"]
 #: the compressed-FL optimizers compared: every :data:`fedlangevin.compression.METHODS` but
 #: ``lossless``, which is FedAvg under another name (exact both ways)
 _OPTIMIZERS = tuple(m for m in COMPRESSION_METHODS if m != "lossless")
-#: FA-LD with a drift correction (:mod:`fedlangevin.fald.corrections.drift`): method key -> correction name
+#: FA-LD with a drift correction (:mod:`fedlangevin.corrections.drift`): method key -> correction name
 CORRECTED = {"fald_cv": "control_variates", "fald_conducive": "conducive", "fald_qlsd": "qlsd++"}
 #: method keys: ``fald_q`` stands for one quantized FA-LD run per level in ``fald_q_levels``; the
 #: corrected FA-LD runs are not in the default ``methods`` (ask for them: ``--methods fald fald_cv ...``)

@@ -19,7 +19,7 @@ import numpy as np
 
 from fedlangevin._validation import check_real
 from fedlangevin.experiments.exact import exact_moments, w2_to_target
-from fedlangevin.fald.core.participation import Participation
+from fedlangevin.federation.participation import Participation
 from fedlangevin.problems import CurvatureSimulation, GaussianSimulation, QuadraticProblem
 
 __all__ = [
@@ -86,7 +86,7 @@ def mc_w2_curve(
     correction: Any = None,
 ) -> Curve:
     """The paper's measure: fitted-Gaussian W2 of ``chains`` replicate chains after every round
-    (``correction``: a drift correction of :mod:`fedlangevin.fald.corrections.drift`).
+    (``correction``: a drift correction of :mod:`fedlangevin.corrections.drift`).
 
     Runs :class:`~fedlangevin.FALD` for up to ``rounds`` rounds in chunks (bounded memory);
     with ``stop_below`` it stops after the chunk in which W2 first falls to that level.
@@ -120,7 +120,7 @@ def exact_w2_curve(
 ) -> Curve:
     """W2 of the sampler's exact law (the R -> oo limit of :func:`mc_w2_curve`); ``participation``
     as in :func:`~fedlangevin.experiments.exact.exact_moments` (default full)."""
-    from fedlangevin.fald.core.schedules import as_schedule, step_sizes
+    from fedlangevin.federation.schedules import as_schedule, step_sizes
 
     k = local_steps
     schedule = as_schedule(step_size, problem)

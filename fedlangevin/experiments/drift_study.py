@@ -3,7 +3,7 @@
 On the per-client-curvature Gaussian simulation (:class:`~fedlangevin.problems.CurvatureSimulation`,
 alpha = 100: client centres far apart, client Hessians spread by ``curvature_spread``), where
 FA-LD's local steps are biased (Deng et al., Fig. 1b), the study compares FA-LD with the three
-corrections of :mod:`fedlangevin.fald.corrections.drift`:
+corrections of :mod:`fedlangevin.corrections.drift`:
 
 - left: W2 against rounds at K = ``local_steps``: R chains of the engine (solid) and the exact
   law of :mod:`fedlangevin.experiments.exact_drift` (dashed), with the exact-draw floor;
@@ -26,8 +26,8 @@ from fedlangevin.experiments.exact import w2_to_target
 from fedlangevin.experiments.exact_drift import corrected_moments, corrected_stationary
 from fedlangevin.experiments.gaussian_plots import floor_band
 from fedlangevin.experiments.report import Rows, StudyResult, progress_bar, pyplot, text_table
-from fedlangevin.fald.corrections.control_variates import ControlVariates
-from fedlangevin.fald.corrections.base import find_reference
+from fedlangevin.corrections.control_variates import ControlVariates
+from fedlangevin.corrections.base import find_reference
 
 __all__ = ["VARIANTS", "heterogeneity_correction_study"]
 

@@ -37,7 +37,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from fedlangevin.fald.core.participation import Full, Participation
+from fedlangevin.federation.participation import Full, Participation
 
 __all__ = [
     "RoundOperators", "apply_round", "exact_moments", "minibatch_gradient_noise", "participation_moments", "round_operators",
@@ -108,7 +108,7 @@ def round_operators(
 def participation_moments(p: np.ndarray, participation: Participation | None = None) -> tuple[np.ndarray, np.ndarray]:
     """E[w] (N,) and E[w w^T] (N, N) of the aggregation weights of a participation rule.
 
-    ``participation`` (default :class:`~fedlangevin.fald.core.participation.Full`) is read
+    ``participation`` (default :class:`~fedlangevin.federation.participation.Full`) is read
     through its ``scheme`` and ``num_sampled``: full (w = p), scheme I (S draws with
     replacement with probabilities p, plain mean: w = counts / S) or scheme II (S of N
     uniformly without replacement, w = 1/S on them; App. C.1).
@@ -179,7 +179,7 @@ def exact_moments(
     ``etas_per_round``: the local step sizes of each round (K values per round). Rounds
     with the same step sizes as the previous one reuse its operators, so a constant step
     size costs one operator computation. ``participation``: the synchronisation rule
-    (default :class:`~fedlangevin.fald.core.participation.Full`; see :func:`participation_moments`). The chains start at ``init_mean`` (default 0)
+    (default :class:`~fedlangevin.federation.participation.Full`; see :func:`participation_moments`). The chains start at ``init_mean`` (default 0)
     with covariance ``init_cov`` (default 0: a point). ``gradient_noise``: see
     :func:`round_operators` (with it the moments are exact, the law no longer Gaussian).
     """

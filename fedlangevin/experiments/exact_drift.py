@@ -2,7 +2,7 @@
 
 On a quadratic problem (client gradients A_c theta - b_c, e.g.
 :class:`~fedlangevin.problems.CurvatureSimulation` with its per-client Hessians) every
-correction of :mod:`fedlangevin.fald.corrections.drift` adds a term that is affine in the client's
+correction of :mod:`fedlangevin.corrections.drift` adds a term that is affine in the client's
 local state beta_c and in the sampler's state s between rounds:
 
     term_c = D_c beta_c + E_c s + k_c,
@@ -31,10 +31,10 @@ from typing import Sequence
 import numpy as np
 import scipy.linalg
 
-from fedlangevin.fald.corrections.conducive import Conducive
-from fedlangevin.fald.corrections.control_variates import ControlVariates
-from fedlangevin.fald.corrections.drift import as_correction
-from fedlangevin.fald.corrections.qlsd import QLSDPlusPlus
+from fedlangevin.corrections.conducive import Conducive
+from fedlangevin.corrections.control_variates import ControlVariates
+from fedlangevin.corrections.drift import as_correction
+from fedlangevin.corrections.qlsd import QLSDPlusPlus
 
 __all__ = ["corrected_moments", "corrected_round", "corrected_stationary"]
 

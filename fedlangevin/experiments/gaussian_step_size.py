@@ -29,7 +29,7 @@ from fedlangevin.experiments.curves import (
 from fedlangevin.experiments.exact import w2_to_target
 from fedlangevin.experiments.gaussian_plots import participation_figure, step_size_figure
 from fedlangevin.experiments.report import Rows, StudyResult, progress_bar, text_table
-from fedlangevin.fald.core.participation import Full, Participation, SchemeI, SchemeII
+from fedlangevin.federation.participation import Full, Participation, SchemeI, SchemeII
 
 __all__ = ["participation_study", "step_size_study"]
 
@@ -125,7 +125,7 @@ def step_size_study(
     log W2 against log k is reported next to Thm 5.8's -1/2.
     """
     from fedlangevin.experiments.exact import minibatch_gradient_noise
-    from fedlangevin.fald.core.schedules import PaperDecay
+    from fedlangevin.federation.schedules import PaperDecay
 
     t_start = time.perf_counter()
     problem = simulation_problem(alpha, 1.0, seed=seed)

@@ -94,7 +94,7 @@ def plan_private_run(problem, target_epsilon: float, *, clip: float, delta: floa
     """Rounds (and step size) of a private FA-LD run within (target_epsilon, delta).
 
     The step is the private warm-up's public first step eta_0 = SAFETY / lambda_0, lambda_0 =
-    max_c n_c C^2 / p_c (:func:`fedlangevin.fald.warmup.iterates.public_curvature`: no data read),
+    max_c n_c C^2 / p_c (:func:`fedlangevin.warmup.iterates.public_curvature`: no data read),
     and :func:`~fedlangevin.privacy.largest_iterations` gives the rounds. With a full batch and every
     client in every round the accountant's epsilon depends on (eta, T) through eta T (a Gaussian
     mechanism composed T times, mu = sqrt(T) / z, z^2 proportional to 1 / eta): the budget buys
@@ -103,7 +103,7 @@ def plan_private_run(problem, target_epsilon: float, *, clip: float, delta: floa
     at most MAX_STEP_FACTOR eta_0 (= 1 / lambda_0, half the stability limit of a curvature
     lambda_0); above that the rounds are solved at that step, whatever their number.
     """
-    from fedlangevin.fald.warmup.iterates import public_curvature
+    from fedlangevin.warmup.iterates import public_curvature
     from fedlangevin.privacy import RecordLevel, largest_iterations, largest_step_size, noise_multiplier
 
     target_epsilon = check_real("target_epsilon", target_epsilon, low=0.0, low_open=True)

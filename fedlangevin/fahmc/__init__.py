@@ -8,11 +8,12 @@ a second sampler family on the shared runner (``docs/fahmc.md``).
 - :mod:`fedlangevin.fahmc.warmup`: the warm-up that adapts the preconditioner, the step size and
   the friction (``step_size="auto"``), as ``(init, update, final)`` returning values;
 - :mod:`fedlangevin.fahmc.client`: one client's round from the broadcast (theta, v) on its own
-  streams, what a Flower node runs (``fedlangevin.flower``, ``FlowerRun(sampler="fahmc")``);
+  streams, what a Flower node runs (``fedlangevin.flower``, ``FlowerRun(sampler="fahmc")``), declared
+  to transports by :mod:`fedlangevin.fahmc.node` (``NODE``, ``FAHMC.node``);
 - :mod:`fedlangevin.fahmc.local_bias`: the check of a fixed K > 1 against K = 1 companion chains
   (``check_local_bias``), with FA-LD's estimator;
 - :mod:`fedlangevin.fahmc.sampler`: :class:`FAHMC`, the user-facing runner (checkpoints, resume,
-  draws, divergence handling through :class:`fedlangevin.fald.runner.base.Runner`).
+  draws, divergence handling through :class:`fedlangevin.runner.base.Runner`).
 """
 
 from fedlangevin.fahmc.kernel import FAHMCKernel, FAHMCState, build

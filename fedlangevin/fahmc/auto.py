@@ -1,8 +1,8 @@
 """FA-HMC's ``local_steps="auto"``: K chosen in warm-up against the sampler's K = 1 chains (issue 27).
 
-The twin of FA-LD's (:mod:`fedlangevin.fald.warmup.local_steps` plans it, :mod:`~fedlangevin.fald.warmup.auto_groups`
+The twin of FA-LD's (:mod:`fedlangevin.warmup.local_steps` plans it, :mod:`~fedlangevin.warmup.auto_groups`
 decides), with FA-HMC's groups. ``FAHMC(problem, local_steps="auto")`` gives the second half of its
-warm-up, W_b = W // 2 rounds (at least :data:`~fedlangevin.fald.warmup.local_steps.MIN_ROUNDS`), to the
+warm-up, W_b = W // 2 rounds (at least :data:`~fedlangevin.warmup.local_steps.MIN_ROUNDS`), to the
 measurement; the first W - W_b rounds run as before (``step_size="auto"`` adapts M, h and the friction
 there, at K = 1: :mod:`fedlangevin.fahmc.warmup`). With M, h and gamma frozen, the sampler's chains go
 on at K = 1 (the reference: a K = 1 round is one centralised BAOAB or OBABO step) and beside them one
@@ -12,15 +12,15 @@ their own generator (the sampler's chains draw the numbers they draw without the
 
 **What is compared.** Both run at h, so their laws differ by K alone: per coordinate (E_K - E_1) /
 sd_1 and sd_K / sd_1 of the broadcast theta, from two groups of R independent chains (jackknife
-standard errors over chains; :func:`~fedlangevin.fald.warmup.local_bias.bias_final`). Why no coupled
+standard errors over chains; :func:`~fedlangevin.warmup.local_bias.bias_final`). Why no coupled
 twins, as FA-LD's candidates have: a twin is a K = 1 chain moving the candidate's time per round, one
 step of K h, and BAOAB's h is already near its stability limit (h omega < 2; the warm-up's h* = 0.48
 with M the posterior covariance), so K h is not a step; a K = 1 FA-HMC chain mixes fast per round
 (ESS per chain-round 0.05-0.15 on the validation posteriors, docs/fahmc.md), which gives the
 independent comparison its power. The pilot, burn-in, looks (a candidate biased on evidence stops with
 every larger K), order and choice (the largest K within the tolerance with every K below it, means and
-sd ratios) are FA-LD's (:mod:`~fedlangevin.fald.warmup.companions`,
-:mod:`~fedlangevin.fald.warmup.auto_groups`).
+sd ratios) are FA-LD's (:mod:`~fedlangevin.warmup.companions`,
+:mod:`~fedlangevin.warmup.auto_groups`).
 
 **Stability.** K > 1 is tried only where every client's local steps are stable at h: h
 sqrt(lambda_max(M H_c)) < :data:`~fedlangevin.fahmc.local_bias.STABLE` at the chains' iterates (H_c
@@ -44,16 +44,16 @@ import torch
 from fedlangevin.fahmc.kernel import FAHMCKernel, FAHMCState
 from fedlangevin.fahmc.local_bias import STABLE, HMCCompanions, HMCLocalStepBias
 from fedlangevin.fahmc.warmup import Changes
-from fedlangevin.fald.warmup import auto_groups
-from fedlangevin.fald.warmup.companions import CANDIDATE, ended, frozen_eta, observe, seed_of, stop
-from fedlangevin.fald.warmup.curvature import curvature_at
-from fedlangevin.fald.warmup.local_steps import AutoLocalSteps, LocalStepBias
+from fedlangevin.warmup import auto_groups
+from fedlangevin.warmup.companions import CANDIDATE, ended, frozen_eta, observe, seed_of, stop
+from fedlangevin.warmup.curvature import curvature_at
+from fedlangevin.warmup.local_steps import AutoLocalSteps, LocalStepBias
 
 __all__ = ["converted", "measure", "start", "update"]
 
 
 def converted(changes) -> Changes:
-    """FA-LD's :class:`~fedlangevin.fald.warmup.session.Changes` from the shared measurement (its
+    """FA-LD's :class:`~fedlangevin.warmup.session.Changes` from the shared measurement (its
     phase, companions, K and record) as FA-HMC's, the record as an :class:`HMCLocalStepBias`."""
     bias = changes.local_bias
     if bias is not None and not isinstance(bias, HMCLocalStepBias):
@@ -123,7 +123,7 @@ def update(phase: HMCCompanions, kernel: FAHMCKernel, theta: torch.Tensor, momen
 
 
 def measure(phase, sampler) -> Changes:
-    """After a round of the measurement ``phase`` (:class:`~fedlangevin.fald.warmup.local_steps.Measurement`;
-    the candidates have seen it): FA-LD's :func:`~fedlangevin.fald.warmup.auto_groups.measure` with
+    """After a round of the measurement ``phase`` (:class:`~fedlangevin.warmup.local_steps.Measurement`;
+    the candidates have seen it): FA-LD's :func:`~fedlangevin.warmup.auto_groups.measure` with
     FA-HMC's :func:`start`."""
     return auto_groups.measure(phase, sampler, begin=start, convert=converted)

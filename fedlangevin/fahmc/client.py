@@ -1,10 +1,10 @@
 """The client side of an FA-HMC round for ONE client: what a federated client (a Flower node) runs.
 
-:func:`client_round` is FA-HMC's counterpart of :func:`fedlangevin.fald.core.engine.client_round`:
+:func:`client_round` is FA-HMC's counterpart of :func:`fedlangevin.fald.engine.client_round`:
 K local steps of the splitting of :mod:`fedlangevin.fahmc.kernel` (BAOAB: B(h) A(h/2) O A(h/2);
 OBABO: B(h/2) O B(h/2) A(h); eq. (2) there) on one client's energy f^c, from the broadcast
 (theta, v) of every chain, returning the client's (theta_c, v_c). The randomness layout is
-:mod:`fedlangevin.fald.core.streams`': the momentum refresh's shared normals xi_k come from
+:mod:`fedlangevin.federation.streams`': the momentum refresh's shared normals xi_k come from
 ``shared_generator`` (seeded from the round seed, the same on every client), the private
 normals xi^c_k and the minibatch draws from ``private_generator`` (the client's own); per step
 the order is the kernel's: minibatch, shared normals, private normals. A server then averages
@@ -24,8 +24,8 @@ import torch
 
 from fedlangevin._validation import check_choice, check_real
 from fedlangevin.fahmc.kernel import SPLITTINGS, as_fahmc_preconditioner, local_steps_
-from fedlangevin.fald.core.noise import add_noise_, noise_scales
-from fedlangevin.fald.core.preconditioning import RoundPreconditioner
+from fedlangevin.federation.noise import add_noise_, noise_scales
+from fedlangevin.federation.preconditioning import RoundPreconditioner
 from fedlangevin.problems.base import FederatedProblem
 
 __all__ = ["client_round"]

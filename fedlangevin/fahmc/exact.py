@@ -48,7 +48,7 @@ from scipy.linalg import solve_discrete_lyapunov
 
 from fedlangevin._validation import check_choice, check_real
 from fedlangevin.experiments.exact import RoundOperators, apply_round, participation_moments
-from fedlangevin.fald.core.participation import Full, Participation
+from fedlangevin.federation.participation import Full, Participation
 
 __all__ = ["exact_moments", "preconditioner_matrix", "round_operators", "stationary_moments"]
 

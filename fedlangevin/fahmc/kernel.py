@@ -73,7 +73,7 @@ A round (what the server averages, and why)
 -------------------------------------------
 Broadcast (theta, v) of every chain; each client runs K = len(step_sizes) local steps from it;
 the server forms theta' = sum_c w_c theta_c and v' = sum_c w_c v_c with the participation
-rule's weights (:mod:`fedlangevin.fald.core.participation`: w = p for full participation,
+rule's weights (:mod:`fedlangevin.federation.participation`: w = p for full participation,
 schemes I and II as FA-LD). Both are averaged: (i) the first step of a round kicks at the common
 broadcast theta, where sum_c p_c grad f^c = grad f, and every later operator of that step is
 linear in (theta_c, v_c) given it, so with K = 1 and full gradients a round is *exactly* one
@@ -90,7 +90,7 @@ clients; randomness comes from the generator passed in, in a fixed order per ste
 draws, the shared normals, the private normals of all N clients), then the round's participation
 draw; ``step`` never modifies its input state.
 
-Distributed (``transport=``, :data:`fedlangevin.fald.contracts.TRANSPORT`, e.g.
+Distributed (``transport=``, :data:`fedlangevin.federation.contracts.TRANSPORT`, e.g.
 :class:`fedlangevin.distributed.ProcessGroup`): a process holds the clients ``transport.clients``
 and runs only their local steps; its partial sums sum_{c held} w_c theta_c and sum_{c held} w_c v_c
 are stacked, (2, R, d), and summed over processes by one ``transport.reduce`` (one all-reduce a
@@ -112,18 +112,21 @@ from typing import Any, Callable, Sequence
 import torch
 
 from fedlangevin._validation import check_choice, check_device, check_dtype, check_real, check_step_sizes
-from fedlangevin.fald.core.engine import RoundInfo, check_gradient, initial_theta
-from fedlangevin.fald.core.noise import add_noise_, noise_scales
-from fedlangevin.fald.core.participation import Full, Participation, SchemeI, SchemeII, as_participation, synchronize
-from fedlangevin.fald.core.preconditioning import (
+from fedlangevin.federation.rounds import RoundInfo, check_gradient, initial_theta
+from fedlangevin.federation.noise import add_noise_, noise_scales
+from fedlangevin.federation.participation import Full, Participation, SchemeI, SchemeII, as_participation, synchronize
+from fedlangevin.federation.preconditioning import (
     BUILT, RoundPreconditioner, as_preconditioner, is_identity, preconditioner_matrix, preconditioner_record,
 )
-from fedlangevin.fald.contracts import TRANSPORT, check_conforms
+from fedlangevin.federation.contracts import TRANSPORT, check_conforms
 from fedlangevin.problems.base import FederatedProblem, check_client_indices, check_problem, check_weights
 
-__all__ = ["FAHMCKernel", "FAHMCState", "OVERDAMPED", "SPLITTINGS", "as_fahmc_preconditioner", "assemble", "build",
+__all__ = ["DEFAULT_FRICTION", "FAHMCKernel", "FAHMCState", "OVERDAMPED", "SPLITTINGS", "as_fahmc_preconditioner", "assemble", "build",
            "checked_arguments", "local_steps_"]
 
+#: gamma with a numeric step size and ``friction="auto"`` (with M the posterior covariance: the friction rule's
+#: value is about 0.7, :mod:`fedlangevin.fahmc.warmup`)
+DEFAULT_FRICTION = 1.0
 #: the splittings of a local step (module docstring)
 SPLITTINGS = ("BAOAB", "OBABO")
 #: ``step(..., friction=OVERDAMPED)``: the overdamped step, FA-LD's with eta = h^2 / 2 (module docstring)
@@ -146,7 +149,7 @@ class FAHMCState:
 
 
 class FAHMCKernel:
-    """The FA-HMC round kernel (:data:`fedlangevin.fald.contracts.KERNEL`): ``init(theta0) -> state``,
+    """The FA-HMC round kernel (:data:`fedlangevin.federation.contracts.KERNEL`): ``init(theta0) -> state``,
     ``step(state, step_sizes, generator) -> (state, RoundInfo)``, and what the runner reads
     (``name``, ``settings()``, ``record()``, ``uploads(info)``). Made by :func:`build`."""
 
@@ -221,7 +224,7 @@ class FAHMCKernel:
     def _refresh(self, u: torch.Tensor, h: float, gamma: float, pre: Any, generator: torch.Generator | None,
                  own: torch.Generator | None = None) -> None:
         """O of (2), in place: v <- a v + sqrt(tau (1 - a^2)) A (shared + private noise). FA-LD's
-        noise for a step of size eta adds sqrt(2 eta tau) (...) (:mod:`fedlangevin.fald.core.noise`):
+        noise for a step of size eta adds sqrt(2 eta tau) (...) (:mod:`fedlangevin.federation.noise`):
         eta = (1 - a^2) / 2 gives this one (a = 0 for the overdamped step: fresh noise). ``own``: the
         held clients' private stream (``exact = False``; the shared normals stay on ``generator``)."""
         u.mul_(math.exp(-gamma * h))
@@ -238,7 +241,7 @@ class FAHMCKernel:
         return self.participation.uploads(info.weights)
 
     def settings(self) -> dict:
-        """The Settings fields this family sets (:class:`fedlangevin.fald.results.settings.Settings`)."""
+        """The Settings fields this family sets (:class:`fedlangevin.runner.results.settings.Settings`)."""
         rule = self.participation
         return dict(temperature=self.temperature, correlation=self.correlation, participation=repr(rule),
                     scheme=rule.scheme, num_sampled=getattr(rule, "num_sampled", None), batch_size=self.batch_size,
@@ -248,7 +251,7 @@ class FAHMCKernel:
 
     def record(self) -> dict:
         """Plain values that a checkpoint stores and a resume compares: the family's settings that
-        :class:`~fedlangevin.fald.results.settings.Settings` does not hold."""
+        :class:`~fedlangevin.runner.results.settings.Settings` does not hold."""
         rule = self.participation
         stored = rule if type(rule) in (Full, SchemeI, SchemeII) else repr(rule)
         pre = None if self.preconditioner is None else preconditioner_record(self.preconditioner)
@@ -264,7 +267,7 @@ class FAHMCKernel:
 
 def as_fahmc_preconditioner(preconditioner: Any, dim: int) -> Any:
     """The preconditioner object of ``preconditioner``
-    (:func:`fedlangevin.fald.core.preconditioning.as_preconditioner`: a (d, d) matrix, a (d,) vector or
+    (:func:`fedlangevin.federation.preconditioning.as_preconditioner`: a (d, d) matrix, a (d,) vector or
     an object of the contract), ``None`` for None or M = I; ``ValueError`` naming ``preconditioner``
     otherwise."""
     if preconditioner is None:
@@ -327,12 +330,12 @@ def build(
     clients; participation : Full (default), SchemeI(S) or SchemeII(S); batch_size : minibatch
     size per client and step (None: full gradients); friction : gamma > 0; preconditioner : M, a
     (d, d) symmetric positive-definite matrix or a (d,) positive vector (diagonal), or a
-    preconditioner object (:data:`fedlangevin.fald.contracts.PRECONDITIONER`); None: I. It
+    preconditioner object (:data:`fedlangevin.federation.contracts.PRECONDITIONER`); None: I. It
     multiplies the force (the inverse mass matrix in HMC's terms: pass the posterior covariance).
     M and gamma are ``step``'s defaults (``step`` takes either as an argument). splitting :
     ``"BAOAB"`` or ``"OBABO"``; dtype, device : of the state; noise_dtype : of the standard
-    normals (:mod:`fedlangevin.fald.core.noise`); transport : a distributed run's synchronisation
-    (:data:`fedlangevin.fald.contracts.TRANSPORT`, module docstring; None: one process, every client).
+    normals (:mod:`fedlangevin.federation.noise`); transport : a distributed run's synchronisation
+    (:data:`fedlangevin.federation.contracts.TRANSPORT`, module docstring; None: one process, every client).
 
     Every argument is checked here (:func:`checked_arguments`: ``ValueError`` naming it), then the
     kernel is :func:`assemble`'s, whose ``step`` checks each round's step sizes.
@@ -371,7 +374,7 @@ def assemble(problem: FederatedProblem, *, temperature: float, correlation: floa
              check_step_sizes: bool = False, transport: Any = None) -> FAHMCKernel:
     """The kernel from checked arguments (:func:`checked_arguments`, or the sampler's own checks):
     none is checked again; M is converted, placed and checked, and the problem's gradient probed
-    once (:func:`fedlangevin.fald.core.engine.check_gradient`). ``check_step_sizes``: ``step``
+    once (:func:`fedlangevin.federation.rounds.check_gradient`). ``check_step_sizes``: ``step``
     checks each round's step sizes (off for the runner :class:`fedlangevin.FAHMC`, whose schedule is
     checked). ``transport``: checked against the contract by the caller; one with ``bind(N)`` is
     given the problem's N here, and the kernel then holds its ``clients`` (module docstring)."""

@@ -4,7 +4,7 @@ FA-HMC with K > 1 local steps on heterogeneous clients samples another law than 
 round is exactly one centralised BAOAB or OBABO step: :mod:`fedlangevin.fahmc.kernel`), by an
 amount that depends on the model and the split (docs/fahmc.md: 0.21 sd at K = 10 on the paper
 stand-in). A run with a fixed ``local_steps`` K > 1 and ``check_local_bias=True`` (the default)
-measures it, as FA-LD's companions do (:mod:`fedlangevin.fald.warmup.companions`, the twin of
+measures it, as FA-LD's companions do (:mod:`fedlangevin.warmup.companions`, the twin of
 this module), and warns at the end of a run where it exceeds 0.1 posterior sd on evidence.
 
 **The companions.** R chains (R = the sampler's ``chains``) of FA-HMC at **K = 1 with the same h**,
@@ -26,17 +26,17 @@ else the record says why.
 **What is compared.** Both groups run at the same h, so their laws differ by K alone: the means
 *and* the sds are tested (FA-LD's companions test the means only, their step K eta inflating their
 sds by itself). Per coordinate, (E_K - E_1) / sd_1 and sd_K / sd_1 of the broadcast theta
-(:func:`~fedlangevin.fald.warmup.local_bias.bias_final`: two groups of R independent chains,
+(:func:`~fedlangevin.warmup.local_bias.bias_final`: two groups of R independent chains,
 jackknife standard errors over chains), and the verdict
-:func:`~fedlangevin.fald.warmup.local_bias.exceeds` over the 2 d tests (Bonferroni, Student's t with
+:func:`~fedlangevin.warmup.local_bias.exceeds` over the 2 d tests (Bonferroni, Student's t with
 R - 1 degrees of freedom) at 95 % with the tolerance 0.1 sd. On a Gaussian the K = 1 law's theta
 marginal is exact for BAOAB at any stable h (:mod:`fedlangevin.fahmc.exact`): the reference is
 then the posterior itself.
 
-**Burn-in and the verdict** are the twin's: a :data:`~fedlangevin.fald.warmup.companions.PILOT`-round
+**Burn-in and the verdict** are the twin's: a :data:`~fedlangevin.warmup.companions.PILOT`-round
 pilot gives both groups' decay time tau_e, B = max(PILOT, ceil(tau_e ln(1 / TRANSIENT))) rounds are
 dropped, the kept iterates' sums accumulate, and at the end of every ``run()`` with at least
-:data:`~fedlangevin.fald.warmup.companions.MIN_KEPT` kept rounds the verdict is made from all kept
+:data:`~fedlangevin.warmup.companions.MIN_KEPT` kept rounds the verdict is made from all kept
 so far (the companions go on in the sampler's next runs). **Cost**: a companion takes one
 gradient per client and round, 1/K of a sampler chain's K, and sends as many floats as a sampler
 chain: 2 d up (theta and v) and 2 d down per client and round (counted as set-up floats in the
@@ -55,12 +55,12 @@ import torch
 
 from fedlangevin.fahmc.kernel import FAHMCKernel, FAHMCState, assemble
 from fedlangevin.fahmc.warmup import Changes
-from fedlangevin.fald.core.schedules import AdaptedSteps, Constant, step_sizes
-from fedlangevin.fald.warmup.companions import Companions, observe, seed_of
-from fedlangevin.fald.warmup.companions import verdict as companion_verdict
-from fedlangevin.fald.warmup.curvature import curvature_at
-from fedlangevin.fald.warmup.local_bias import margins
-from fedlangevin.fald.warmup.local_steps import CONFIDENCE, TOLERANCE, AutoLocalSteps, LocalStepBias, Measurement
+from fedlangevin.federation.schedules import AdaptedSteps, Constant, step_sizes
+from fedlangevin.warmup.companions import Companions, observe, seed_of
+from fedlangevin.warmup.companions import verdict as companion_verdict
+from fedlangevin.warmup.curvature import curvature_at
+from fedlangevin.warmup.local_bias import margins
+from fedlangevin.warmup.local_steps import CONFIDENCE, TOLERANCE, AutoLocalSteps, LocalStepBias, Measurement
 
 __all__ = ["STABLE", "HMCCompanions", "HMCLocalStepBias", "Restored", "build", "due", "record", "restore",
            "start", "unmeasurable", "update", "verdict"]
@@ -70,7 +70,7 @@ __all__ = ["STABLE", "HMCCompanions", "HMCLocalStepBias", "Restored", "build", "
 STABLE = 2.0
 @dataclass(frozen=True)
 class HMCLocalStepBias(LocalStepBias):
-    """FA-LD's :class:`~fedlangevin.fald.warmup.local_steps.LocalStepBias` record (the same fields and
+    """FA-LD's :class:`~fedlangevin.warmup.local_steps.LocalStepBias` record (the same fields and
     ``record()``), with FA-HMC's verdict (means and sd ratios: both groups run at h) and remedies, and
     FA-HMC's stability limit (``"auto"``'s ``stability`` is h sqrt(lambda_max(M H_c)))."""
 
@@ -99,7 +99,7 @@ class HMCLocalStepBias(LocalStepBias):
 
 @dataclass(frozen=True)
 class HMCCompanions(Companions):
-    """FA-LD's :class:`~fedlangevin.fald.warmup.companions.Companions` (``step_size`` is h, the
+    """FA-LD's :class:`~fedlangevin.warmup.companions.Companions` (``step_size`` is h, the
     sampler's and the companions'; ``stability`` h sqrt(lambda_max(M H)), "auto"'s h sqrt(lambda_max(M
     H_c))) with the groups' velocities ``momentum`` (G, R, d)."""
 
@@ -124,7 +124,7 @@ def _not_measured(k: int, note: str, **more) -> HMCLocalStepBias:
 def unmeasurable(chains: int, transport, schedule) -> str:
     """Why FA-HMC with ``chains``, ``transport`` and ``schedule`` cannot compare K local steps with K = 1
     ("" when it can): a fixed K's check (a note) and ``local_steps="auto"`` (refused before any work)
-    alike. ``"auto"``'s adaptive warm-up is an :class:`~fedlangevin.fald.core.schedules.AdaptedSteps`."""
+    alike. ``"auto"``'s adaptive warm-up is an :class:`~fedlangevin.federation.schedules.AdaptedSteps`."""
     if chains < 2:
         return (f"chains={chains}: the comparison needs independent chains (at least 2; 32 or more give useful "
                 "standard errors)")
@@ -208,7 +208,7 @@ def update(phase: HMCCompanions, kernel: FAHMCKernel, theta: torch.Tensor, preco
 
 def verdict(phase: HMCCompanions) -> HMCLocalStepBias:
     """The record from everything kept so far (a run's end): FA-LD's verdict
-    (:func:`fedlangevin.fald.warmup.companions.verdict`) testing the means and the sd ratios (both
+    (:func:`fedlangevin.warmup.companions.verdict`) testing the means and the sd ratios (both
     groups run at h)."""
     return companion_verdict(phase, sd=True, make=HMCLocalStepBias,
                              reference=f"K = 1 FA-HMC companion chains at the same h = {phase.step_size:.4g}")

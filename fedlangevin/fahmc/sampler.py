@@ -1,6 +1,6 @@
 """The user-facing FA-HMC sampler: :class:`FAHMC`, the FA-HMC kernel on the shared runner.
 
-Everything but the kernel is the runner's (:class:`fedlangevin.fald.runner.base.Runner`): the
+Everything but the kernel is the runner's (:class:`fedlangevin.runner.base.Runner`): the
 run's plan, kept draws in memory or on disk, streaming statistics, divergence handling (the
 diverged chains' momentum rows go with them), the ledger, and checkpoints that resume bit for
 bit, momentum included (:meth:`FAHMC.resume`).
@@ -21,29 +21,26 @@ from fedlangevin._validation import (
 from fedlangevin.fahmc import auto as hauto
 from fedlangevin.fahmc import local_bias as hcheck
 from fedlangevin.fahmc import warmup as fahmc_warmup
-from fedlangevin.fahmc.kernel import SPLITTINGS, FAHMCKernel, as_fahmc_preconditioner, assemble, checked_arguments
-from fedlangevin.fald.contracts import TRANSPORT, check_conforms
-from fedlangevin.fald.core.participation import Participation, as_participation
-from fedlangevin.fald.core.preconditioning import (
+from fedlangevin.fahmc.kernel import DEFAULT_FRICTION, SPLITTINGS, FAHMCKernel, as_fahmc_preconditioner, assemble, checked_arguments
+from fedlangevin.fahmc.node import NODE
+from fedlangevin.federation.contracts import TRANSPORT, check_conforms
+from fedlangevin.federation.participation import Participation, as_participation
+from fedlangevin.federation.preconditioning import (
     broadcast_floats, is_identity, preconditioner_from_record, preconditioner_record,
 )
-from fedlangevin.fald.io import checkpoint as ckpt
-from fedlangevin.fald.io.records import check_runner_record
-from fedlangevin.fald.runner import resume as rs
-from fedlangevin.fald.runner.base import Runner
-from fedlangevin.fald.warmup import session as fald_session
-from fedlangevin.fald.core.schedules import AdaptedSteps
-from fedlangevin.fald.warmup.acceptance import AutoStep
-from fedlangevin.fald.warmup import local_steps as kphase
-from fedlangevin.fald.warmup.local_steps import AutoLocalSteps
-from fedlangevin.fald.warmup.session import auto_schedule
+from fedlangevin.runner.io import checkpoint as ckpt
+from fedlangevin.runner.io.records import check_runner_record
+from fedlangevin.runner import resume as rs
+from fedlangevin.runner.base import Runner
+from fedlangevin.warmup import session as fald_session
+from fedlangevin.federation.schedules import AdaptedSteps
+from fedlangevin.warmup.acceptance import AutoStep
+from fedlangevin.warmup import local_steps as kphase
+from fedlangevin.warmup.local_steps import AutoLocalSteps
+from fedlangevin.warmup.session import auto_schedule
 from fedlangevin.problems.base import FederatedProblem, check_problem, check_weights
 
 __all__ = ["DEFAULT_FRICTION", "FAHMC"]
-
-#: gamma with a numeric step size and ``friction="auto"`` (with M the posterior covariance: the friction rule's
-#: value is about 0.7, :mod:`fedlangevin.fahmc.warmup`)
-DEFAULT_FRICTION = 1.0
 
 
 class FAHMC(Runner):
@@ -117,7 +114,10 @@ class FAHMC(Runner):
     accountant is FA-LD's).
     """
 
-    # The state FA-HMC adds to the runner's (fedlangevin.fald.runner.base.Runner): its settings, and
+    #: the family as a transport with remote clients runs it (:mod:`fedlangevin.federation.nodes`)
+    node = NODE
+
+    # The state FA-HMC adds to the runner's (fedlangevin.runner.base.Runner): its settings, and
     # what the warm-up changes (M, h through the schedule, gamma), applied in one place (_apply).
     correlation: float                 #: rho of the momentum noise
     participation: Participation       #: Full, SchemeI or SchemeII

@@ -1,7 +1,7 @@
 """FA-HMC's warm-up: the preconditioner M, the step size h and the friction gamma, adapted in the
 first run's warm-up from the default start and then frozen (``FAHMC(problem)``, ``step_size="auto"``).
 
-It has the shape of FA-LD's (:mod:`fedlangevin.fald.warmup.session`): :func:`init` starts it at
+It has the shape of FA-LD's (:mod:`fedlangevin.warmup.session`): :func:`init` starts it at
 the chains' iterates, :func:`update` takes each warm-up round's broadcast iterates and velocities,
 :func:`final` gives the frozen (M, h, gamma); each returns a :class:`Changes` value that the sampler
 applies in one place (``FAHMC._apply``). Nothing here assigns to the sampler. It needs one local
@@ -13,10 +13,10 @@ Two phases
 ----------
 **1. Overdamped, the first (1 - SHARE) = half of the warm-up.** The chains move with the kernel's
 overdamped step (``friction=OVERDAMPED``: FA-LD's eq. 10 with eta = h^2 / 2, :mod:`~fedlangevin.fahmc.kernel`)
-and FA-LD's :class:`~fedlangevin.fald.warmup.adaptation.Adapter` runs unchanged over these rounds:
-from a far start the damped Newton approach (:mod:`fedlangevin.fald.warmup.approach`), Stan's
+and FA-LD's :class:`~fedlangevin.warmup.adaptation.Adapter` runs unchanged over these rounds:
+from a far start the damped Newton approach (:mod:`fedlangevin.warmup.approach`), Stan's
 windows with the slow windows' regularised covariance as M, stragglers restarted, and eta by dual
-averaging towards a target acceptance (:mod:`fedlangevin.fald.warmup.acceptance`). Why overdamped:
+averaging towards a target acceptance (:mod:`fedlangevin.warmup.acceptance`). Why overdamped:
 far from the bulk, momentum carries chains past the mode and through regions where the step is
 unstable, and a slow window's covariance would be one of the chains' paths, not of the posterior;
 the approach and the windows are built for the overdamped step. Its statistic also serves FA-HMC:
@@ -28,7 +28,7 @@ eta), a first M, and the chains in FA-LD's stationary law for it, the velocity f
 **2. Underdamped, the last SHARE of the warm-up.** The friction is set (below) and the chains run
 FA-HMC itself:
 
-- h adapts every round by dual averaging (the same :func:`~fedlangevin.fald.warmup.acceptance.da_update`
+- h adapts every round by dual averaging (the same :func:`~fedlangevin.warmup.acceptance.da_update`
   on log eta, eta = h^2 / 2, started at h0 without the doubling search) towards the target below,
   with the statistic min(1, exp(-delta)) averaged over chains, delta the energy error of the
   round's deterministic operators (:func:`energy_error`): the leapfrog's for OBABO (its GHMC
@@ -53,7 +53,7 @@ FA-HMC itself:
 
 **The target** (``AutoStep``'s ``"auto"``) is the statistic's value on a d-dimensional Gaussian
 with a perfect M at h* = sqrt(2 eta*), eta* the step whose stationary sds are SD_EXCESS = 3 % too
-wide for FA-LD (:func:`~fedlangevin.fald.warmup.acceptance.excess_step`): h* = 0.479 is where
+wide for FA-LD (:func:`~fedlangevin.warmup.acceptance.excess_step`): h* = 0.479 is where
 OBABO's theta sds are 3 % too wide (its theta marginal is N(0, Sigma / (1 - h^2 / 4)), FA-LD's at
 eta = h^2 / 2) and BAOAB's velocity sds 3 % too narrow (its theta marginal is exact on a
 Gaussian). :func:`gaussian_energy_acceptance` computes it for the splitting and friction in use
@@ -94,17 +94,17 @@ from typing import Any, NamedTuple
 import torch
 
 from fedlangevin.fahmc.kernel import OVERDAMPED
-from fedlangevin.fald.core.preconditioning import (
+from fedlangevin.federation.preconditioning import (
     as_preconditioner, is_identity, placed, preconditioner_from_record, preconditioner_matrix,
 )
-from fedlangevin.fald.warmup import session as fald_session
-from fedlangevin.fald.warmup.acceptance import (
+from fedlangevin.warmup import session as fald_session
+from fedlangevin.warmup.acceptance import (
     SD_EXCESS, DualAveraging, da_final, da_init, da_update, energy_function, excess_step, log_acceptance,
     matrix_growth, mean_acceptance,
 )
-from fedlangevin.fald.warmup.adaptation import Adapter, regularised_covariance
-from fedlangevin.fald.warmup.curvature import mean_hessian
-from fedlangevin.fald.warmup.iterates import Scatter
+from fedlangevin.warmup.adaptation import Adapter, regularised_covariance
+from fedlangevin.warmup.curvature import mean_hessian
+from fedlangevin.warmup.iterates import Scatter
 
 __all__ = ["GAMMA_MAX", "GAMMA_MIN", "KEEP", "SHARE", "Changes", "HMCAdapter", "energy_error", "final",
            "friction_rule", "gaussian_energy_acceptance", "init", "update"]
@@ -139,7 +139,7 @@ class Changes(NamedTuple):
     companions : the local-step check's companion chains' or ``local_steps="auto"``'s candidates' new
     state (:mod:`~fedlangevin.fahmc.local_bias`, :mod:`~fedlangevin.fahmc.auto`; :data:`KEEP`: unchanged,
     None: ended); local_bias : its record for ``trace.local_step_bias`` (None: none new; warned where it
-    says so); measurement : ``"auto"``'s phase (:class:`~fedlangevin.fald.warmup.local_steps.Measurement`;
+    says so); measurement : ``"auto"``'s phase (:class:`~fedlangevin.warmup.local_steps.Measurement`;
     KEEP: unchanged, None: ended); local_steps : K from the next round on (None: unchanged)."""
 
     preconditioner: Any = KEEP
@@ -271,7 +271,7 @@ class HMCAdapter:
     def _replace_matrix(self, x: torch.Tensor) -> None:
         """The window's end: M <- its regularised covariance (FA-LD's), dual averaging restarted (with
         its doubling search) from the averaged step over lambda_max(M_old^-1 M_new) (as stable as the
-        step before: :func:`~fedlangevin.fald.warmup.acceptance.matrix_growth`), gamma again."""
+        step before: :func:`~fedlangevin.warmup.acceptance.matrix_growth`), gamma again."""
         d = self.problem.dim
         new = as_preconditioner(regularised_covariance(self.pooled.covariance(), self.pooled.count, self.pooled.dense), d)
         eta = 0.5 * self.step_size ** 2 / matrix_growth(self.preconditioner, new, d)  # the step run (capped)
@@ -292,7 +292,7 @@ class HMCAdapter:
 
     # -- checkpoints --------------------------------------------------------------------------------
     def record(self) -> dict:
-        from fedlangevin.fald.core.preconditioning import preconditioner_record
+        from fedlangevin.federation.preconditioning import preconditioner_record
 
         return {"warmup": self.warmup, "splitting": self.splitting, "temperature": self.temperature,
                 "target": self.target, "given_target": self.given_target, "given_friction": self.given_friction,

@@ -1,16 +1,18 @@
-"""FA-LD engine (one subpackage per layer: docs/fald.md, "Architecture"): noise, participation, schedules, the reference local step and the round kernels
-(steppers), the pure kernel ``build -> (init, step)`` with its extension points (their contracts
-and conformance check: :mod:`fedlangevin.fald.contracts`), the runner
-(sampler, split into runs, replay and resume), drift corrections, typed settings, trace; checkpoint, store and
-streaming statistics for long runs."""
+"""FA-LD (docs/fald.md, "Architecture"): the reference local step (``local``) and the round kernels
+(``steppers``), the pure kernel ``build -> (init, step)`` (``engine``), its per-client-stream form
+(``per_client``) and node kernel (``node``), and :class:`FALD` (``sampler``: its configuration,
+``config``; its checkpoint entries and resume, ``resume``). The package also re-exports the shared
+machinery FA-LD runs on (:mod:`fedlangevin.federation`, :mod:`fedlangevin.warmup`,
+:mod:`fedlangevin.corrections`, :mod:`fedlangevin.runner`) under the names it always had."""
 
-from fedlangevin.fald.io.checkpoint import CheckpointError, checkpoint_info
-from fedlangevin.fald.corrections.conducive import Conducive, Surrogates
-from fedlangevin.fald.contracts import Contract, CorrectionSettings, check_conforms, conformance
-from fedlangevin.fald.corrections.control_variates import ControlVariates
-from fedlangevin.fald.corrections.qlsd import QLSDPlusPlus
-from fedlangevin.fald.core.engine import Kernel, RoundInfo, build, client_round
-from fedlangevin.fald.core.extensions import (
+from fedlangevin.runner.io.checkpoint import CheckpointError, checkpoint_info
+from fedlangevin.corrections.conducive import Conducive, Surrogates
+from fedlangevin.federation.contracts import Contract, CorrectionSettings, check_conforms, conformance
+from fedlangevin.corrections.control_variates import ControlVariates
+from fedlangevin.corrections.qlsd import QLSDPlusPlus
+from fedlangevin.fald.engine import Kernel, build, client_round
+from fedlangevin.federation.rounds import RoundInfo
+from fedlangevin.federation.extensions import (
     DriftCorrection,
     FactorPreconditioner,
     IdentityPreconditioner,
@@ -19,18 +21,18 @@ from fedlangevin.fald.core.extensions import (
     Preconditioner,
     Transport,
 )
-from fedlangevin.fald.core.kernel import FALDState, fald_round, local_step
-from fedlangevin.fald.core.noise import add_noise_, noise_scales
-from fedlangevin.fald.core.participation import Full, Participation, SchemeI, SchemeII, synchronize
-from fedlangevin.fald.runner.base import Runner
-from fedlangevin.fald.runner.sampler import FALD
-from fedlangevin.fald.warmup.acceptance import AutoStep
-from fedlangevin.fald.warmup.local_steps import AutoLocalSteps, LocalStepBias
-from fedlangevin.fald.core.schedules import Constant, PaperDecay, Polynomial
-from fedlangevin.fald.results.settings import Settings
-from fedlangevin.fald.io.store import SampleStore, StoreError, open_store
-from fedlangevin.fald.results.streaming import RunStatistics
-from fedlangevin.fald.results.trace import Communication, DivergenceError, StepSizes, Trace
+from fedlangevin.fald.kernel import FALDState, fald_round, local_step
+from fedlangevin.federation.noise import add_noise_, noise_scales
+from fedlangevin.federation.participation import Full, Participation, SchemeI, SchemeII, synchronize
+from fedlangevin.runner.base import Runner
+from fedlangevin.fald.sampler import FALD
+from fedlangevin.warmup.acceptance import AutoStep
+from fedlangevin.warmup.local_steps import AutoLocalSteps, LocalStepBias
+from fedlangevin.federation.schedules import Constant, PaperDecay, Polynomial
+from fedlangevin.runner.results.settings import Settings
+from fedlangevin.runner.io.store import SampleStore, StoreError, open_store
+from fedlangevin.runner.results.streaming import RunStatistics
+from fedlangevin.runner.results.trace import Communication, DivergenceError, StepSizes, Trace
 
 __all__ = [
     "AutoLocalSteps", "AutoStep", "CheckpointError", "LocalStepBias", "Communication", "Conducive", "Constant", "Contract", "CorrectionSettings", "ControlVariates", "QLSDPlusPlus", "Surrogates", "DivergenceError", "DriftCorrection", "FALD", "FALDState",

@@ -5,7 +5,7 @@ server-round kernel of :mod:`fedlangevin.flower.runner` over the Flower grid: pa
 draws, broadcast of the global iterate and the round seed, weighted average, draws,
 checkpoints) and :func:`client_app` (a node's K local steps on its own data) run the sampler of
 :class:`fedlangevin.FALD` over Flower nodes, in Flower's simulation engine or deployed. The
-randomness layout is :mod:`fedlangevin.fald.core.streams`': the same seed gives the samples of
+randomness layout is :mod:`fedlangevin.federation.streams`': the same seed gives the samples of
 ``FALD(..., streams="per_client")``. ``FlowerRun(sampler="fahmc")`` runs FA-HMC
 (:mod:`fedlangevin.fahmc.client` on the nodes, theta and the velocity averaged on the server). See
 docs/flower.md.

@@ -3,10 +3,10 @@
 Each Flower node holds one client c of the federation: its own data (which never leaves
 it), as a :class:`~fedlangevin.problems.FederatedProblem` with one client. Per round the
 handler receives the global iterate theta (R, d) and runs K local steps of eq. 10 (Deng et
-al.) from it with :func:`fedlangevin.fald.core.engine.client_round`: the shared noise from the
+al.) from it with :func:`fedlangevin.fald.engine.client_round`: the shared noise from the
 round seed of the message (every client draws the same normals), its private noise and
 minibatches from its own stream (seeded by the node's private seed, see
-:mod:`fedlangevin.fald.core.streams`), and replies with its local state beta (R, d). In an FA-HMC
+:mod:`fedlangevin.federation.streams`), and replies with its local state beta (R, d). In an FA-HMC
 run the message also carries the global velocity v and the handler runs the K local steps of
 :func:`fedlangevin.fahmc.client.client_round` from (theta, v) on the same streams, replying with
 (theta_c, v_c).
@@ -21,11 +21,9 @@ from typing import Any, Callable
 
 import torch
 
-from fedlangevin.fahmc.client import client_round as fahmc_client_round
-from fedlangevin.fald.core.engine import client_round
-from fedlangevin.fald.core.streams import private_stream
+from fedlangevin.federation.streams import private_stream
 from fedlangevin.flower.protocol import (
-    BETA, CONFIG, INFO, MOMENTUM, NOISE_DTYPES, SAMPLERS, THETA, flwr_app, from_array_record, to_array_record,
+    BETA, CONFIG, DEFAULT_SAMPLER, INFO, NOISE_DTYPES, THETA, flwr_app, from_array_record, node_kernels, to_array_record,
 )
 from fedlangevin.problems.base import FederatedProblem
 
@@ -108,11 +106,13 @@ def handle_query(node: NodeProblem, message):
     return app.Message(app.RecordDict({INFO: info}), reply_to=message)
 
 
-def handle_train(node: NodeProblem, message):
-    """Run the client's K local steps from the message's theta; reply with beta (R, d). An FA-HMC
-    message (config ``"sampler": "fahmc"``) also carries the velocity v (R, d): the client runs
-    :func:`fedlangevin.fahmc.client.client_round` from (theta, v) and replies with both its
-    theta_c (``"beta"``) and v_c (``"momentum"``).
+def handle_train(node: NodeProblem, message, kernels=None):
+    """Run the client's K local steps from the message's theta; reply with beta (R, d). The
+    message's family (config ``"sampler"``, FA-LD without one) is looked up in ``kernels``
+    (:func:`~fedlangevin.flower.protocol.node_kernels`: the package's by default) and its node
+    kernel runs the round. An FA-HMC message (``"sampler": "fahmc"``) also carries the velocity v
+    (R, d), the kernel's array ``"momentum"``: the client runs FA-HMC's client round from (theta, v)
+    and replies with both its theta_c (``"beta"``) and v_c (``"momentum"``).
 
     Raises ValueError on a malformed message and on a non-finite local state (the client
     refuses to send it; the server then treats the client as dropped for the round).
@@ -125,9 +125,11 @@ def handle_train(node: NodeProblem, message):
         raise ValueError("train message: no config record")
     if theta.dim() != 2 or theta.shape[1] != node.problem.dim:
         raise ValueError(f"train message: theta must have shape (R, d = {node.problem.dim}); got {tuple(theta.shape)}")
-    sampler = cfg["sampler"] if "sampler" in cfg else "fald"
-    if sampler not in SAMPLERS:
-        raise ValueError(f"train message: sampler must be one of {list(SAMPLERS)}; got {sampler!r}")
+    kernels = node_kernels(kernels)
+    sampler = cfg["sampler"] if "sampler" in cfg else DEFAULT_SAMPLER
+    if sampler not in kernels:
+        raise ValueError(f"train message: sampler must be one of {list(kernels)}; got {sampler!r}")
+    kernel = kernels[sampler]
     problem = node.problem_for(float(cfg["weight"]))
     noise = cfg["noise_dtype"]
     if noise not in NOISE_DTYPES:
@@ -140,30 +142,31 @@ def handle_train(node: NodeProblem, message):
                   private_generator=private_stream(node.private_seed, node.client, t),
                   batch_size=None if batch == 0 else batch, noise_dtype=NOISE_DTYPES[noise])
     etas = [float(e) for e in cfg["step_sizes"]]
-    if sampler == "fahmc":
-        v = from_array_record(content.array_records.get(MOMENTUM), MOMENTUM, "train message")
-        if v.shape != theta.shape:
-            raise ValueError(f"train message: momentum must have theta's shape {tuple(theta.shape)}; "
-                             f"got {tuple(v.shape)}")
-        beta, v_c = fahmc_client_round(problem, theta, v, etas, friction=float(cfg["friction"]),
-                                       splitting=str(cfg["splitting"]), **common)
-        states = {BETA: beta, MOMENTUM: v_c}
-    else:
-        states = {BETA: client_round(problem, theta, etas, **common)}
+    arrays = {}
+    for name in kernel.arrays:  # the state's arrays besides theta (FA-HMC: the velocity)
+        arrays[name] = from_array_record(content.array_records.get(name), name, "train message")
+        if arrays[name].shape != theta.shape:
+            raise ValueError(f"train message: {name} must have theta's shape {tuple(theta.shape)}; "
+                             f"got {tuple(arrays[name].shape)}")
+    options = {name: cfg[name] for name in kernel.option_names}
+    out = kernel.client_round(problem, theta, etas, arrays=arrays, options=options, **common)
+    states = {BETA: out["beta"], **{name: out[name] for name in kernel.arrays}}
     if not all(bool(torch.isfinite(x).all()) for x in states.values()):
         raise ValueError(f"client {node.client}, round {t}: the local state is not finite (step size too large for "
                          "this client's curvature?); not sent")
     return app.Message(app.RecordDict({k: to_array_record(k, x) for k, x in states.items()}), reply_to=message)
 
 
-def client_app(load: Callable[[Any], NodeProblem]):
+def client_app(load: Callable[[Any], NodeProblem], kernels=None):
     """A Flower ``ClientApp`` for FA-LD and FA-HMC (the server's ``FlowerRun(sampler=...)`` chooses).
     ``load(context) -> NodeProblem`` builds the node's problem from its Flower ``Context`` (e.g. its
-    ``node_config``); it is called once per node."""
+    ``node_config``); it is called once per node. ``kernels``: the sampler families the nodes run
+    (:func:`~fedlangevin.flower.protocol.node_kernels`; default: the package's)."""
     from flwr.clientapp import ClientApp
 
     if not callable(load):
         raise ValueError(f"load must be a callable load(context) -> NodeProblem; got {load!r}")
+    families = node_kernels(kernels)
     app = ClientApp()
     nodes: dict[int, NodeProblem] = {}
 
@@ -182,7 +185,7 @@ def client_app(load: Callable[[Any], NodeProblem]):
 
     @app.train()
     def train(message, context):
-        return handle_train(node_of(context), message)
+        return handle_train(node_of(context), message, families)
 
     return app
 

@@ -25,14 +25,33 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["THETA", "BETA", "MOMENTUM", "CONFIG", "INFO", "NOISE_DTYPES", "SAMPLERS", "to_array_record", "from_array_record",
-           "message_bytes", "flwr_app"]
+__all__ = ["THETA", "BETA", "MOMENTUM", "CONFIG", "INFO", "NOISE_DTYPES", "SAMPLERS", "DEFAULT_SAMPLER", "node_kernels",
+           "to_array_record", "from_array_record", "message_bytes", "flwr_app"]
 
 THETA, BETA, CONFIG, INFO = "theta", "beta", "config", "info"
 #: the velocity of an FA-HMC run: the server's v in a train message, the client's v_c in its reply
 MOMENTUM = "momentum"
 #: the sampler families a Flower run may run (``FlowerRun(sampler=...)``)
 SAMPLERS = ("fald", "fahmc")
+#: the family of a message without a ``"sampler"`` key (FA-LD's messages carry none)
+DEFAULT_SAMPLER = "fald"
+
+
+def node_kernels(kernels=None) -> dict:
+    """The sampler families a run may name, {name: :class:`~fedlangevin.federation.nodes.NodeKernel`}:
+    ``kernels`` (node kernels, e.g. ``[fl.FALD.node, my_family]``, or such a mapping) or by default the
+    package's (``fl.FALD.node``, ``fl.FAHMC.node``), resolved through the top-level package: the
+    transport carries whatever kernel it is given and imports no sampler package."""
+    if kernels is None:
+        import fedlangevin
+
+        kernels = (fedlangevin.FALD.node, fedlangevin.FAHMC.node)
+    values = list(kernels.values()) if isinstance(kernels, dict) else list(kernels)
+    for k in values:
+        if not (isinstance(getattr(k, "name", None), str) and callable(getattr(k, "client_round", None))):
+            raise ValueError(f"kernels must hold node kernels (fedlangevin.federation.nodes.NodeKernel: a name and "
+                             f"a client_round); got {type(k).__name__}")
+    return {k.name: k for k in values}
 #: noise precisions a train message may name (the client maps the name to the torch dtype)
 NOISE_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 

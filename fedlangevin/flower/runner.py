@@ -1,13 +1,13 @@
 """FA-LD's server on the package's runner: a round over remote clients as a kernel.
 
-The Flower server is one more sampler kernel (:data:`fedlangevin.fald.contracts.KERNEL`) run by
-the shared :class:`~fedlangevin.fald.runner.base.Runner`, which owns everything else as for
+The Flower server is one more sampler kernel (:data:`fedlangevin.federation.contracts.KERNEL`) run by
+the shared :class:`~fedlangevin.runner.base.Runner`, which owns everything else as for
 ``FALD``: the plan (rounds, warm-up, thinning), the kept draws, the ledger and communication,
 the settings record, checkpoints in the package's format (checksum, atomic write, weights-only
 load, a lock against a second server on the same file) and resume.
 
 :class:`ServerKernel` ``step(state, step_sizes, generator)`` is round t = ``state.round`` of
-Deng et al.'s Alg. 1 / Alg. 4 with the randomness layout of :mod:`fedlangevin.fald.core.streams`
+Deng et al.'s Alg. 1 / Alg. 4 with the randomness layout of :mod:`fedlangevin.federation.streams`
 (so the same seed gives the samples of ``FALD(..., streams="per_client")``; the runner's
 generator is not used): the participating clients drawn from the server's (seed, t) stream,
 theta and the round seed sent to them and their local states beta_c received through an
@@ -45,13 +45,13 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
-from fedlangevin.fahmc.kernel import FAHMCState
-from fedlangevin.fald.core.kernel import aggregate
-from fedlangevin.fald.core.streams import participation_stream
-from fedlangevin.fald.io import checkpoint as ckpt
-from fedlangevin.fald.io.records import check_runner_record
-from fedlangevin.fald.runner import resume as rs
-from fedlangevin.fald.runner.base import Runner
+from fedlangevin.federation.rounds import aggregate
+from fedlangevin.federation.streams import participation_stream
+from fedlangevin.runner.io import checkpoint as ckpt
+from fedlangevin.runner.io.records import check_runner_record
+from fedlangevin.runner import resume as rs
+from fedlangevin.runner.base import Runner
+from fedlangevin.flower.protocol import DEFAULT_SAMPLER, MOMENTUM, node_kernels
 from fedlangevin.flower.trace import Federation, FlowerCommunication, FlowerTrace, dropouts_from, dropouts_record, read_record
 
 __all__ = ["FlowerRunner", "Replies", "ServerKernel", "ServerRound", "ServerState", "serve"]
@@ -106,8 +106,9 @@ def _without(w: torch.Tensor, dropped: list[int], normalise: bool = True) -> tor
 
 
 class ServerKernel:
-    """The FA-LD (or FA-HMC: ``run.sampler == "fahmc"``) server round over remote clients (module
-    docstring), a :data:`~fedlangevin.fald.contracts.KERNEL`. ``exchange``: the clients' side of a round;
+    """The server round over remote clients of the family ``run.node`` (a
+    :class:`~fedlangevin.federation.nodes.NodeKernel`: FA-LD, or FA-HMC with ``run.sampler == "fahmc"``; module
+    docstring), a :data:`~fedlangevin.federation.contracts.KERNEL`. ``exchange``: the clients' side of a round;
     ``problem``: the :class:`~fedlangevin.flower.trace.Federation` (p_c); ``run``: the
     :class:`~fedlangevin.flower.server.FlowerRun` (seed, K, tau, rho, participation, ...);
     ``on_round(j)``: called after round j's average (before the runner keeps it). ``step`` does not
@@ -117,17 +118,20 @@ class ServerKernel:
                  on_round: Callable[[int], None] | None = None) -> None:
         self.exchange, self.problem, self.run, self.on_round = exchange, problem, run, on_round
         self.p = problem.weights.to(torch.float64)
-        self.hmc = getattr(run, "sampler", "fald") == "fahmc"
-        self.name = "FA-HMC" if self.hmc else "FA-LD"
+        self.node = getattr(run, "node", None) or node_kernels()[getattr(run, "sampler", DEFAULT_SAMPLER)]
+        if not set(self.node.arrays) <= {MOMENTUM}:
+            raise ValueError(f"sampler {self.node.name!r}: its state's arrays {list(self.node.arrays)} are not all "
+                             f"carried by the Flower protocol (theta and {MOMENTUM!r})")
+        self.name = self.node.label
 
     @property
     def node_ids(self) -> tuple[int, ...]:
         return tuple(int(i) for i in self.exchange.node_ids)
 
     def init(self, theta0: torch.Tensor):
-        if self.hmc:  # the velocity starts at zero, as FAHMC's
-            return FAHMCState(theta=theta0, momentum=torch.zeros_like(theta0))
-        return ServerState(theta=theta0)
+        if self.node.state is None:
+            return ServerState(theta=theta0)
+        return self.node.state(theta0, **({} if self.node.initial is None else self.node.initial(theta0)))
 
     def step(self, state, step_sizes, generator=None):
         began = time.perf_counter()
@@ -135,16 +139,15 @@ class ServerKernel:
         r, n = theta.shape[0], self.problem.num_clients
         w = self.run.participation.weights(self.p, r, participation_stream(self.run.seed, t))
         taking_part = ((w != 0) if w.dim() == 1 else (w != 0).any(dim=0)).nonzero().flatten().tolist()
-        if self.hmc:
-            replies = self.exchange.round(t, theta, list(step_sizes), taking_part, momentum=state.momentum)
-        else:
-            replies = self.exchange.round(t, theta, list(step_sizes), taking_part)
+        arrays = {name: getattr(state, name) for name in self.node.arrays}  # FA-HMC: the velocity v
+        replies = self.exchange.round(t, theta, list(step_sizes), taking_part, **arrays)
         dropped = sorted(int(c) for c in replies.refused)
         for c in dropped:
             warnings.warn(f"round {t + 1}: client {c} dropped: {replies.refused[c]}", stacklevel=2)
         new_theta = self._average(replies.betas, theta, w, dropped)
-        if self.hmc:  # v averaged with theta's weights (what FA-HMC averages, fedlangevin.fahmc.kernel)
-            new_v = self._average(replies.momenta or {}, state.momentum, w, dropped)
+        received = {MOMENTUM: replies.momenta or {}}  # the arrays a reply carries besides beta
+        # each averaged with theta's weights (FA-HMC's v: what its kernel averages)
+        new = {name: self._average(received[name], arrays[name], w, dropped) for name in self.node.arrays}
         if w.dim() == 1:
             uploads = float(len(taking_part) - len(dropped))
         else:
@@ -155,9 +158,9 @@ class ServerKernel:
             self.on_round(t + 1)
         info = ServerRound(t + 1, w, uploads, tuple(dropped), int(replies.bytes_down), int(replies.bytes_up),
                            time.perf_counter() - began)
-        if self.hmc:
-            return FAHMCState(new_theta, new_v, state.step + len(step_sizes), t + 1), info
-        return ServerState(new_theta, state.step + len(step_sizes), t + 1), info
+        if self.node.state is None:
+            return ServerState(new_theta, state.step + len(step_sizes), t + 1), info
+        return self.node.state(new_theta, state.step + len(step_sizes), t + 1, **new), info
 
     def _average(self, received: dict, current: torch.Tensor, w: torch.Tensor, dropped: list[int]) -> torch.Tensor:
         """sum_c w_rc x_c over the clients' ``received`` states with the dropped clients' weights
@@ -192,7 +195,8 @@ class ServerKernel:
                 "temperature": float(run.temperature), "correlation": float(run.correlation),
                 "participation": repr(run.participation), "batch_size": run.batch_size,
                 "noise_dtype": run.noise_dtype, "client_sizes": [int(s) for s in self.problem.client_sizes.tolist()],
-                **({"sampler": "fahmc", "friction": float(run.friction), "splitting": run.splitting} if self.hmc else {})}
+                **({} if self.node.name == DEFAULT_SAMPLER else  # FA-LD's record as it was
+                   {"sampler": self.node.name, **{name: getattr(run, name) for name in self.node.option_names}})}
 
 
 class FlowerRunner(Runner):
@@ -219,11 +223,13 @@ class FlowerRunner(Runner):
         return info.uploads
 
     def _per_round_floats(self) -> tuple[float, float]:
-        """FA-HMC: besides theta's d floats per upload and N d down, the velocity's as many (as FAHMC's)."""
-        if not getattr(self._kernel, "hmc", False):
+        """Besides theta's d floats per upload and N d down, as many per array of the family's state
+        (FA-HMC: the velocity, as FAHMC's)."""
+        extra = len(getattr(getattr(self._kernel, "node", None), "arrays", ()))
+        if not extra:
             return super()._per_round_floats()
         d = self.problem.dim
-        return float(d), float(self.problem.num_clients * d)
+        return float(extra * d), float(extra * self.problem.num_clients * d)
 
     def _record(self) -> dict:
         return {**super()._record(), "flower": {"bytes_up": int(self.bytes_up), "bytes_down": int(self.bytes_down),
@@ -245,7 +251,7 @@ class FlowerRunner(Runner):
         """The runner of the checkpoint at ``path`` with its run to continue (also a run that had
         finished: a server given more rounds extends it). ValueError if the checkpoint belongs
         to another run (the kernel's ``record()`` differs) or is past ``rounds``;
-        :class:`~fedlangevin.fald.io.checkpoint.CheckpointError` if it is not a Flower server's
+        :class:`~fedlangevin.runner.io.checkpoint.CheckpointError` if it is not a Flower server's
         checkpoint, is damaged or holds wrong entries."""
         run = kernel.run
         record, e = read_record(path, "Flower FA-LD server checkpoint")

@@ -1,13 +1,13 @@
 """The server side of FA-LD on Flower: a ``ServerApp`` that runs the sampler over real clients.
 
-The server is the package's runner (:class:`fedlangevin.fald.runner.base.Runner`) running the
+The server is the package's runner (:class:`fedlangevin.runner.base.Runner`) running the
 server-round kernel of :mod:`fedlangevin.flower.runner` over the Flower grid: it waits for the
 nodes, asks each for its client index, n_c and d (:func:`discover`: the
 :class:`~fedlangevin.flower.trace.Federation` it samples, p_c = n_c / sum n), and every round
 sends the global iterate theta (R, d) and the round seed to the participating clients
 (:class:`FlowerExchange`, ``Grid.send_and_receive``) and averages their replies. The plan,
 draws, ledger, settings, checkpoints and resume are the runner's, as for ``FALD``; the
-randomness layout is :mod:`fedlangevin.fald.core.streams`', so a run with the same seed gives
+randomness layout is :mod:`fedlangevin.federation.streams`', so a run with the same seed gives
 the samples of ``FALD(..., streams="per_client")``. Dropped clients: see
 :mod:`fedlangevin.flower.runner`. ``FlowerRun(sampler="fahmc")`` runs FA-HMC the same way, the
 velocity v travelling and averaged with theta (:mod:`fedlangevin.flower.protocol`).
@@ -21,13 +21,11 @@ from typing import Any, Callable
 
 import torch
 
-from fedlangevin.fahmc.kernel import SPLITTINGS
-from fedlangevin.fahmc.sampler import DEFAULT_FRICTION
-from fedlangevin.fald.core.participation import Participation, as_participation
-from fedlangevin.fald.core.schedules import as_schedule, check_schedule
-from fedlangevin.fald.core.streams import SHARED, stream_seed
+from fedlangevin.federation.participation import Participation, as_participation
+from fedlangevin.federation.schedules import as_schedule, check_schedule
+from fedlangevin.federation.streams import SHARED, stream_seed
 from fedlangevin.flower.protocol import (
-    BETA, CONFIG, INFO, MOMENTUM, NOISE_DTYPES, SAMPLERS, THETA, flwr_app, from_array_record, message_bytes,
+    BETA, CONFIG, DEFAULT_SAMPLER, INFO, NOISE_DTYPES, THETA, flwr_app, from_array_record, message_bytes, node_kernels,
     to_array_record,
 )
 from fedlangevin.flower.runner import Replies, serve
@@ -57,7 +55,9 @@ class FlowerRun:
     theta and the velocity v (zero at the start), which its checkpoints carry too; step_size is
     then h. friction : gamma > 0 (FA-HMC only; default 1.0); splitting : ``"BAOAB"`` (default) or
     ``"OBABO"`` (FA-HMC only). The warm-up's ``"auto"`` (of the step size or the friction) is not
-    available on Flower: give numbers (``ValueError`` naming the argument).
+    available on Flower: give numbers (``ValueError`` naming the argument). kernels : the sampler
+    families ``sampler`` may name (:func:`~fedlangevin.flower.protocol.node_kernels`; default: the
+    package's, ``fl.FALD.node`` and ``fl.FAHMC.node``); the family's node kernel is ``run.node``.
     """
 
     rounds: int
@@ -81,25 +81,27 @@ class FlowerRun:
     sampler: str = "fald"
     friction: Any = None
     splitting: str | None = None
+    kernels: Any = None
 
     def __post_init__(self) -> None:
         from fedlangevin._validation import check_checkpoint_path, check_choice, check_int, check_real, check_seed
 
-        check_choice("sampler", self.sampler, SAMPLERS)
+        kernels = node_kernels(self.kernels)
+        check_choice("sampler", self.sampler, tuple(kernels))
+        node = kernels[self.sampler]
         for name in ("step_size", "friction"):
             if isinstance(getattr(self, name), str) and getattr(self, name) == "auto":
                 raise ValueError(f"{name}='auto' (adapted in a warm-up) is not available on Flower: give {name} as "
                                  "a number > 0" + (", a sequence or a callable" if name == "step_size" else ""))
-        if self.sampler == "fahmc":
-            friction = DEFAULT_FRICTION if self.friction is None else self.friction
-            object.__setattr__(self, "friction", check_real("friction", friction, low=0.0, low_open=True))
-            object.__setattr__(self, "splitting", check_choice("splitting", "BAOAB" if self.splitting is None
-                                                               else self.splitting, SPLITTINGS))
-        else:
-            for name in ("friction", "splitting"):
-                if getattr(self, name) is not None:
-                    raise ValueError(f"{name} applies to sampler='fahmc' only; got {name}={getattr(self, name)!r} "
-                                     "with sampler='fald'")
+        given = {name: getattr(self, name) for name in ("friction", "splitting") if getattr(self, name) is not None}
+        for name, value in given.items():
+            if name not in node.option_names:
+                takes = [k for k, v in kernels.items() if name in v.option_names]
+                raise ValueError(f"{name} applies to sampler={takes[0] if takes else '?'!r} only; got {name}={value!r} "
+                                 f"with sampler={self.sampler!r}")
+        for name, value in node.options(given).items():  # the family's options, checked, with their defaults
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "node", node)
 
         for name, low in (("rounds", 1), ("num_nodes", 1), ("local_steps", 1), ("chains", 1), ("warmup", 0),
                           ("thin", 1), ("checkpoint_every", 1)):
@@ -163,17 +165,18 @@ def discover(grid, node_ids: list[int], timeout: float) -> tuple[tuple[int, ...]
     return tuple(order), Federation([found[i][1] for i in order], dims.pop())
 
 
-def _train_message(app, node: int, theta, t: int, etas, weight: float, run: FlowerRun, momentum=None):
+def _train_message(app, node: int, theta, t: int, etas, weight: float, run: FlowerRun, arrays=None):
     config = {
         "round": t, "round_seed": stream_seed(run.seed, SHARED, t), "step_sizes": [float(e) for e in etas],
         "weight": weight, "temperature": float(run.temperature), "correlation": float(run.correlation),
         "batch_size": 0 if run.batch_size is None else int(run.batch_size), "noise_dtype": run.noise_dtype,
     }
-    arrays = {THETA: to_array_record(THETA, theta)}
-    if run.sampler == "fahmc":  # FA-LD's messages stay as they were (no sampler key: FA-LD)
-        config.update(sampler="fahmc", friction=float(run.friction), splitting=run.splitting)
-        arrays[MOMENTUM] = to_array_record(MOMENTUM, momentum)
-    content = app.RecordDict({**arrays, CONFIG: app.ConfigRecord(config)})
+    records = {THETA: to_array_record(THETA, theta)}
+    if run.sampler != DEFAULT_SAMPLER:  # FA-LD's messages stay as they were (no sampler key: FA-LD)
+        config.update(sampler=run.sampler, **{name: getattr(run, name) for name in run.node.option_names})
+    for name in run.node.arrays:  # the state's arrays besides theta (FA-HMC: the velocity v)
+        records[name] = to_array_record(name, arrays[name])
+    content = app.RecordDict({**records, CONFIG: app.ConfigRecord(config)})
     return app.Message(content, dst_node_id=node, message_type=app.MessageType.TRAIN)
 
 
@@ -211,11 +214,12 @@ class FlowerExchange:
 
     def round(self, t: int, theta: torch.Tensor, step_sizes, clients, momentum: torch.Tensor | None = None) -> Replies:
         app = flwr_app()
-        messages = [_train_message(app, self.node_ids[c], theta, t, step_sizes, self.weights[c], self.run, momentum)
+        arrays = {} if momentum is None else {"momentum": momentum}
+        messages = [_train_message(app, self.node_ids[c], theta, t, step_sizes, self.weights[c], self.run, arrays)
                     for c in clients]
         down = sum(message_bytes(m.content) for m in messages)
         replies = {int(m.metadata.src_node_id): m for m in self.grid.send_and_receive(messages, timeout=self.timeout)}
-        names = (BETA, MOMENTUM) if self.run.sampler == "fahmc" else (BETA,)
+        names = (BETA, *self.run.node.arrays)
         betas, momenta, refused, up = {}, {}, {}, 0
         for c in clients:
             reply = replies.get(self.node_ids[c])

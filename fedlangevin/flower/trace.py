@@ -2,10 +2,10 @@
 the runner samples), the trace with its communication in bytes, and the saved trace file.
 
 A saved trace (:func:`save_trace`, what a deployed ServerApp writes for whoever submitted the
-run) is a file of the package's one checkpoint format (:mod:`fedlangevin.fald.io.checkpoint`):
+run) is a file of the package's one checkpoint format (:mod:`fedlangevin.runner.io.checkpoint`):
 written atomically with its length and a SHA-256, read back as tensors and plain values only
 (``torch.load(weights_only=True)``: no pickled code runs); a file with a valid checksum but wrong
-entries is a :class:`~fedlangevin.fald.io.checkpoint.CheckpointError` naming the entry, and a
+entries is a :class:`~fedlangevin.runner.io.checkpoint.CheckpointError` naming the entry, and a
 file of an earlier version written with a bare ``torch.save`` is not read.
 """
 
@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedlangevin.fald.core.schedules import as_schedule
-from fedlangevin.fald.io import checkpoint as ckpt
-from fedlangevin.fald.results.settings import Settings
-from fedlangevin.fald.results.trace import Communication, StepSizes, Trace
+from fedlangevin.federation.schedules import as_schedule
+from fedlangevin.runner.io import checkpoint as ckpt
+from fedlangevin.runner.results.settings import Settings
+from fedlangevin.runner.results.trace import Communication, StepSizes, Trace
 from fedlangevin.problems.base import FederatedProblem
 
 __all__ = ["Federation", "FlowerCommunication", "FlowerTrace", "load_trace", "read_record", "save_trace"]
@@ -63,7 +63,7 @@ class Federation(FederatedProblem):
 
 @dataclass(frozen=True)
 class FlowerCommunication(Communication):
-    """:class:`~fedlangevin.fald.results.trace.Communication` plus the bytes Flower carried (message
+    """:class:`~fedlangevin.runner.results.trace.Communication` plus the bytes Flower carried (message
     contents, serialised): ``bytes_down`` server to clients, ``bytes_up`` clients to server,
     for all R chains together (one message carries every chain)."""
 
@@ -73,7 +73,7 @@ class FlowerCommunication(Communication):
 
 @dataclass
 class FlowerTrace(Trace):
-    """A :class:`~fedlangevin.fald.results.trace.Trace` of a Flower run; ``dropouts``: {round: [client
+    """A :class:`~fedlangevin.runner.results.trace.Trace` of a Flower run; ``dropouts``: {round: [client
     indices dropped or refused in that round]}; ``seconds_per_round``: the server's wall time per
     round; ``node_ids``: the Flower node of each client 0..N-1 (of the server's last start)."""
 
@@ -131,7 +131,7 @@ def save_trace(trace: FlowerTrace, path) -> None:
 def load_trace(path, step_size) -> FlowerTrace:
     """A :class:`FlowerTrace` from :func:`save_trace`'s file (``step_size``: the run's, to rebuild
     ``trace.step_sizes``); a file that is not one is a
-    :class:`~fedlangevin.fald.io.checkpoint.CheckpointError`."""
+    :class:`~fedlangevin.runner.io.checkpoint.CheckpointError`."""
     saved, e = read_record(path, "Flower FA-LD trace")
     if saved.get("kind") != TRACE_KIND:
         e.fail(f"{str(path)!r} is not a Flower FA-LD trace file (kind {saved.get('kind')!r:.60})")

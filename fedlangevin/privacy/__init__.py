@@ -36,7 +36,6 @@ from fedlangevin.privacy.accountant import (
     rdp_epsilon,
     tight_epsilon,
 )
-from fedlangevin.privacy.canary import AuditResult, AuditSetting, audit, epsilon_lower_bound
 from fedlangevin.privacy.budget import (
     BudgetSolution,
     largest_correlation,
@@ -65,3 +64,21 @@ __all__ = [
     "lower_bound_epsilon", "noise_multiplier", "paper_bound", "paper_delta_split",
     "paper_step_size_limit", "rdp_epsilon", "tight_epsilon", "trace_privacy",
 ]
+
+#: the canary audit's names, imported on first use (PEP 562): the audit runs a sampler and builds a
+#: problem, so importing it here would make every importer of the accountant depend on both
+_AUDIT = ("AuditResult", "AuditSetting", "audit", "epsilon_lower_bound")
+
+
+def __getattr__(name: str):
+    if name in _AUDIT:
+        import importlib
+
+        value = getattr(importlib.import_module("fedlangevin.privacy.canary"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'fedlangevin.privacy' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

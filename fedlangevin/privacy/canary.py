@@ -65,11 +65,11 @@ import numpy as np
 import torch
 
 from fedlangevin._validation import check_bool, check_int, check_real, check_seed
-from fedlangevin.fald.core.participation import Participation, SchemeII, as_participation
+from fedlangevin.federation.participation import Participation, SchemeII, as_participation
 from fedlangevin.privacy.mechanism import RecordLevel, check_privacy
 from fedlangevin.problems.base import check_count_fits
 
-__all__ = ["AuditResult", "AuditSetting", "audit", "epsilon_lower_bound"]
+__all__ = ["AuditResult", "AuditSetting", "audit", "default_sampler", "epsilon_lower_bound"]
 
 #: the canary's norm in units of the clip C: > 1, so its gradient (or its client's data term) is clipped to exactly C
 CANARY_SCALE = 4.0
@@ -91,7 +91,7 @@ class AuditSetting:
     num_clients : N >= 1 clients of equal size; client 0 holds the canary. rho > 0 needs N >= 2
         (with one client the shared noise could not be read off another upload).
     participation : ``"full"`` (default), an int S (scheme II, S of N drawn without
-        replacement) or a :class:`~fedlangevin.fald.core.participation.Participation` rule.
+        replacement) or a :class:`~fedlangevin.federation.participation.Participation` rule.
     rows : n_c >= 1 records per client (the canary and n_c - 1 zero records).
     batch_size : b in [1, n_c] rows per local step (drawn without replacement), or None for
         full batches (batch fraction b / n_c).
@@ -224,9 +224,16 @@ class _Attacker:
         return beta
 
 
-def _world(setting: AuditSetting, world: str, replicates: int, seed: int, progress):
-    """One world's run: (scores (R,), trace)."""
-    from fedlangevin.fald.runner.sampler import FALD
+def default_sampler():
+    """The audit's sampler when none is given: :class:`fedlangevin.FALD`, resolved through the top-level
+    package (privacy imports no sampler package: the sampler is the caller's to give)."""
+    import fedlangevin
+
+    return fedlangevin.FALD
+
+
+def _world(setting: AuditSetting, world: str, replicates: int, seed: int, progress, sampler):
+    """One world's run with the sampler factory: (scores (R,), trace)."""
     from fedlangevin.problems.custom import CustomProblem
 
     def energy(theta, x):  # l(theta; x) = -<x, theta>: per-example gradient -x
@@ -235,11 +242,11 @@ def _world(setting: AuditSetting, world: str, replicates: int, seed: int, progre
     problem = CustomProblem(energy, setting.data(world), dim=setting.dim, rowwise=True)
     watched = _Watched(setting.participation)
     attacker = _Attacker(setting, watched, replicates)
-    sampler = FALD(problem, step_size=setting.step_size, local_steps=setting.local_steps,
-                   temperature=setting.temperature, correlation=setting.correlation, participation=watched,
-                   chains=replicates, batch_size=setting.batch_size, seed=seed, upload=attacker, adapt=False,
-                   privacy=setting.privacy)
-    trace = sampler.run(setting.rounds, progress=progress, keep_samples=False)
+    run = sampler(problem, step_size=setting.step_size, local_steps=setting.local_steps,
+                  temperature=setting.temperature, correlation=setting.correlation, participation=watched,
+                  chains=replicates, batch_size=setting.batch_size, seed=seed, upload=attacker, adapt=False,
+                  privacy=setting.privacy)
+    trace = run.run(setting.rounds, progress=progress, keep_samples=False)
     return attacker.score.numpy().copy(), trace
 
 
@@ -405,7 +412,8 @@ def _check_accountable(setting: AuditSetting) -> None:
 
 
 def audit(setting: AuditSetting | None = None, *, replicates: int = 10_000, delta: float = 1e-5,
-          confidence: float = 0.95, seed: int = 0, progress: bool | None = None, **kwargs: Any) -> AuditResult:
+          confidence: float = 0.95, seed: int = 0, progress: bool | None = None, sampler: Any = None,
+          **kwargs: Any) -> AuditResult:
     """Audit a private FA-LD configuration with a canary (module docstring).
 
     ``setting``: an :class:`AuditSetting`, or its fields as keyword arguments
@@ -413,6 +421,13 @@ def audit(setting: AuditSetting | None = None, *, replicates: int = 10_000, delt
     R >= 100 independent runs per world (the chains of one run; 10,000 by default).
     ``delta`` in (0, 1); ``confidence`` in (0, 1) of the lower bound; ``seed`` seeds both
     worlds' runs (different streams) and the split. Every argument is checked before any run.
+
+    ``sampler``: the sampler factory audited, called as ``sampler(problem, step_size=, local_steps=,
+    temperature=, correlation=, participation=, chains=, batch_size=, seed=, upload=, adapt=False,
+    privacy=)`` (the keyword arguments of :class:`fedlangevin.FALD`, the default: :func:`default_sampler`);
+    its ``run(rounds, progress=, keep_samples=False)`` returns a trace with ``privacy(delta=, chains=)``.
+    The attacker reads the uploads through ``upload`` and the participation draw through
+    ``participation``, so the audited sampler must route every release through both.
     """
     if setting is None:
         setting = AuditSetting(**kwargs)
@@ -426,9 +441,14 @@ def audit(setting: AuditSetting | None = None, *, replicates: int = 10_000, delt
     confidence = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
     seed = check_seed("seed", seed)
     progress = None if progress is None else check_bool("progress", progress)
+    if sampler is None:
+        sampler = default_sampler()
+    elif not callable(sampler):
+        raise ValueError(f"sampler must be a sampler factory (a callable such as fedlangevin.FALD); got "
+                         f"{type(sampler).__name__}")
     _check_accountable(setting)
-    scores_in, trace = _world(setting, "in", replicates, seed, progress)
-    scores_out, _ = _world(setting, "out", replicates, (seed + 1) % 2**64, progress)  # any seed check_seed takes
+    scores_in, trace = _world(setting, "in", replicates, seed, progress, sampler)
+    scores_out, _ = _world(setting, "out", replicates, (seed + 1) % 2**64, progress, sampler)  # any seed check_seed takes
     report = trace.privacy(delta=delta, chains=1)
     test = epsilon_lower_bound(scores_in, scores_out, delta=delta, confidence=confidence, seed=seed)
     return AuditResult(setting=setting, delta=delta, confidence=confidence, replicates=replicates,

@@ -97,7 +97,7 @@ def client_noise_multiplier(*, eta: float, tau: float = 1.0, rho: float = 0.0, s
 
     with s_c = (1/p_c)(n_c/b) sum_{i in B} grad l(beta; x_ci) the client's scaled data term
     (:meth:`~fedlangevin.problems.FederatedProblem.private_grad`), the prior's gradient public
-    and the shared noise public (eq. 14; :mod:`fedlangevin.fald.core.noise`). Given beta, the
+    and the shared noise public (eq. 14; :mod:`fedlangevin.federation.noise`). Given beta, the
     public terms are fixed, and replacing client c's data moves the step's mean by
     eta (clip_C(s_c) - clip_C(s_c')), of norm at most eta Delta with Delta = 2C
     (``ClientLevel.sensitivity``), against the private noise's standard deviation

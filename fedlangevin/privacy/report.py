@@ -312,7 +312,7 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
 
 
 def _clients_sampled(scheme: str, s: int, n: int) -> str:
-    """Who uploads in a round, as the participation rule draws it (fedlangevin.fald.core.participation)."""
+    """Who uploads in a round, as the participation rule draws it (fedlangevin.federation.participation)."""
     if scheme == "full":
         return f"all N = {n} every round"
     if scheme == "II":

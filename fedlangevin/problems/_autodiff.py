@@ -408,7 +408,7 @@ class AutodiffProblem(FederatedProblem):
         deployment builds its problem from its own data alone (weight 1) and learns
         p_c = n_c / n from the server (:mod:`fedlangevin.flower`). The result's weights are
         (p_c,), which do not sum to 1: it is one client of the federation, for
-        :func:`fedlangevin.fald.core.engine.client_round`, not a problem to sample alone."""
+        :func:`fedlangevin.fald.engine.client_round`, not a problem to sample alone."""
         if self.num_clients != 1:
             raise ValueError(f"share: the problem must hold one client; it holds {self.num_clients}")
         from fedlangevin._validation import check_real

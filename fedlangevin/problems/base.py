@@ -170,7 +170,7 @@ class FederatedProblem:
 
     def clients(self, indices: Sequence[int]) -> "FederatedProblem":
         """The problem restricted to the clients ``indices`` (a process of a distributed run
-        holds only some clients; see :class:`fedlangevin.fald.core.extensions.Transport`).
+        holds only some clients; see :class:`fedlangevin.federation.extensions.Transport`).
 
         The result's ``grad`` takes theta of shape (R, len(indices), d) and returns the
         gradients of those clients' f^c, unchanged (f^c keeps its 1/p_c of the whole

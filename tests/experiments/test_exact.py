@@ -10,7 +10,7 @@ import fedlangevin as fl
 from fedlangevin.experiments.exact import exact_moments, minibatch_gradient_noise, participation_moments
 from fedlangevin.experiments.curves import exact_centralised_curve, simulation_problem
 from fedlangevin.experiments.exact import w2_to_target
-from fedlangevin.fald.core.schedules import PaperDecay
+from fedlangevin.federation.schedules import PaperDecay
 from fedlangevin.problems import QuadraticProblem
 from tests.targets import assert_moments_within_mc_error, fald_moments, small_problem_arrays, weight_moments
 

@@ -10,9 +10,9 @@ import torch
 import fedlangevin as fl
 from fedlangevin.experiments.exact import exact_moments, stationary_moments, w2_to_target
 from fedlangevin.experiments.exact_drift import corrected_moments, corrected_stationary
-from fedlangevin.fald.corrections.conducive import Conducive
-from fedlangevin.fald.corrections.control_variates import ControlVariates
-from fedlangevin.fald.corrections.qlsd import QLSDPlusPlus
+from fedlangevin.corrections.conducive import Conducive
+from fedlangevin.corrections.control_variates import ControlVariates
+from fedlangevin.corrections.qlsd import QLSDPlusPlus
 from fedlangevin.problems import CurvatureSimulation
 from tests.targets import assert_moments_within_mc_error, random_quadratic
 

@@ -15,8 +15,8 @@ import torch
 import fedlangevin as fl
 from fedlangevin.fahmc import local_bias as hcheck
 from fedlangevin.fahmc.exact import stationary_moments
-from fedlangevin.fald.warmup.curvature import curvature_at
-from fedlangevin.fald.warmup.local_bias import exceeds
+from fedlangevin.warmup.curvature import curvature_at
+from fedlangevin.warmup.local_bias import exceeds
 from fedlangevin.problems import QuadraticProblem
 
 from tests.stops import dies_in_round, finishes_as, measures_afresh_after_a_stop

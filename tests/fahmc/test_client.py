@@ -15,8 +15,8 @@ import fedlangevin as fl
 from fedlangevin.fahmc import build
 from fedlangevin.fahmc.client import client_round
 from fedlangevin.fahmc.exact import exact_moments
-from fedlangevin.fald.core.participation import synchronize
-from fedlangevin.fald.core.streams import participation_stream, private_stream, shared_stream
+from fedlangevin.federation.participation import as_participation, synchronize
+from fedlangevin.federation.streams import participation_stream, private_stream, shared_stream
 from fedlangevin.problems import GaussianSimulation
 from tests.fahmc.test_kernel import THETA0, assert_within_mc_error, heterogeneous
 
@@ -52,7 +52,7 @@ def per_client_rounds(problem, rounds: int, k: int, h: float, chains: int, seed:
     stream of (seed, t) and its private stream of (private_seed, c, t) (default: seed), theta and v
     averaged with the weights."""
     private_seed = seed if private_seed is None else private_seed
-    rule = fl.fald.core.participation.as_participation(participation)
+    rule = as_participation(participation)
     n, d = problem.num_clients, problem.dim
     theta = torch.tensor(THETA0, dtype=torch.float64).expand(chains, d).clone()
     v = torch.zeros_like(theta)

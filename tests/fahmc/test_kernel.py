@@ -14,8 +14,8 @@ import fedlangevin as fl
 from fedlangevin.fahmc import FAHMCState, build
 from fedlangevin.fahmc.kernel import OVERDAMPED
 from fedlangevin.fahmc.exact import exact_moments
-from fedlangevin.fald.contracts import KERNEL, conformance
-from fedlangevin.fald.core.preconditioning import as_preconditioner
+from fedlangevin.federation.contracts import KERNEL, conformance
+from fedlangevin.federation.preconditioning import as_preconditioner
 from fedlangevin.problems import QuadraticProblem
 from tests.targets import small_problem_arrays
 

@@ -13,8 +13,8 @@ import torch
 import fedlangevin as fl
 from fedlangevin.fahmc import local_bias as hcheck
 from fedlangevin.fahmc.exact import stationary_moments
-from fedlangevin.fald.core.extensions import LocalTransport
-from fedlangevin.fald.warmup.companions import MIN_KEPT, PILOT
+from fedlangevin.federation.extensions import LocalTransport
+from fedlangevin.warmup.companions import MIN_KEPT, PILOT
 from fedlangevin.problems import QuadraticProblem
 
 from tests.stops import dies_in_round
@@ -28,7 +28,7 @@ H, K, FRICTION = 0.3, 5, 1.0
 
 
 def _problem(equal: bool = False) -> QuadraticProblem:
-    """Three clients with different (non-diagonal) curvatures (tests/fald/warmup/test_companions.py's), or
+    """Three clients with different (non-diagonal) curvatures (tests/warmup/test_companions.py's), or
     with one curvature for all (``equal``: then a round of K local steps is K centralised steps, no bias)."""
     a = ([[[2.0, 0.5], [0.5, 1.0]]] * 3 if equal
          else [[[4.0, 1.0], [1.0, 1.0]], [[1.0, -0.5], [-0.5, 3.0]], [[0.5, 0.0], [0.0, 0.5]]])

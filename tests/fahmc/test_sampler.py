@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import fedlangevin as fl
-from fedlangevin.fald.runner.base import Runner
+from fedlangevin.runner.base import Runner
 from fedlangevin.problems import QuadraticProblem
 from tests.fahmc.test_kernel import THETA0, heterogeneous
 from tests.stops import dies_in_round
@@ -96,7 +96,7 @@ def test_resume_needs_what_a_checkpoint_cannot_store_and_refuses_other_samplers(
     fl.FALD(heterogeneous(), step_size=0.01, seed=0).run(2, checkpoint=tmp_path / "fald.ckpt")
     with pytest.raises(fl.CheckpointError, match="not a checkpoint of a Runner"):
         fl.FAHMC.resume(tmp_path / "fald.ckpt")
-    from tests.fald.runner.test_base import BAOAB
+    from tests.runner.test_base import BAOAB
 
     Runner(BAOAB(heterogeneous()), heterogeneous(), 0.02, seed=0).run(2, checkpoint=tmp_path / "baoab.ckpt")
     with pytest.raises(fl.CheckpointError, match="not a checkpoint of FA-HMC"):

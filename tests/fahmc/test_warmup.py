@@ -14,8 +14,8 @@ import torch
 import fedlangevin as fl
 from fedlangevin.fahmc import warmup as wu
 from fedlangevin.fahmc.kernel import OVERDAMPED, build
-from fedlangevin.fald.core.preconditioning import as_preconditioner, preconditioner_matrix
-from fedlangevin.fald.warmup.acceptance import energy_function, excess_step, gaussian_acceptance, mean_acceptance
+from fedlangevin.federation.preconditioning import as_preconditioner, preconditioner_matrix
+from fedlangevin.warmup.acceptance import energy_function, excess_step, gaussian_acceptance, mean_acceptance
 from fedlangevin.problems import QuadraticProblem
 from tests.fahmc.test_kernel import THETA0, heterogeneous
 from tests.stops import dies_in_round
@@ -65,7 +65,7 @@ def test_energy_error_is_the_hamiltonian_change_less_the_refresh_heat(splitting)
 
 def test_the_gaussian_target_is_fald_s_for_obabo_and_lower_for_baoab():
     """On a standard Gaussian at stationarity OBABO's energy-error acceptance at h is MALA's at eta =
-    h^2 / 2 (FA-LD's target, fedlangevin.fald.warmup.acceptance.gaussian_acceptance) whatever the
+    h^2 / 2 (FA-LD's target, fedlangevin.warmup.acceptance.gaussian_acceptance) whatever the
     friction: the two Monte Carlo estimates (10^4 to 10^5 draws each, min(1, alpha) with sd below 0.15
     here: standard errors below 0.0015) agree within 0.01. BAOAB's energy error is larger (its half
     steps' O(h^2) errors do not cancel across the refresh): its target is lower by far more than that."""

@@ -10,8 +10,8 @@ pytest.importorskip("flwr")
 from flwr.app import ConfigRecord, Message, MessageType, Metadata, RecordDict  # noqa: E402
 
 from fedlangevin.fahmc.client import client_round as fahmc_client_round  # noqa: E402
-from fedlangevin.fald.core.engine import client_round  # noqa: E402
-from fedlangevin.fald.core.streams import SHARED, private_stream, shared_stream, stream_seed  # noqa: E402
+from fedlangevin.fald.engine import client_round  # noqa: E402
+from fedlangevin.federation.streams import SHARED, private_stream, shared_stream, stream_seed  # noqa: E402
 from fedlangevin.flower import NodeProblem, handle_query, handle_train  # noqa: E402
 from fedlangevin.flower.protocol import BETA, CONFIG, MOMENTUM, THETA, from_array_record, to_array_record  # noqa: E402
 from fedlangevin.problems import GaussianSimulation  # noqa: E402

@@ -18,11 +18,11 @@ import torch
 
 from fedlangevin.fahmc.client import client_round as fahmc_client_round
 from fedlangevin.fald import FALD, SchemeI, SchemeII
-from fedlangevin.fald.contracts import KERNEL, conformance
-from fedlangevin.fald.core.engine import client_round
-from fedlangevin.fald.core.kernel import aggregate
-from fedlangevin.fald.core.streams import participation_stream, private_stream, shared_stream
-from fedlangevin.fald.io.checkpoint import MAGIC, CheckpointError, read_file, write_file
+from fedlangevin.federation.contracts import KERNEL, conformance
+from fedlangevin.fald.engine import client_round
+from fedlangevin.federation.rounds import aggregate
+from fedlangevin.federation.streams import participation_stream, private_stream, shared_stream
+from fedlangevin.runner.io.checkpoint import MAGIC, CheckpointError, read_file, write_file
 from fedlangevin.flower.runner import Replies, ServerKernel, serve
 from fedlangevin.flower.server import FlowerRun
 from fedlangevin.flower.trace import Federation
@@ -368,3 +368,30 @@ def test_flower_run_refuses_bad_fahmc_settings_by_name(kw, name):
     with pytest.raises(ValueError, match=name):
         FlowerRun(**kw)
     assert FlowerRun(rounds=3, step_size=ETA, num_nodes=N, sampler="fahmc").friction == 1.0  # FAHMC's default
+
+
+def test_the_server_runs_the_node_kernel_it_is_given():
+    """The transport takes the sampler family through its node kernel (fedlangevin.federation.nodes): a
+    family of one's own, given with ``kernels``, runs under its name and label; the package's are the
+    default (FALD.node, FAHMC.node); names not given, bad kernels and arrays the protocol does not carry
+    are refused by name."""
+    import dataclasses
+
+    from fedlangevin.fahmc import FAHMC
+    from fedlangevin.federation.nodes import NodeKernel
+    from fedlangevin.flower.protocol import node_kernels
+
+    assert node_kernels() == {"fald": FALD.node, "fahmc": FAHMC.node}
+    assert _run().node is FALD.node and _run(sampler="fahmc").node is FAHMC.node
+    mine = dataclasses.replace(FALD.node, name="mine", label="FA-LD (mine)")
+    run = _run(sampler="mine", kernels=[mine])
+    trace, _ = _serve(run)
+    assert run.node is mine and trace.settings.sampler == "FA-LD (mine)"
+    assert torch.equal(trace.samples, _serve(_run())[0].samples)  # the same client rounds (LocalExchange's)
+    with pytest.raises(ValueError, match="sampler"):
+        _run(sampler="fahmc", kernels=[mine])
+    with pytest.raises(ValueError, match="kernels must hold node kernels"):
+        _run(kernels=["fald"])
+    odd = NodeKernel(name="odd", label="odd", client_round=mine.client_round, arrays=("velocity",))
+    with pytest.raises(ValueError, match=r"arrays \['velocity'\] are not all carried by the Flower protocol"):
+        ServerKernel(LocalExchange(_run()), FED, _run(sampler="odd", kernels=[odd]))

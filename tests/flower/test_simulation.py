@@ -22,9 +22,10 @@ from flwr.simulation import run_simulation  # noqa: E402
 
 from fedlangevin.fahmc.client import client_round as fahmc_client_round  # noqa: E402
 from fedlangevin.fald import FALD, SchemeI, SchemeII  # noqa: E402
-from fedlangevin.fald.core.engine import client_round  # noqa: E402
-from fedlangevin.fald.core.kernel import aggregate  # noqa: E402
-from fedlangevin.fald.core.streams import SHARED, build_per_client, participation_stream, private_stream, shared_stream, stream_seed  # noqa: E402
+from fedlangevin.fald.engine import client_round  # noqa: E402
+from fedlangevin.fald.kernel import aggregate  # noqa: E402
+from fedlangevin.federation.streams import SHARED, participation_stream, private_stream, shared_stream, stream_seed  # noqa: E402
+from fedlangevin.fald.per_client import build_per_client  # noqa: E402
 from fedlangevin.flower import FlowerRun, handle_query, handle_train, partitioned, run_server  # noqa: E402
 from fedlangevin.flower.protocol import CONFIG  # noqa: E402
 from fedlangevin.problems import GaussianSimulation  # noqa: E402

@@ -1,6 +1,6 @@
 """The trace of a Flower run and its saved file (fedlangevin.flower.trace), without Flower.
 
-A saved trace is a file of the package's checkpoint format (fedlangevin.fald.io.checkpoint):
+A saved trace is a file of the package's checkpoint format (fedlangevin.runner.io.checkpoint):
 read as plain values only, with a checksum, refused when damaged or holding wrong entries.
 The planted-pickle tests are in tests/test_no_code_execution.py.
 """
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedlangevin.fald.io.checkpoint import MAGIC, CheckpointError, read_file, write_file
+from fedlangevin.runner.io.checkpoint import MAGIC, CheckpointError, read_file, write_file
 from fedlangevin.flower.trace import FlowerTrace, load_trace, save_trace
 from tests.flower.test_runner import ETA, _run, _serve
 

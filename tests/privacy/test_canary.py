@@ -199,6 +199,7 @@ def test_epsilon_lower_bound_of_gaussian_scores_is_below_the_gaussian_epsilon():
     (dict(rows=10**16), r"rows must be an integer in \[1, "),
     (dict(step_size=1e300), "step_size, temperature, privacy .clip.: this setting cannot be accounted"),
     (dict(step_size=1e-300), "step_size, temperature, privacy .clip.: this setting cannot be accounted"),
+    (dict(sampler="FALD"), "sampler must be a sampler factory"),
 ])
 def test_bad_arguments_are_refused_before_any_run(kwargs, match, monkeypatch):
     import fedlangevin.privacy.canary as mod
@@ -221,3 +222,23 @@ def test_the_largest_seed_runs_both_worlds():
     # the "out" world's seed is seed + 1 modulo 2^64: the largest seed check_seed accepts runs both runs
     result = audit(step_size=0.3, replicates=MIN_REPLICATES, seed=2**64 - 1)
     assert result.scores_out.size == MIN_REPLICATES and result.consistent
+
+
+def test_the_audit_runs_the_sampler_it_is_given():
+    """The sampler is an argument (privacy imports no sampler): the default is fedlangevin.FALD, resolved
+    through the top-level package, and a factory given is the one that runs, with the same draws."""
+    import fedlangevin as fl
+    from fedlangevin.privacy.canary import default_sampler
+
+    assert default_sampler() is fl.FALD
+    built = []
+
+    def factory(problem, **settings):
+        built.append(settings["seed"])
+        return fl.FALD(problem, **settings)
+
+    given = audit(step_size=0.3, rounds=2, replicates=MIN_REPLICATES, seed=3, sampler=factory)
+    default = audit(step_size=0.3, rounds=2, replicates=MIN_REPLICATES, seed=3)
+    assert built == [3, 4]  # both worlds ran through the factory given
+    np.testing.assert_array_equal(given.scores_in, default.scores_in)
+    np.testing.assert_array_equal(given.scores_out, default.scores_out)

@@ -12,7 +12,7 @@ from scipy.optimize import brentq
 from scipy.stats import binom, norm
 
 import fedlangevin as fl
-from fedlangevin.fald.core.noise import noise_scales
+from fedlangevin.federation.noise import noise_scales
 from fedlangevin.privacy import ClientLevel, RecordLevel, paper_bound, paper_delta_split, tight_epsilon
 
 
@@ -183,7 +183,7 @@ UNEQUAL = dict(num_clients=5, samples_per_client=[10, 20, 30, 40, 50], seed=0)  
 def test_client_level_report_equals_the_closed_form_gaussian_composition(sizes, participation, q):
     """A ClientLevel(clip=C) run: each local step moves a client's state by eta clip_C(s_c), at
     most eta 2C apart between neighbours, against the kernel's private noise of standard deviation
-    sigma_c (fald/core/noise.py): z = min_c sigma_c / (eta 2C), at the largest client; minibatches
+    sigma_c (federation/noise.py): z = min_c sigma_c / (eta 2C), at the largest client; minibatches
     (b = 5) give no amplification. The report equals the closed form to 1e-4 relative (its
     pessimistic PLD is above the exact value, by the grid error the accountant's own Gaussian
     anchor also bounds by 1e-4), the lower bound is below it and RDP above."""

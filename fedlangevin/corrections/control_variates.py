@@ -1,0 +1,105 @@
+"""Control variates at a reference point: FA-LD with VR-FALD*'s corrected local gradients.
+
+Plassier, Durmus, Moulines et al., "Federated Averaging Langevin Dynamics: toward a unified
+theory and new algorithms" (AISTATS 2023), VR-FALD*: each client replaces its gradient by
+
+    grad f^c(beta) - grad f^c(theta*) + grad f(theta*),   grad f = sum_c p_c grad f^c,
+
+with theta* a fixed reference point near the mode (where grad f(theta*) is about 0). The
+term c_c = grad f(theta*) - grad f^c(theta*) is a constant per client: the corrected
+gradients of all clients vanish at the same point theta*, so the local steps no longer pull
+the clients apart towards their own modes. The sum over clients is unchanged
+(sum_c p_c c_c = 0), so with K = 1 the round is FA-LD's (SGLD's) up to the constant's
+rounding. What is left of the drift is the curvature difference (H_c - H)(beta - theta*)
+(:mod:`fedlangevin.corrections.conducive` corrects that too).
+
+Cost: a federated search for theta* (:func:`fedlangevin.corrections.base.find_reference`,
+or theta* given), then once: each client uploads grad f^c(theta*) (d floats), the server
+broadcasts grad f(theta*) (d floats to each client). Nothing per round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from fedlangevin.corrections.base import SetupCost, check_fraction, check_rounds, client_gradients, find_reference
+
+__all__ = ["ControlVariates"]
+
+
+@dataclass(frozen=True)
+class ControlVariates:
+    """Settings of the control-variate correction (``FALD(..., correction="control_variates")``).
+
+    reference : theta* (d,); ``None`` (default) finds it by a federated mode search.
+    strength : s in [0, 1]: the term is s (grad f(theta*) - grad f^c(theta*)); 1 (default) is
+        VR-FALD*, 0 switches the correction off (the samples are FA-LD's, bit for bit).
+    search_rounds : at most this many rounds of the federated search for theta* (default 50).
+    """
+
+    reference: Any = field(default=None, compare=False)
+    strength: float = 1.0
+    search_rounds: int = 50
+    name: ClassVar[str] = "control_variates"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "strength", check_fraction("strength", self.strength))
+        object.__setattr__(self, "search_rounds", check_rounds(self.search_rounds))
+
+    @property
+    def active(self) -> bool:
+        """False when switched off (strength 0): the runner then builds FA-LD's own kernel."""
+        return self.strength > 0
+
+    @property
+    def releases(self) -> str:
+        """What the correction releases besides FA-LD's uploads (for privacy accounting)."""
+        found = "" if self.reference is not None else " and the mode search's exact gradients and Hessians"
+        return f"each client's exact gradient grad f^c(theta*) at the reference point, once{found}"
+
+    def record(self) -> dict:
+        ref = None if self.reference is None else torch.as_tensor(self.reference, dtype=torch.float64).tolist()
+        return {"kind": self.name, "reference": ref, "strength": self.strength, "search_rounds": self.search_rounds}
+
+    def per_round_floats(self, num_clients: int, dim: int) -> tuple[float, float]:
+        """Extra floats (up per upload, down per round) on top of FA-LD's: none."""
+        return 0.0, 0.0
+
+    def build(self, problem, *, dtype: torch.dtype, device, upload=None) -> "BuiltControlVariates":
+        return BuiltControlVariates(self, problem, dtype, torch.device(device))
+
+    def __repr__(self) -> str:
+        ref = "found" if self.reference is None else "given"
+        return f"ControlVariates(reference={ref}, strength={self.strength:g})"
+
+
+class BuiltControlVariates:
+    """The kernel's side (:class:`~fedlangevin.federation.extensions.DriftCorrection`). ``cost``: the
+    set-up's communication, known after :meth:`init`."""
+
+    def __init__(self, settings: ControlVariates, problem, dtype, device) -> None:
+        self.settings, self.problem, self.dtype, self.device = settings, problem, dtype, device
+        self.cost = SetupCost()
+
+    def init(self, theta: torch.Tensor, mode: torch.Tensor | None = None) -> dict:
+        work = self.problem.to(device="cpu", dtype=torch.float64)
+        ref, cost = find_reference(work, self.settings.reference, self.settings.search_rounds, mode)
+        n, d = work.num_clients, work.dim
+        grads = client_gradients(work, ref)  # (N, d): grad f^c(theta*)
+        mean = work.weights.to(torch.float64) @ grads  # grad f(theta*)
+        self.cost = cost + SetupCost(0, float(n * d), float(n * d))
+        offset = self.settings.strength * (mean[None, :] - grads)
+        return {"reference": ref.to(device=self.device, dtype=self.dtype),
+                "offset": offset.to(device=self.device, dtype=self.dtype)}
+
+    def term(self, state: dict, beta: torch.Tensor) -> torch.Tensor:
+        return state["offset"]  # (N, d), the same for every chain and local step
+
+    def update(self, state, theta, new_theta, beta, weights, generator) -> dict:
+        return state
+
+    def keep(self, state: dict, rows: torch.Tensor) -> dict:
+        return state

@@ -1,0 +1,127 @@
+"""Device participation (App. C.1, Lemma C.1)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import fedlangevin as fl
+from fedlangevin.federation import participation
+from fedlangevin.federation.participation import synchronize
+from fedlangevin.problems import QuadraticProblem
+from tests.targets import fald_moments
+
+R = 200_000
+
+
+def _beta(n, d=2, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, d, generator=g, dtype=torch.float64) * 3
+
+
+def _check_unbiased(rule, p, beta, seed):
+    g = torch.Generator().manual_seed(seed)
+    w = rule.weights(p, R, g)
+    out = synchronize(beta.expand(R, -1, -1), w).numpy()
+    target = (p @ beta).numpy()
+    se = out.std(0, ddof=1) / np.sqrt(R)
+    return np.abs((out.mean(0) - target) / se)
+
+
+def test_scheme_one_is_unbiased_for_unequal_weights():
+    """E[theta] = sum_c p_c beta^c (Lemma C.1); 5 standard errors of the Monte Carlo mean."""
+    p = torch.tensor([0.4, 0.3, 0.2, 0.1], dtype=torch.float64)
+    assert _check_unbiased(fl.SchemeI(3), p, _beta(4), 0).max() < 5
+
+
+def test_scheme_two_is_unbiased_for_balanced_weights():
+    p = torch.full((5,), 0.2, dtype=torch.float64)
+    assert _check_unbiased(fl.SchemeII(2), p, _beta(5), 1).max() < 5
+
+
+def test_scheme_two_is_biased_for_unequal_weights():
+    """Why the balanced-data assumption matters: the plain mean targets the unweighted mean."""
+    p = torch.tensor([0.4, 0.3, 0.2, 0.1], dtype=torch.float64)
+    assert _check_unbiased(fl.SchemeII(2, allow_unbalanced=True), p, _beta(4), 2).max() > 20
+
+
+def test_scheme_two_weights_pick_exactly_s_distinct_clients():
+    p = torch.full((6,), 1 / 6, dtype=torch.float64)
+    w = fl.SchemeII(4).weights(p, 1000, torch.Generator().manual_seed(0))
+    assert ((w > 0).sum(1) == 4).all()
+    torch.testing.assert_close(w.sum(1), torch.ones(1000, dtype=torch.float64))
+
+
+def test_scheme_one_weights_are_counts_over_s():
+    p = torch.tensor([0.7, 0.2, 0.1], dtype=torch.float64)
+    w = fl.SchemeI(5).weights(p, 1000, torch.Generator().manual_seed(0))
+    torch.testing.assert_close((w * 5).round(), w * 5)
+    torch.testing.assert_close(w.sum(1), torch.ones(1000, dtype=torch.float64))
+
+
+def test_scheme_two_with_all_clients_equals_full_participation():
+    problem = fl.problems.GaussianSimulation(num_clients=8, alpha=2.0, samples_per_client=5, seed=1)
+    kw = dict(step_size=2e-4, local_steps=3, chains=16, seed=4)
+    a = fl.FALD(problem, participation=fl.Full(), **kw).run(10).samples
+    b = fl.FALD(problem, participation=fl.SchemeII(8), **kw).run(10).samples
+    torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-13)
+
+
+def test_partial_participation_adds_the_predicted_bias():
+    """The stationary bias grows as S falls (Thm C.3): the plain mean of S clients carries
+    private noise of variance 2 eta tau (1 - rho^2) N / S > 2 eta tau, whatever eta.
+
+    The exact moment recursion (independent of the engine) gives the W2 of each rule's law
+    after 60 rounds (started at the posterior mean) to the posterior; it must increase from full to S = 40 to S = 30, and the engine's
+    fitted W2 over the last rounds (R = 2000 chains) must agree with the recursion to within
+    the finite-R floor plus 25% (W2 of a mixture fit is noisier than of a Gaussian).
+    """
+    from diagnostics import gaussian_w2, w2_floor
+
+    problem = fl.problems.GaussianSimulation(num_clients=50, alpha=1.0, samples_per_client=20, seed=0)
+    mean, cov = (t.numpy() for t in problem.posterior(1.0))
+    eta, k, rounds = 2e-5, 10, 60
+    h, b, p = problem.hessians.numpy(), problem.shifts.numpy(), problem.weights.numpy()
+    exact = {}
+    for name, scheme, s in [("full", "full", None), ("II-40", "II", 40), ("II-30", "II", 30), ("I-30", "I", 30)]:
+        m, c = fald_moments(h, b, p, mean, [[eta] * k] * rounds, 1.0, 0.0, scheme, s)[-1]
+        exact[name] = gaussian_w2(m, c, mean, cov)
+    assert exact["full"] < exact["II-40"] < exact["II-30"]
+    assert exact["II-30"] < exact["I-30"]  # C_S = (N - S)/(N - 1) < 1: scheme II is tighter
+    floor = w2_floor(mean, cov, 2000, repeats=200).q95
+    for name, rule in [("full", fl.Full()), ("II-30", fl.SchemeII(30))]:
+        trace = fl.FALD(problem, step_size=eta, local_steps=k, participation=rule, chains=2000,
+                        init=torch.tensor(mean), seed=3).run(rounds)
+        measured = trace.w2()[-1]
+        assert abs(measured - exact[name]) < floor + 0.25 * exact[name], (name, measured, exact[name])
+
+
+def test_scheme_two_rejects_too_many_clients_and_unbalanced_weights():
+    problem = QuadraticProblem(np.eye(2), np.zeros((3, 2)), [0.5, 0.25, 0.25])
+    with pytest.raises(ValueError, match="num_sampled"):
+        fl.FALD(problem, step_size=0.1, participation=fl.SchemeII(4))
+    with pytest.raises(ValueError, match="balanced"):
+        fl.FALD(problem, step_size=0.1, participation=fl.SchemeII(2))
+    with pytest.warns(UserWarning, match="balanced"):
+        fl.FALD(problem, step_size=0.1, participation=fl.SchemeII(2, allow_unbalanced=True))
+
+
+def test_every_rule_exposes_its_scheme_and_s_as_read_only_settings():
+    rules = [(fl.Full(), "full", None), (fl.SchemeI(3), "I", 3), (fl.SchemeII(2), "II", 2)]
+    for rule, scheme, s in rules:
+        assert rule.scheme == scheme and rule.num_sampled == s
+        for name in ("scheme", "num_sampled"):
+            with pytest.raises(AttributeError):
+                setattr(rule, name, "changed")
+    assert {r.scheme for r, _, _ in rules} == {"full", "I", "II"}
+
+
+@pytest.mark.parametrize("rule", [fl.SchemeI, fl.SchemeII])
+@pytest.mark.parametrize("s", [10**30, 10**400, participation.MAX_NUM_SAMPLED + 1])
+def test_num_sampled_beyond_the_bound_is_refused_naming_it(rule, s):
+    """SchemeI(10**30) used to hang in its block loop and SchemeI(10**400) overflowed 1 / S: S is
+    bounded (Scheme I's weights with S beyond it are p_c to within 1/sqrt(S) ~ 2.4e-4)."""
+    with pytest.raises(ValueError, match=rf"num_sampled must be an integer in \[1, {participation.MAX_NUM_SAMPLED}\]"):
+        rule(s)
+    assert rule(participation.MAX_NUM_SAMPLED).num_sampled == participation.MAX_NUM_SAMPLED
