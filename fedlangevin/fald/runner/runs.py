@@ -30,7 +30,7 @@ from fedlangevin._validation import (
     check_target,
 )
 from fedlangevin.fald.core.schedules import check_schedule
-from fedlangevin.fald.io.store import SampleStore
+from fedlangevin.fald.io.store import SampleStore, StoreLock
 from fedlangevin.fald.results.streaming import StreamingStats
 from fedlangevin.fald.results.trace import Communication
 from fedlangevin.problems.base import FederatedProblem
@@ -116,8 +116,9 @@ def leftover_store(store: Path, checkpoint: Any) -> bool:
     store with no committed draws (draws are committed at checkpoints), for a ``checkpoint``
     path that does not exist yet. Rerunning that run (the resume recipe of docs/long-runs.md,
     after a kill at any moment) then starts afresh in the same folder instead of stopping at
-    "not empty". A run still writing the store holds the checkpoint's lock, so
-    :meth:`Run.start` re-checks under the lock before it clears the folder."""
+    "not empty". A run still writing the store holds the store's lock (whatever its checkpoint
+    path), so :meth:`Run.start` takes that lock and checks again before it clears the folder: a
+    store a running process holds is never cleared."""
     if not isinstance(checkpoint, (str, os.PathLike)) or Path(checkpoint).exists():
         return False
     if not (Path(store) / "meta.json").is_file():
@@ -297,10 +298,22 @@ class Run:
         if not args.keep_samples:
             run.draws = NoDraws(r, d, sampler.dtype)
         elif args.store is not None:
-            if leftover_store(args.store, args.checkpoint):  # checked by run_arguments; the lock is ours now
-                SampleStore.discard(args.store)
-            store = SampleStore.create(args.store, run.chain_ids, d, torch.empty(0, dtype=sampler.dtype).numpy().dtype,
-                                       sampler.problem.parameter_names(), settings=sampler.settings.record())
+            try:
+                lock = StoreLock(args.store)  # the store's own lock: another run writing it stops this one here
+            except BaseException:
+                run.close_locks()
+                raise
+            try:
+                if leftover_store(args.store, args.checkpoint):  # checked by run_arguments; checked again under the lock
+                    SampleStore.discard(args.store, lock)
+                store = SampleStore.create(args.store, run.chain_ids, d,
+                                           torch.empty(0, dtype=sampler.dtype).numpy().dtype,
+                                           sampler.problem.parameter_names(), settings=sampler.settings.record(),
+                                           lock=lock)
+            except BaseException:
+                lock.release()
+                run.close_locks()
+                raise
             run.draws = DiskDraws(store, sampler.device, sampler.dtype)
         else:
             run.draws = MemoryDraws(r, cls.count_draws(args.rounds, args.warmup, args.thin), d, sampler.device,
@@ -321,9 +334,13 @@ class Run:
         try:
             self.draws.close(self.dropped)
         finally:
-            if self.lock is not None:
-                self.lock.release()
-                self.lock = None
+            self.close_locks()
+
+    def close_locks(self) -> None:
+        """Let the checkpoint path's lock go (the store's goes with the store, :meth:`SampleStore.close`)."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     def add(self, theta: torch.Tensor, round: int) -> None:
         if self.stats is not None:
@@ -394,8 +411,17 @@ class Run:
                 beside = checkpoint.resolve().parent / draws["relative"]  # resumes into its own store, never the original's
                 if beside.exists() or not path.exists():
                     path = beside
-            store = SampleStore.open(path, writable=True)
-            store.truncate(int(draws["draws"]), draws["crc32"])
+            try:
+                store = SampleStore.open(path, writable=True)  # locked: never cut back under a run writing it
+            except BaseException:
+                run.close_locks()
+                raise
+            try:
+                store.truncate(int(draws["draws"]), draws["crc32"])
+            except BaseException:
+                store.close()
+                run.close_locks()
+                raise
             run.draws = DiskDraws(store, sampler.device, sampler.dtype)
         else:
             run.draws = NoDraws(r, d, sampler.dtype)

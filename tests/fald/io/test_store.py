@@ -289,3 +289,46 @@ def test_a_damaged_meta_json_is_a_store_error_naming_it(case, tmp_path):
     if case != "draws 10**6":  # a resumed run checks its own count against the files (SampleStore.truncate)
         with pytest.raises(StoreError, match="meta.json"):
             SampleStore.open(path, writable=True)
+
+
+_HOLDER = """
+import sys, time
+import fedlangevin as fl
+
+def hold(self, run, rounds, bar):  # run A has made its store and holds it; it commits nothing yet
+    print("running", flush=True)
+    time.sleep(120)
+
+fl.FALD._advance = hold
+problem = fl.problems.GaussianSimulation(num_clients=4, samples_per_client=5, seed=0)
+fl.FALD(problem, 1e-3, seed=0).run(50, store=sys.argv[1], checkpoint=sys.argv[2], progress=False)
+"""
+
+
+def test_a_store_a_live_run_holds_is_never_cleared_and_an_abandoned_one_is_recovered(tmp_path):
+    """Run A (another process) writes ``shared`` with checkpoint a.ckpt and has committed no draws yet;
+    run B with the same store and checkpoint b.ckpt used to take A's store for a killed run's leftovers
+    and clear it. The store's own lock refuses B; once A is dead (kill -9) the store is recovered."""
+    import signal
+    import subprocess
+    import sys
+
+    shared = tmp_path / "shared"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(shared), str(tmp_path / "a.ckpt")],
+                              stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout.readline().strip() == "running"
+        before = {p.name: p.stat().st_ino for p in shared.iterdir()}
+        sampler = fl.FALD(_problem(), 1e-3, seed=1)
+        with pytest.raises(ValueError, match=r"store .*shared' is in use by another run"):
+            sampler.run(5, store=shared, checkpoint=tmp_path / "b.ckpt", progress=False)
+        assert holder.poll() is None  # A is still running, its store untouched
+        assert {p.name: p.stat().st_ino for p in shared.iterdir()} == before
+        assert open_store(shared).draws == 0 and not (tmp_path / "b.ckpt").exists()
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=30)
+    # A died before its first checkpoint: the system released its lock, and B starts afresh in the store
+    trace = fl.FALD(_problem(), 1e-3, seed=1).run(5, store=shared, checkpoint=tmp_path / "b.ckpt", progress=False)
+    assert open_store(shared).draws == 5 and torch.equal(trace.samples, fl.FALD(_problem(), 1e-3, seed=1).run(5).samples)
