@@ -376,6 +376,10 @@ def resume_sampler(cls, path, *, problem=None, step_size=None, participation=Non
     preconditioner and adaptation, and the unfinished run, put back."""
     path, fallback = check_path("path", path), check_bool("fallback", fallback)
     record, used, settings = load_record(path, fallback)  # its entries' structure is checked there
+    with reading(used, values=True):
+        private = mechanism(settings)
+    if private is not None:
+        keep_private(private, record, step_size, participation)
     with reading(used):  # what the record's checks cannot see is still a CheckpointError naming the file
         problem = resume_problem(record, used, problem)
         schedule = resume_schedule(record, step_size, problem)
@@ -405,6 +409,9 @@ def resume_sampler(cls, path, *, problem=None, step_size=None, participation=Non
         sampler._apply(session.Changes(correction=cstate))
     with reading(used):
         stored = {k: ckpt.decode(record.get(k)) for k in ("preconditioner", "adapted", "adaptation")}
+    if private is None and isinstance(stored["adaptation"], dict) and "across" in stored["adaptation"]:
+        raise ckpt.CheckpointError(f"checkpoint {str(used)!r}: its settings say the run was not private, but its "
+                                   "warm-up adaptation is a private run's: the privacy record was altered")
     for entry in (stored["preconditioner"], (stored["adaptation"] or {}).get("preconditioner")):
         if isinstance(entry, dict) and entry.get("kind") == "user":  # the user's own class: given again, and checked
             preconditioner_from_record(entry, preconditioner)
@@ -419,6 +426,20 @@ def resume_sampler(cls, path, *, problem=None, step_size=None, participation=Non
     sampler._writer.resumed(record, main)
     sampler._pending = pending_run(sampler, record["run"], main, used, transport)
     return sampler
+
+
+def keep_private(private: Any, record: dict, step_size: Any, participation: Any) -> None:
+    """Refuse, before any work, what a resume of the private checkpoint ``record`` (mechanism
+    ``private``) is given that would weaken it or make its accounting wrong: a step size computed
+    from the data without noise (as building a private run refuses it), and a participation rule
+    other than the run's (the accounting applies the sampler's rule to every round it released)."""
+    from fedlangevin.fald.runner.config import check_private
+
+    check_private(step_size, None, None)
+    if participation is not None and repr(as_participation(participation)) != record["participation_repr"]:
+        raise ValueError(f"participation: the checkpoint is of a private run ({private}) with "
+                         f"{record['participation_repr']}; its privacy accounting applies one rule to every round "
+                         "the sampler released, so a resume keeps it: give the same rule, or none")
 
 
 def mechanism(settings: Any) -> Any:

@@ -70,6 +70,7 @@ def run_arguments(
     *,
     problem: Any,
     temperature: float,
+    private: bool = False,
 ) -> RunArguments:
     """Validate the arguments of ``FALD.run`` before any work starts (see its docstring)."""
     if rounds is None:
@@ -91,7 +92,7 @@ def run_arguments(
             )
         if not keep_samples:
             raise ValueError("store was given with keep_samples=False; a store is where kept samples go")
-    target = check_target(target, problem, temperature, problem.dim)
+    target = check_target(target, problem, temperature, problem.dim, private)
     stats = check_optional_bool("stats", stats)
     if stats is None:
         stats = target is not None
@@ -417,6 +418,7 @@ class Run:
                 run.close_locks()
                 raise
             try:
+                same_mechanism(store, sampler.settings, checkpoint)
                 store.truncate(int(draws["draws"]), draws["crc32"])
             except BaseException:
                 store.close()
@@ -432,6 +434,18 @@ class Run:
             run.stats.load_state_dict(rec["stats"])
         run.finished = False
         return run
+
+
+def same_mechanism(store: SampleStore, settings: Any, checkpoint: Path) -> None:
+    """The store a resumed run continues was written by a run of the checkpoint's privacy mechanism
+    (its ``meta.json`` records the settings it was made with): a checkpoint whose privacy record was
+    removed or changed is refused here too, never continued with another mechanism."""
+    made = store.meta.get("settings", {}).get("privacy")
+    now = getattr(settings, "privacy", "none")
+    if made is not None and made != now:
+        raise ckpt.CheckpointError(
+            f"checkpoint {str(checkpoint)!r} records the privacy mechanism {now!r:.60}, but its store "
+            f"{str(store.path)!r} was made by a run with {made!r:.60}: the checkpoint's privacy record was altered")
 
 
 def progress_bar(total: int, progress: bool | None):
