@@ -139,14 +139,20 @@ class SampleStore:
         path = Path(path)
         if path.exists() and not path.is_dir():
             raise ValueError(f"store must be a directory path; {str(path)!r} is a file")
-        own = lock is None
-        lock = StoreLock(path) if own else lock
-        try:
-            if any(p.name != _LOCK for p in path.iterdir()):
+
+        def check_empty() -> None:
+            if path.is_dir() and any(p.name != _LOCK for p in path.iterdir()):
                 raise ValueError(
                     f"store directory {str(path)!r} is not empty; give a new directory (a store holds "
                     "the draws of one run; resume an interrupted run with FALD.resume(checkpoint))"
                 )
+
+        own = lock is None
+        if own:
+            check_empty()  # a used folder is refused before a lock file is put in it
+            lock = StoreLock(path)
+        try:
+            check_empty()  # again under the lock
         except BaseException:
             if own:
                 lock.release()

@@ -332,3 +332,25 @@ def test_a_store_a_live_run_holds_is_never_cleared_and_an_abandoned_one_is_recov
     # A died before its first checkpoint: the system released its lock, and B starts afresh in the store
     trace = fl.FALD(_problem(), 1e-3, seed=1).run(5, store=shared, checkpoint=tmp_path / "b.ckpt", progress=False)
     assert open_store(shared).draws == 5 and torch.equal(trace.samples, fl.FALD(_problem(), 1e-3, seed=1).run(5).samples)
+
+
+def test_a_store_is_written_by_one_run_at_a_time_and_read_by_any(tmp_path):
+    """The store's lock is the store's own: a second writer in the same process is refused too (a copy of the
+    checkpoint resumes into the same store), readers never are, and closing the writer lets the lock go."""
+    import shutil
+
+    path = tmp_path / "run.ckpt"
+    fl.FALD(_problem(), 1e-3, chains=2, seed=0).run(20, store=tmp_path / "s", checkpoint=path, checkpoint_every=10)
+    prev = path.with_name(path.name + ".prev")  # round 10 of 20: an unfinished run writing the store
+    shutil.copy(prev, tmp_path / "copy.ckpt")
+    first = fl.FALD.resume(prev)
+    with pytest.raises(ValueError, match=r"store .*s' is in use by another run"):
+        fl.FALD.resume(tmp_path / "copy.ckpt")
+    assert open_store(tmp_path / "s").draws == 10  # reading is never locked
+    trace = first.run()
+    assert trace.num_draws == 20 and open_store(tmp_path / "s").draws == 20
+    store = SampleStore.create(tmp_path / "t", [0, 1], 2, np.float64)
+    with pytest.raises(ValueError, match=r"store .*t' is in use by another run"):
+        SampleStore.open(tmp_path / "t", writable=True)
+    store.close()
+    SampleStore.open(tmp_path / "t", writable=True).close()
