@@ -312,6 +312,17 @@ def resume_schedule(record: dict, step_size: Any, problem: FederatedProblem):
             )
         return ckpt.decode(stored)
     schedule = as_schedule(step_size, problem)
+    differs = schedule_differs(record, schedule)
+    if differs:
+        warnings.warn(
+            f"step_size differs from the checkpointed run's at step(s) {differs}: the resumed run uses the new one "
+            "(it does not continue the original run bit for bit)", stacklevel=3,
+        )
+    return schedule
+
+
+def schedule_differs(record: dict, schedule: Any) -> list[int]:
+    """The probed steps (``record["schedule_probe"]``) where ``schedule`` differs from the checkpoint's."""
     differs = []
     for k, eta in record["schedule_probe"]:
         try:
@@ -319,12 +330,7 @@ def resume_schedule(record: dict, step_size: Any, problem: FederatedProblem):
                 differs.append(int(k))
         except (ValueError, TypeError, IndexError):
             differs.append(int(k))
-    if differs:
-        warnings.warn(
-            f"step_size differs from the checkpointed run's at step(s) {differs}: the resumed run uses the new one "
-            "(it does not continue the original run bit for bit)", stacklevel=3,
-        )
-    return schedule
+    return differs
 
 
 def resume_participation(record: dict, participation: Any) -> Participation:
@@ -385,6 +391,13 @@ def resume_sampler(cls, path, *, problem=None, step_size=None, participation=Non
         schedule = resume_schedule(record, step_size, problem)
         rule = resume_participation(record, participation)
         saved_device, new_device = resume_device(settings, device)
+    unfinished = record["run"] is not None and not record["run"]["finished"]
+    if private is not None and step_size is not None and unfinished and schedule_differs(record, schedule):
+        raise ValueError(
+            f"step_size: the checkpoint holds an unfinished private run ({private}), whose privacy accounting reads "
+            "the step sizes of all its rounds from one schedule, those before the checkpoint included; a new step "
+            "size would account them at its values, not those they ran with. Resume without step_size (or with "
+            "the run's own), or finish the run and change the step size for a later one")
     with reading(used):  # a ValueError here is about the correction given (or missing), not the file
         stored_correction = (ckpt.decode(record.get("correction")) or {}).get("settings")
         correction = drift.correction_from_record(stored_correction, correction)

@@ -665,30 +665,27 @@ def test_the_format_version_byte_is_covered_by_the_checksum(tmp_path):
         fl.FALD.resume(old)
 
 
-def _settings(change):
-    """A change of the record's settings (stored encoded)."""
+def _encoded(entry, change):
+    """A change of the record's entry ``entry`` (a dictionary stored encoded: the settings, the ledger)."""
     from fedlangevin.fald.io.checkpoint import decode, encode
 
     def apply(record):
-        settings = decode(record["settings"])
-        change(settings)
-        record["settings"] = encode(settings)
+        value = decode(record[entry])
+        change(value)
+        record[entry] = encode(value)
     return apply
+
+
+def _settings(change):
+    return _encoded("settings", change)
+
+
+def _ledger(change):
+    return _encoded("ledger", change)
 
 
 def _run(change):
     return lambda record: change(record["run"])
-
-
-def _ledger(change):
-    """A change of the record's ledger (stored encoded)."""
-    from fedlangevin.fald.io.checkpoint import decode, encode
-
-    def apply(record):
-        ledger = decode(record["ledger"])
-        change(ledger)
-        record["ledger"] = encode(ledger)
-    return apply
 
 
 BAD_CONTENTS = {

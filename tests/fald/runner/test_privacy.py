@@ -295,3 +295,17 @@ def test_a_checkpoint_whose_privacy_record_was_removed_does_not_resume_unclipped
     _not_private(mid)
     with pytest.raises(fl.CheckpointError, match=r"store .* was made by a run with 'RecordLevel\(clip=1.0\)'"):
         fl.FALD.resume(mid)
+
+
+def test_an_unfinished_private_run_keeps_its_step_sizes_on_resume(tmp_path):
+    """Its accounting reads the step sizes of all the run's rounds from the sampler's schedule: a smaller one
+    given on resume would account the rounds before the checkpoint at less than they spent."""
+    path = tmp_path / "run.ckpt"
+    _private().run(20, checkpoint=path, checkpoint_every=10)
+    mid = path.with_name(path.name + ".prev")  # round 10 of 20
+    with pytest.raises(ValueError, match="step_size: the checkpoint holds an unfinished private run"):
+        fl.FALD.resume(mid, step_size=5e-7)
+    same = fl.FALD.resume(mid, step_size=1e-6).run().privacy(delta=1e-5)
+    assert same.epsilon == pytest.approx(_epsilon(100, 2), rel=1e-12)
+    later = fl.FALD.resume(path, step_size=5e-7).run(20).privacy(delta=1e-5)  # finished: a new run may change it
+    assert _epsilon(200, 2) * 0.5 < later.epsilon <= _epsilon(200, 2) * (1 + 1e-12)
