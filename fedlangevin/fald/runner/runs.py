@@ -30,7 +30,8 @@ from fedlangevin._validation import (
     check_target,
 )
 from fedlangevin.fald.core.schedules import check_schedule
-from fedlangevin.fald.io.store import SampleStore, StoreLock
+from fedlangevin.fald.io.store import SampleStore
+from fedlangevin.fald.runner.stores import create_store, leftover_store, same_mechanism
 from fedlangevin.fald.results.streaming import StreamingStats
 from fedlangevin.fald.results.trace import Communication
 from fedlangevin.problems.base import FederatedProblem
@@ -110,26 +111,6 @@ def run_arguments(
         stats=stats, target=target, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
         on_divergence=on_divergence,
     )
-
-
-def leftover_store(store: Path, checkpoint: Any) -> bool:
-    """Whether ``store`` holds only what a run killed before its first checkpoint left: a sample
-    store with no committed draws (draws are committed at checkpoints), for a ``checkpoint``
-    path that does not exist yet. Rerunning that run (the resume recipe of docs/long-runs.md,
-    after a kill at any moment) then starts afresh in the same folder instead of stopping at
-    "not empty". A run still writing the store holds the store's lock (whatever its checkpoint
-    path), so :meth:`Run.start` takes that lock and checks again before it clears the folder: a
-    store a running process holds is never cleared."""
-    if not isinstance(checkpoint, (str, os.PathLike)) or Path(checkpoint).exists():
-        return False
-    if not (Path(store) / "meta.json").is_file():
-        return False
-    try:
-        old = SampleStore.open(store)
-    except ValueError:  # not a store, or a damaged one: never cleared
-        return False
-    names = {p.name for p in Path(store).iterdir()}
-    return old.draws == 0 and names <= SampleStore.FILES
 
 
 class MemoryDraws:
@@ -300,19 +281,10 @@ class Run:
             run.draws = NoDraws(r, d, sampler.dtype)
         elif args.store is not None:
             try:
-                lock = StoreLock(args.store)  # the store's own lock: another run writing it stops this one here
+                store = create_store(args.store, args.checkpoint, run.chain_ids, d,
+                                     torch.empty(0, dtype=sampler.dtype).numpy().dtype,
+                                     sampler.problem.parameter_names(), sampler.settings.record())
             except BaseException:
-                run.close_locks()
-                raise
-            try:
-                if leftover_store(args.store, args.checkpoint):  # checked by run_arguments; checked again under the lock
-                    SampleStore.discard(args.store, lock)
-                store = SampleStore.create(args.store, run.chain_ids, d,
-                                           torch.empty(0, dtype=sampler.dtype).numpy().dtype,
-                                           sampler.problem.parameter_names(), settings=sampler.settings.record(),
-                                           lock=lock)
-            except BaseException:
-                lock.release()
                 run.close_locks()
                 raise
             run.draws = DiskDraws(store, sampler.device, sampler.dtype)
@@ -434,18 +406,6 @@ class Run:
             run.stats.load_state_dict(rec["stats"])
         run.finished = False
         return run
-
-
-def same_mechanism(store: SampleStore, settings: Any, checkpoint: Path) -> None:
-    """The store a resumed run continues was written by a run of the checkpoint's privacy mechanism
-    (its ``meta.json`` records the settings it was made with): a checkpoint whose privacy record was
-    removed or changed is refused here too, never continued with another mechanism."""
-    made = store.meta.get("settings", {}).get("privacy")
-    now = getattr(settings, "privacy", "none")
-    if made is not None and made != now:
-        raise ckpt.CheckpointError(
-            f"checkpoint {str(checkpoint)!r} records the privacy mechanism {now!r:.60}, but its store "
-            f"{str(store.path)!r} was made by a run with {made!r:.60}: the checkpoint's privacy record was altered")
 
 
 def progress_bar(total: int, progress: bool | None):
