@@ -205,8 +205,10 @@ def check_names(name: str, value: Any, count: int) -> list[str] | None:
     return list(value)
 
 
-def check_target(target: Any, problem: Any, temperature: float, dim: int):
-    """``target`` for streaming W2: None, 'posterior' (the problem's exact one) or (mean, cov)."""
+def check_target(target: Any, problem: Any, temperature: float, dim: int, private: bool = False):
+    """``target`` for streaming W2: None, 'posterior' (the problem's exact one) or (mean, cov).
+    ``private``: the run is private (``privacy=``), which refuses 'posterior' (computed from the
+    data without noise, it would be released through the W2 values of ``trace.stats``)."""
     import numpy as np
 
     if target is None:
@@ -214,6 +216,10 @@ def check_target(target: Any, problem: Any, temperature: float, dim: int):
     if isinstance(target, str):
         if target != "posterior":
             raise ValueError(f"target must be 'posterior' or a (mean, cov) pair; got {target!r}")
+        if private:
+            raise ValueError("target='posterior' computes the exact posterior of the data without noise, outside "
+                             "the private mechanism (the W2 to it in trace.stats would release it); a private run "
+                             "refuses it: give target=(mean, cov) of your own, or no target")
         post = problem.posterior(temperature)
         if post is None:
             raise ValueError("target='posterior' needs a problem with an exact posterior; pass target=(mean, cov)")

@@ -83,7 +83,7 @@ class Config:
         not part of the record, only checked against ``privacy``: the sampler resolves the start)."""
         privacy = None if privacy is None else problem.check_privacy(privacy)
         if privacy is not None:
-            _check_private(step_size, init, correction)
+            check_private(step_size, init, correction)
         local_steps, auto_local_steps = as_local_steps(local_steps)
         check_local_bias = check_bool("check_local_bias", check_local_bias)
         if auto_local_steps is not None and not check_local_bias:
@@ -173,7 +173,7 @@ class Config:
         )
 
 
-def _check_private(step_size: Any, init: Any, correction: Any) -> None:
+def check_private(step_size: Any, init: Any, correction: Any) -> None:
     """Refuse, before any work, what would query client data without noise in a private run
     (``step_size="auto"`` and ``adapt`` are private there: they read the broadcast iterates only,
     :mod:`fedlangevin.warmup.iterates`)."""

@@ -5,11 +5,18 @@ every local step, temperature, correlation, participation rule, number of client
 weights p_c and data sizes n_c, minibatch size — and reports the paper's bound (Thm 6.1 / G.3)
 and the tight accountant at the same delta.
 
-What counts as released: every broadcast of every chain recorded in the trace (warm-up and
-thinning do not reduce the cost: the server saw all rounds). ``chains`` replicate chains on
-the same data are ``chains`` independent runs, composed (for the paper's bound: ``chains * T``
-iterations, i.e. chains * T / K rounds composed as in the theorem's proof). A trace holds one
-call of ``FALD.run``; rounds run by earlier calls of the same sampler must be added by the user.
+What counts as released: every broadcast of every chain the sampler ever ran, over its whole
+life — every round of every ``run`` call and of every checkpoint it was resumed from (the
+sampler's cumulative ``ledger``, which checkpoints carry), warm-up included (thinning does not
+reduce the cost: the server saw all rounds), and chains dropped after a divergence (they
+released rounds before they were dropped) as well as the survivors. ``chains`` replicate chains
+on the same data are ``chains`` independent runs, composed (for the paper's bound: ``chains * T``
+iterations, i.e. chains * T / K rounds composed as in the theorem's proof); each is composed
+over all T local steps of the sampler's life, conservative for a chain dropped before the end.
+The local steps of the trace's own run are accounted at their step sizes; those of the earlier
+rounds (earlier calls, earlier runs of a resumed checkpoint) at the largest step size the
+sampler ever ran (``ledger["eta_max"]``: exact for a constant step size, an upper bound
+otherwise, with a note).
 
 Conservative reductions, each recorded in ``report.notes``:
 - unequal client weights or sizes: the tight accountant uses the smallest noise multiplier
@@ -163,7 +170,8 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
         not enforced. A private run derives it (2C) and refuses one given here.
     delta0, delta1, delta2 : the paper's deltas; by default split so that the paper's delta equals
         ``delta`` (:func:`~fedlangevin.privacy.paper_delta_split`, exact for scheme II).
-    chains : how many of the run's chains are released (default: all of them).
+    chains : how many of the sampler's chains are released (default: all it ever ran, chains
+        dropped after a divergence included).
     discretization, step_size_ratio : see :func:`~fedlangevin.privacy.tight_epsilon`.
 
     Minibatches are assumed to be drawn without replacement (Assumption G.2), as a private run
@@ -191,7 +199,8 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
             f"trace.privacy: the run used the drift correction {settings.correction}, which also releases {releases}, "
             "outside the Langevin noise; no sound accounting of that release exists here (a noiseless data-dependent "
             "release can have unbounded privacy loss), so no epsilon is reported. Account a run without correction=")
-    r = check_int("chains", trace.num_chains if chains is None else chains, 1, trace.num_chains)
+    released = max(int(getattr(settings, "chains", trace.num_chains)), int(trace.num_chains))
+    r = check_int("chains", released if chains is None else chains, 1, released)
     k = int(settings.local_steps)
     tau, rho = float(settings.temperature), float(settings.correlation)
     etas = np.asarray(trace.step_sizes, dtype=np.float64)
@@ -199,31 +208,28 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
         raise ValueError("this trace has no local steps to account for")
     t = int(etas.size)
     bias = getattr(trace, "local_step_bias", None)
-    ledger = getattr(trace, "ledger", None) or {}
-    comm_rounds = getattr(getattr(trace, "communication", None), "rounds", None)
-    first = (int(ledger["rounds"]) - int(comm_rounds)) if "rounds" in ledger and isinstance(comm_rounds, int) else None
-    # a fixed K's companions run in every run; "auto"'s only in the run that measured (it ended after its first round)
-    ran = bias is not None and bias.rounds > 0 and (not bias.auto or bias.companions and (
-        bias.round is None or first is None or bias.round > first))
-    if ran:
+    # the sampler's whole life is accounted, so companions that ran in any of its runs count
+    if bias is not None and bias.rounds > 0 and (not bias.auto or bias.companions):
         raise ValueError(
-            "trace.privacy: the measurement of the local-step bias ran companion chains beside this run's on the same "
-            "data (their iterates released like the sampler's), a second mechanism the accountant does not cover; "
-            "account a run with check_local_bias=False, or a later run of a sampler whose local_steps='auto' has chosen")
+            "trace.privacy: the measurement of the local-step bias ran companion chains beside the sampler's on the "
+            "same data (their iterates released like the sampler's), a second mechanism the accountant does not "
+            "cover, and every round the sampler released is accounted; account a sampler built with "
+            "check_local_bias=False and a numeric local_steps")
     rounds = getattr(getattr(trace, "communication", None), "rounds", None)
     if isinstance(rounds, int) and rounds * k != t:
         raise ValueError(
             f"trace.privacy: this run's {rounds} rounds took {t} local steps, not {rounds} x K = {rounds * k}: its "
             "warm-up measured the local-step bias with rounds of another K (or local_steps='auto' chose K), and the "
-            "accountant takes K steps in every round; account a run without the measurement "
-            "(check_local_bias=False), or a later run of the sampler (its rounds all run K)")
+            "accountant takes K steps in every round; account a sampler built with check_local_bias=False and a "
+            "numeric local_steps")
+    notes: list[str] = []
+    etas, t = _whole_life(trace, etas, t, k, rounds, notes)
     weights = np.asarray(problem.weights, dtype=np.float64)
     n = weights.size
     scheme, s = _participation(settings, n)
     adjacency = getattr(settings, "adjacency", "")
     client = adjacency == "client"
     private = getattr(settings, "privacy", "none") != "none"
-    notes: list[str] = []
     norm = float(getattr(settings, "preconditioner_norm", 1.0))
     if norm != 1.0:
         sensitivity = sensitivity * math.sqrt(norm)
@@ -301,6 +307,9 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
                                        (delta0, delta1, delta2))
     if r > 1:
         notes.append(f"{r} chains released: composed as {r} runs on the same data")
+    if released > trace.num_chains:
+        notes.append(f"{released - trace.num_chains} chain(s) dropped after a divergence are counted: they released "
+                     "rounds before they were dropped (composed over every step, conservative)")
     participation = (f"full participation of N = {n}" if settings.scheme == "full"
                      else f"scheme {scheme} with S = {s} of N = {n}")
     deltas = {name: None if paper is None else paper.inputs[name] for name in ("delta0", "delta1", "delta2")}
@@ -309,6 +318,37 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
                      batch_size=b, dim=int(settings.dim), sampling=sampling, **deltas)
     return PrivacyReport(delta=delta, epsilon=tight.epsilon, tight=tight, paper=paper, chains=r,
                          mechanism=mechanism, notes=tuple(notes))
+
+
+def _whole_life(trace: Any, etas: np.ndarray, t: int, k: int, rounds: Any, notes: list) -> tuple[Any, int]:
+    """(step sizes, local steps) of every round the trace's sampler released in its life: the run's
+    own ``etas``, after the rounds the ledger counts before it (earlier calls, the runs of the
+    checkpoints it was resumed from), each of those at the largest step size the sampler ran. A
+    ``ValueError`` when the ledger contradicts the trace, or its earlier rounds ran another K."""
+    ledger = getattr(trace, "ledger", None) or {}
+    if "steps" not in ledger or "rounds" not in ledger or not isinstance(rounds, int):
+        return etas, t
+    total, total_rounds, top = int(ledger["steps"]), int(ledger["rounds"]), float(ledger.get("eta_max", 0.0))
+    earlier, earlier_rounds = total - t, total_rounds - rounds
+    if earlier < 0 or earlier_rounds < 0 or (earlier > 0 and not (math.isfinite(top) and top >= float(etas.max()))):
+        raise ValueError(f"trace.privacy: the trace's ledger ({total} local steps, {total_rounds} rounds, largest step "
+                         f"size {top:g}) contradicts its own run ({t} local steps, {rounds} rounds); no epsilon is "
+                         "reported for a record that does not hold what the sampler released")
+    if earlier == 0:
+        return etas, t
+    if earlier != earlier_rounds * k:
+        raise ValueError(
+            f"trace.privacy: the sampler's earlier {earlier_rounds} rounds took {earlier} local steps, not "
+            f"{earlier_rounds} x K = {earlier_rounds * k} (a warm-up that measured the local-step bias with rounds "
+            "of another K, or local_steps='auto' choosing K), and every round the sampler released is accounted, "
+            "with K steps in each; account a sampler built with check_local_bias=False and a numeric local_steps")
+    notes.append(f"every round the sampler released is counted: {earlier_rounds} earlier rounds (earlier runs, or "
+                 f"those of the checkpoint it resumed) and this run's {rounds}")
+    if np.all(etas == top):
+        return etas[:1].copy(), total  # one constant step size over the whole life
+    notes.append(f"the {earlier_rounds} earlier rounds are accounted at the largest step size the sampler ran, "
+                 f"{top:.4g} (an upper bound on what they spent)")
+    return np.concatenate([np.full(earlier, top), etas]), total
 
 
 def _clients_sampled(scheme: str, s: int, n: int) -> str:

@@ -280,7 +280,8 @@ class Runner:
         else:
             adapting, warmup = self._plan_warmup(rounds, warmup)
             args = run_arguments(rounds, warmup, thin, progress, store, keep_samples, stats, target, checkpoint,
-                                 checkpoint_every, on_divergence, problem=self.problem, temperature=self.temperature)
+                                 checkpoint_every, on_divergence, problem=self.problem, temperature=self.temperature,
+                                 private=getattr(self, "privacy", None) is not None)
             if args.stats and args.target is not None and len(self.active) < 2:
                 warnings.warn("target: the per-draw W2 needs at least 2 chains; only the pooled statistics are kept",
                               stacklevel=2)

@@ -293,6 +293,17 @@ def resume_schedule(record: dict, step_size: Any, problem: FederatedProblem):
             )
         return ckpt.decode(stored)
     schedule = as_schedule(step_size, problem)
+    differs = schedule_differs(record, schedule)
+    if differs:
+        warnings.warn(
+            f"step_size differs from the checkpointed run's at step(s) {differs}: the resumed run uses the new one "
+            "(it does not continue the original run bit for bit)", stacklevel=3,
+        )
+    return schedule
+
+
+def schedule_differs(record: dict, schedule: Any) -> list[int]:
+    """The probed steps (``record["schedule_probe"]``) where ``schedule`` differs from the checkpoint's."""
     differs = []
     for k, eta in record["schedule_probe"]:
         try:
@@ -300,12 +311,7 @@ def resume_schedule(record: dict, step_size: Any, problem: FederatedProblem):
                 differs.append(int(k))
         except (ValueError, TypeError, IndexError):
             differs.append(int(k))
-    if differs:
-        warnings.warn(
-            f"step_size differs from the checkpointed run's at step(s) {differs}: the resumed run uses the new one "
-            "(it does not continue the original run bit for bit)", stacklevel=3,
-        )
-    return schedule
+    return differs
 
 
 def resume_participation(record: dict, participation: Any) -> Participation:

@@ -31,6 +31,7 @@ from fedlangevin._validation import (
 )
 from fedlangevin.federation.schedules import check_schedule
 from fedlangevin.runner.io.store import SampleStore
+from fedlangevin.runner.stores import create_store, leftover_store, same_mechanism
 from fedlangevin.runner.results.streaming import StreamingStats
 from fedlangevin.runner.results.trace import Communication
 from fedlangevin.problems.base import FederatedProblem
@@ -70,6 +71,7 @@ def run_arguments(
     *,
     problem: Any,
     temperature: float,
+    private: bool = False,
 ) -> RunArguments:
     """Validate the arguments of ``FALD.run`` before any work starts (see its docstring)."""
     if rounds is None:
@@ -91,7 +93,7 @@ def run_arguments(
             )
         if not keep_samples:
             raise ValueError("store was given with keep_samples=False; a store is where kept samples go")
-    target = check_target(target, problem, temperature, problem.dim)
+    target = check_target(target, problem, temperature, problem.dim, private)
     stats = check_optional_bool("stats", stats)
     if stats is None:
         stats = target is not None
@@ -109,25 +111,6 @@ def run_arguments(
         stats=stats, target=target, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
         on_divergence=on_divergence,
     )
-
-
-def leftover_store(store: Path, checkpoint: Any) -> bool:
-    """Whether ``store`` holds only what a run killed before its first checkpoint left: a sample
-    store with no committed draws (draws are committed at checkpoints), for a ``checkpoint``
-    path that does not exist yet. Rerunning that run (the resume recipe of docs/long-runs.md,
-    after a kill at any moment) then starts afresh in the same folder instead of stopping at
-    "not empty". A run still writing the store holds the checkpoint's lock, so
-    :meth:`Run.start` re-checks under the lock before it clears the folder."""
-    if not isinstance(checkpoint, (str, os.PathLike)) or Path(checkpoint).exists():
-        return False
-    if not (Path(store) / "meta.json").is_file():
-        return False
-    try:
-        old = SampleStore.open(store)
-    except ValueError:  # not a store, or a damaged one: never cleared
-        return False
-    names = {p.name for p in Path(store).iterdir()}
-    return old.draws == 0 and names <= SampleStore.FILES
 
 
 class MemoryDraws:
@@ -297,10 +280,13 @@ class Run:
         if not args.keep_samples:
             run.draws = NoDraws(r, d, sampler.dtype)
         elif args.store is not None:
-            if leftover_store(args.store, args.checkpoint):  # checked by run_arguments; the lock is ours now
-                SampleStore.discard(args.store)
-            store = SampleStore.create(args.store, run.chain_ids, d, torch.empty(0, dtype=sampler.dtype).numpy().dtype,
-                                       sampler.problem.parameter_names(), settings=sampler.settings.record())
+            try:
+                store = create_store(args.store, args.checkpoint, run.chain_ids, d,
+                                     torch.empty(0, dtype=sampler.dtype).numpy().dtype,
+                                     sampler.problem.parameter_names(), sampler.settings.record())
+            except BaseException:
+                run.close_locks()
+                raise
             run.draws = DiskDraws(store, sampler.device, sampler.dtype)
         else:
             run.draws = MemoryDraws(r, cls.count_draws(args.rounds, args.warmup, args.thin), d, sampler.device,
@@ -321,9 +307,13 @@ class Run:
         try:
             self.draws.close(self.dropped)
         finally:
-            if self.lock is not None:
-                self.lock.release()
-                self.lock = None
+            self.close_locks()
+
+    def close_locks(self) -> None:
+        """Let the checkpoint path's lock go (the store's goes with the store, :meth:`SampleStore.close`)."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     def add(self, theta: torch.Tensor, round: int) -> None:
         if self.stats is not None:
@@ -394,8 +384,18 @@ class Run:
                 beside = checkpoint.resolve().parent / draws["relative"]  # resumes into its own store, never the original's
                 if beside.exists() or not path.exists():
                     path = beside
-            store = SampleStore.open(path, writable=True)
-            store.truncate(int(draws["draws"]), draws["crc32"])
+            try:
+                store = SampleStore.open(path, writable=True)  # locked: never cut back under a run writing it
+            except BaseException:
+                run.close_locks()
+                raise
+            try:
+                same_mechanism(store, sampler.settings, checkpoint)
+                store.truncate(int(draws["draws"]), draws["crc32"])
+            except BaseException:
+                store.close()
+                run.close_locks()
+                raise
             run.draws = DiskDraws(store, sampler.device, sampler.dtype)
         else:
             run.draws = NoDraws(r, d, sampler.dtype)

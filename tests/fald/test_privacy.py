@@ -195,3 +195,117 @@ def test_a_single_private_chain_keeps_its_public_step_and_adapts_m():
     sampler.run(100)
     assert sampler.schedule.values == [pytest.approx(0.1 / 40.0)]
     assert sampler.preconditioner is not None and sampler.settings.preconditioner_norm == pytest.approx(1.0)
+
+
+# -- what a private run released over its life, and what a resume may change --------------------------------------
+def _private(**kw):
+    args = dict(step_size=1e-6, local_steps=5, chains=2, seed=0, batch_size=2, participation=fl.SchemeII(4),
+                privacy=RecordLevel(clip=0.5))
+    args.update(kw)
+    problem = fl.problems.GaussianSimulation(num_clients=10, samples_per_client=20, seed=0)
+    return fl.FALD(problem, **args)
+
+
+def _epsilon(steps: int, chains: int) -> float:
+    """The accountant called directly on _private()'s mechanism: ``chains`` chains x ``steps`` local steps."""
+    from fedlangevin.privacy import tight_epsilon
+
+    return tight_epsilon(eta=1e-6, iterations=chains * steps, delta=1e-5, tau=1.0, rho=0.0, gamma=0.1,
+                         sensitivity=1.0, p_min=0.1, num_clients=10, num_sampled=4, local_steps=5, scheme="II")
+
+
+def test_the_epsilon_of_a_later_run_counts_every_round_the_chains_ever_released(tmp_path):
+    """run(60); run(60) released 120 rounds of each chain: its report is a 120-round run's, not a 60-round one's
+    (and the same across a checkpoint, resumed and extended)."""
+    whole = _private().run(120).privacy(delta=1e-5)
+    assert whole.epsilon == pytest.approx(_epsilon(600, 2), rel=1e-12)
+    sampler = _private()
+    first = sampler.run(60).privacy(delta=1e-5)
+    second = sampler.run(60).privacy(delta=1e-5)
+    assert first.epsilon == pytest.approx(_epsilon(300, 2), rel=1e-12)
+    assert second.epsilon == pytest.approx(whole.epsilon, rel=1e-12) and second.epsilon > first.epsilon
+    assert "released: 120 rounds x 2 chain(s)" in second.summary()
+    _private().run(60, checkpoint=tmp_path / "run.ckpt")
+    resumed = fl.FALD.resume(tmp_path / "run.ckpt").run(60).privacy(delta=1e-5)
+    assert resumed.epsilon == pytest.approx(whole.epsilon, rel=1e-12)
+
+
+def test_dropped_chains_are_still_counted_as_released():
+    """on_divergence="drop": the two chains started far out diverge (the prior's pull with eta / sigma^2 = 4
+    overshoots by a factor 3 a step) after a few rounds, which they released; the two started at 0 survive
+    the 40 rounds. Every chain ever run is composed, at every step (conservative for the dropped ones)."""
+    problem = fl.problems.LogisticRegression(_clients(False))
+    init = torch.zeros(4, problem.dim, dtype=torch.float64)
+    init[0], init[1] = 1e300, 1e290
+    sampler = fl.FALD(problem, step_size=4.0, local_steps=1, chains=4, seed=0, init=init,
+                      privacy=RecordLevel(clip=1.0))
+    with pytest.warns(RuntimeWarning):
+        trace = sampler.run(40, on_divergence="drop")
+    assert sorted(trace.dropped) == [0, 1] and trace.num_chains == 2
+    report = trace.privacy(delta=1e-5)
+    assert report.chains == 4 and report.mechanism["chains"] == 4
+    assert trace.privacy(delta=1e-5, chains=4).epsilon == report.epsilon
+    assert trace.privacy(delta=1e-5, chains=2).epsilon < report.epsilon
+
+
+def test_a_private_run_refuses_the_noiseless_exact_posterior_as_target():
+    sampler = _private()
+    with pytest.raises(ValueError, match="target"):
+        sampler.run(5, target="posterior")
+    assert sampler.state.round == 0
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(step_size="paper"), r"step_size='paper'"),
+    (dict(participation=fl.SchemeII(8)), "participation"),
+])
+def test_a_private_checkpoint_is_not_weakened_on_resume(tmp_path, kwargs, match):
+    _private().run(5, checkpoint=tmp_path / "run.ckpt")
+    with pytest.raises(ValueError, match=match):
+        fl.FALD.resume(tmp_path / "run.ckpt", **kwargs)
+
+
+def _not_private(path):
+    """Rewrite the checkpoint at ``path`` as a run without privacy (its settings' three privacy entries), with a
+    valid checksum: what anyone with write access can do (the checksum detects damage, not authorship)."""
+    from fedlangevin.runner.io.checkpoint import decode, encode, read_file, write_file
+
+    record, _ = read_file(path)
+    settings = decode(record["settings"])
+    settings.update(privacy="none", adjacency="", clip=None)
+    record["settings"] = encode(settings)
+    write_file(path, record, keep_previous=False)
+
+
+def test_a_checkpoint_whose_privacy_record_was_removed_does_not_resume_unclipped(tmp_path):
+    """Where the checkpoint holds a trace of its mechanism besides the settings (a private warm-up's
+    adaptation, the store's meta.json), removing the privacy record is refused."""
+    problem = fl.problems.LogisticRegression(_clients(False))
+    path = tmp_path / "warm.ckpt"
+    fl.FALD(problem, chains=3, seed=2, privacy=RecordLevel(clip=1.0)).run(130, warmup=110, checkpoint=path,
+                                                                        checkpoint_every=50)
+    mid = path.with_name(path.name + ".prev")  # round 100, mid warm-up
+    _not_private(mid)
+    with pytest.raises(fl.CheckpointError, match="warm-up adaptation is a private run's: the privacy record was altered"):
+        fl.FALD.resume(mid)
+    path = tmp_path / "store.ckpt"
+    fl.FALD(problem, step_size=1e-3, chains=3, seed=2, privacy=RecordLevel(clip=1.0)).run(
+        20, checkpoint=path, checkpoint_every=10, store=tmp_path / "draws")
+    mid = path.with_name(path.name + ".prev")  # round 10 of 20
+    _not_private(mid)
+    with pytest.raises(fl.CheckpointError, match=r"store .* was made by a run with 'RecordLevel\(clip=1.0\)'"):
+        fl.FALD.resume(mid)
+
+
+def test_an_unfinished_private_run_keeps_its_step_sizes_on_resume(tmp_path):
+    """Its accounting reads the step sizes of all the run's rounds from the sampler's schedule: a smaller one
+    given on resume would account the rounds before the checkpoint at less than they spent."""
+    path = tmp_path / "run.ckpt"
+    _private().run(20, checkpoint=path, checkpoint_every=10)
+    mid = path.with_name(path.name + ".prev")  # round 10 of 20
+    with pytest.raises(ValueError, match="step_size: the checkpoint holds an unfinished private run"):
+        fl.FALD.resume(mid, step_size=5e-7)
+    same = fl.FALD.resume(mid, step_size=1e-6).run().privacy(delta=1e-5)
+    assert same.epsilon == pytest.approx(_epsilon(100, 2), rel=1e-12)
+    later = fl.FALD.resume(path, step_size=5e-7).run(20).privacy(delta=1e-5)  # finished: a new run may change it
+    assert _epsilon(200, 2) * 0.5 < later.epsilon <= _epsilon(200, 2) * (1 + 1e-12)

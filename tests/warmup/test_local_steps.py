@@ -329,8 +329,9 @@ def test_bad_values_are_refused_by_name_before_any_work():
 
 def test_privacy_accounting_refuses_a_run_whose_rounds_took_another_k():
     """The accountant takes K steps in every round: a run whose warm-up measured (K = 1 rounds among the
-    ladder's, local_steps="auto") is refused by name; the sampler's next run (all at its K) is accounted.
-    A fixed K checked by companions is refused too (they are a second release on the same data);
+    ladder's, local_steps="auto") is refused by name, and so is the sampler's next run (all at its K):
+    the accounting covers every round the sampler released, the measuring run's included. A fixed K
+    checked by companions is refused too (they are a second release on the same data);
     check_local_bias=False is accounted."""
     sampler = fl.FALD(_equal(), step_size=ETA, local_steps=fl.AutoLocalSteps(LADDER), chains=16, seed=0)
     measured = sampler.run(400, warmup=350, progress=False)
@@ -339,7 +340,9 @@ def test_privacy_accounting_refuses_a_run_whose_rounds_took_another_k():
         measured.privacy(delta=1e-5, sensitivity=1.0)
     later = sampler.run(20, progress=False)
     k = sampler.local_steps
-    assert len(later.step_sizes) == 20 * k and later.privacy(delta=1e-5, sensitivity=1.0).epsilon > 0
+    assert len(later.step_sizes) == 20 * k
+    with pytest.raises(ValueError, match="local-step bias|another K"):
+        later.privacy(delta=1e-5, sensitivity=1.0)
     checked = fl.FALD(_equal(), step_size=0.02, local_steps=10, chains=16, seed=0).run(120, progress=False)
     with pytest.raises(ValueError, match="companion chains"):
         checked.privacy(delta=1e-5, sensitivity=1.0)

@@ -44,6 +44,7 @@ from pathlib import Path
 import torch
 
 from fedlangevin.runner.io.encoding import CheckpointError, Entries, NotEncodable, decode, digest, encode, stored_classes
+from fedlangevin.runner.io.locks import ExclusiveLock
 from fedlangevin.runner.io.records import check_fald_record
 from fedlangevin.runner.io.store import fsync_dir
 
@@ -93,36 +94,20 @@ def check_target(path: Path) -> Path:
     return path
 
 
-class CheckpointLock:
+class CheckpointLock(ExclusiveLock):
     """An exclusive lock on ``<checkpoint>.lock`` for the run that writes ``checkpoint``.
 
     Two runs writing one checkpoint path would leave a checkpoint of neither; the second one
     now stops before any work with a ``ValueError`` naming the path. The lock is an
-    ``fcntl.flock`` on an open file, so the operating system releases it when the holder
-    exits in any way (``kill -9`` included): no stale lock blocks the resume. On systems
-    without ``fcntl`` (Windows) runs are not locked.
+    ``fcntl.flock`` on an open file (:class:`~fedlangevin.runner.io.locks.ExclusiveLock`), so the
+    operating system releases it when the holder exits in any way (``kill -9`` included): no
+    stale lock blocks the resume. On systems without ``fcntl`` (Windows) runs are not locked.
     """
 
     def __init__(self, path: Path) -> None:
-        self.path = Path(f"{path}.lock")
-        self._file = None
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - not on POSIX
-            return
-        f = open(self.path, "a+b")
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            f.close()
-            raise ValueError(f"checkpoint {str(path)!r} is in use by another run (it holds {str(self.path)!r}); "
-                             "wait for it to finish or give another checkpoint path") from None
-        self._file = f
-
-    def release(self) -> None:
-        if self._file is not None:
-            self._file.close()  # closing the descriptor releases the flock
-            self._file = None
+        lock = Path(f"{path}.lock")
+        super().__init__(lock, f"checkpoint {str(path)!r} is in use by another run (it holds {str(lock)!r}); "
+                               "wait for it to finish or give another checkpoint path")
 
 
 def write_file(path: str | os.PathLike, obj: dict, keep_previous: bool = True) -> None:

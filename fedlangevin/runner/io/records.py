@@ -100,7 +100,9 @@ def _check_common(record: dict, used: Path, kind: str, latest: int, what: str, k
         e.fail(f"theta has shape {tuple(theta.shape)}; with {active.numel()} active chains and d = {settings['dim']} "
                f"it must be ({active.numel()}, {settings['dim']})")
     e.tensor("generator", record["generator"], 1, "uint8")
-    e.dict("ledger", decode(record["ledger"]))
+    _check_chains(e, active, settings["chains"])
+    _check_ledger(e, decode(record["ledger"]), record["step"], record["round"])
+    _check_privacy(e, settings)
     problem = e.dict("problem", record["problem"], ("file", "digest", "class", "num_clients", "dim", "weights"))
     if problem["file"] is not None:
         name = e.str("problem['file']", problem["file"])
@@ -121,7 +123,77 @@ def _check_common(record: dict, used: Path, kind: str, latest: int, what: str, k
         e.real("schedule_probe step size", pair[1])
     if record["run"] is not None:
         _check_run(e, record["run"])
+        _check_run_chains(e, record["run"], active, settings["chains"])
     return e, settings
+
+
+#: the ledger's counters every record holds (those added later start at 0 when a file lacks them)
+_LEDGER_CORE = ("steps", "rounds", "eta_sum", "eta_max", "uploads")
+_LEDGER_INTS = ("steps", "rounds", "map_rounds", "correction_rounds")
+
+
+def _check_ledger(e: Entries, ledger: Any, step: int, round: int) -> None:
+    """The ledger, the record of what the sampler released (privacy accounting reads the whole
+    history from it): its counters present, numbers >= 0, and agreeing with the state's step and
+    round counters, which advance with them; a record that drops or rewinds it is refused."""
+    e.dict("ledger", ledger, _LEDGER_CORE)
+    for name, value in ledger.items():
+        if name in _LEDGER_INTS:
+            e.int(f"ledger[{name!r}]", value, 0)
+        else:
+            e.real(f"ledger[{name!r}]", value, low=0.0)
+    if (ledger["steps"], ledger["rounds"]) != (step, round):
+        e.fail(f"the ledger counts {ledger['steps']} local steps and {ledger['rounds']} rounds, but the state is at "
+               f"step {step}, round {round}: they advance together, so one of them was altered")
+    if ledger["rounds"] > ledger["steps"] or (ledger["steps"] > 0 and not ledger["eta_max"] > 0):
+        e.fail(f"the ledger's {ledger['steps']} local steps, {ledger['rounds']} rounds and largest step size "
+               f"{ledger['eta_max']:g} contradict each other (every round runs at least one step, of a step size > 0)")
+    if ledger["eta_sum"] > ledger["steps"] * ledger["eta_max"] * (1 + 1e-9):
+        e.fail(f"the ledger's step-size sum {ledger['eta_sum']:g} exceeds its {ledger['steps']} local steps x its "
+               f"largest step size {ledger['eta_max']:g}")
+
+
+def _check_chains(e: Entries, active: Any, chains: int) -> None:
+    """The active chains: distinct indices among the settings' ``chains`` (theta has one row each)."""
+    ids = active.tolist()
+    if len(set(ids)) != len(ids) or any(not 0 <= c < chains for c in ids):
+        e.fail(f"active must hold distinct chain indices in [0, {chains}) (settings['chains'] = {chains}); "
+               f"got {ids!r:.80}")
+
+
+def _check_run_chains(e: Entries, run: dict, active: Any, chains: int) -> None:
+    """The unfinished run's chains: distinct indices among ``chains``, ``alive`` positions among them
+    naming the active chains, the dropped ones among them."""
+    ids, alive = run["chain_ids"].tolist(), run["alive"].tolist()
+    if len(set(ids)) != len(ids) or any(not 0 <= c < chains for c in ids):
+        e.fail(f"run['chain_ids'] must hold distinct chain indices in [0, {chains}); got {ids!r:.80}")
+    if len(set(alive)) != len(alive) or any(not 0 <= a < len(ids) for a in alive):
+        e.fail(f"run['alive'] must hold distinct positions in [0, {len(ids)}); got {alive!r:.80}")
+    if not run["finished"] and [ids[a] for a in alive] != active.tolist():
+        e.fail(f"run['alive'] names the chains {[ids[a] for a in alive]!r:.80}, not the active ones "
+               f"{active.tolist()!r:.80}")
+    if any(c not in ids for c, _, _ in run["dropped"]):
+        e.fail(f"run['dropped'] names chains the run did not start with ({ids!r:.80})")
+
+
+#: the mechanisms a private run's settings name
+_MECHANISMS = {"record": "RecordLevel", "client": "ClientLevel"}
+
+
+def _check_privacy(e: Entries, settings: dict) -> None:
+    """A private run's three settings agree: ``privacy`` (the mechanism's repr), ``adjacency`` and
+    ``clip`` (what a resume rebuilds the mechanism from), or none of them says private. A record
+    with part of its privacy settings removed or changed is refused, never resumed unclipped."""
+    privacy, adjacency, clip = settings.get("privacy", "none"), settings.get("adjacency", ""), settings.get("clip")
+    if adjacency == "" and clip is None and privacy == "none":
+        return
+    if adjacency not in _MECHANISMS:
+        e.fail(f"settings['adjacency'] must be 'record', 'client' or '' (not private); got {adjacency!r:.40} "
+               f"(with privacy {privacy!r:.60}, clip {clip!r:.20})")
+    clip = e.real("settings['clip']", clip, low=0.0, low_open=True)
+    if privacy != f"{_MECHANISMS[adjacency]}(clip={clip!r})":
+        e.fail(f"settings['privacy'] = {privacy!r:.60} contradicts adjacency {adjacency!r} and clip {clip!r}: the "
+               "record of the run's mechanism was altered")
 
 
 def _check_run(e: Entries, run: Any) -> None:

@@ -11,6 +11,13 @@ format is plain so that any tool can read it (numpy, or ``np.fromfile`` in a pin
                               "dropped": {"chain id": [round, step], ...}}
     <store>/samples.bin      raw values, C order, shape (draws, chains, d)
     <store>/draw_rounds.bin  raw little-endian int64, shape (draws,): the round of each draw
+    <store>/lock             empty: the run writing the store holds an ``flock`` on it
+
+A store belongs to one run at a time: the run that creates or reopens it for writing locks
+``<store>/lock`` (:class:`StoreLock`) until it ends, and any other writer (another process, or
+another run in this one) is refused with a ``ValueError`` naming the store. The operating
+system releases the lock when its holder dies (``kill -9`` included), so a killed run's store
+can be taken up again; a store a running process holds never can.
 
 Draws are appended along the first axis, so the file layout is draw-major; readers get a
 (chains, draws, d) view without copying (:meth:`SampleStore.samples`). ``draws`` in
@@ -36,14 +43,16 @@ from typing import Any, Sequence
 import numpy as np
 
 from fedlangevin._validation import check_path
+from fedlangevin.runner.io.locks import ExclusiveLock
 
-__all__ = ["SampleStore", "StoreError", "open_store"]
+__all__ = ["SampleStore", "StoreError", "StoreLock", "open_store"]
 
 FORMAT = "fedlangevin-store"
 VERSION = 1
 _SAMPLES = "samples.bin"
 _ROUNDS = "draw_rounds.bin"
 _META = "meta.json"
+_LOCK = "lock"
 _CRC_BLOCK = 1 << 24  # bytes read at a time when checking a CRC
 #: the largest meta.json read (it holds names and ids: a few bytes per chain and coordinate)
 META_MAX_BYTES = 1 << 28
@@ -77,6 +86,19 @@ def write_json_atomic(path: Path, data: dict) -> None:
     fsync_dir(path.parent)
 
 
+class StoreLock(ExclusiveLock):
+    """The exclusive lock of the store ``path`` (an ``flock`` on ``<path>/lock``; the folder is
+    made if missing), held by the run that writes it; a ``ValueError`` naming the store if another
+    holds it."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        super().__init__(path / _LOCK, f"store {str(path)!r} is in use by another run (it holds "
+                                       f"{str(path / _LOCK)!r}); its draws are never cleared while it runs: wait "
+                                       "for it to finish or give another store directory")
+
+
 class SampleStore:
     """Append-only store of draws (chains x d per draw) in a directory; see the module docstring.
 
@@ -84,13 +106,16 @@ class SampleStore:
     an existing one with :func:`open_store`. Writing: :meth:`write` appends a block of
     draws, :meth:`sync` makes them durable (flush + fsync + ``meta.json``). Reading:
     :meth:`samples` and :meth:`draw_rounds` are memory-mapped, so opening a large store
-    costs no memory until values are touched.
+    costs no memory until values are touched. A writable store holds its :class:`StoreLock`
+    from :meth:`create` or :meth:`open` until :meth:`close`, and takes it again before it
+    writes after that.
     """
 
-    def __init__(self, path: Path, meta: dict, writable: bool) -> None:
+    def __init__(self, path: Path, meta: dict, writable: bool, lock: StoreLock | None = None) -> None:
         self.path = path
         self.meta = meta
         self.writable = writable
+        self.lock = lock
         self.dtype = np.dtype(meta["dtype"])
         self.chains = int(meta["chains"])
         self.dim = int(meta["dim"])
@@ -107,18 +132,31 @@ class SampleStore:
         dtype: Any,
         var_names: Sequence[str] | None = None,
         settings: dict | None = None,
+        lock: StoreLock | None = None,
     ) -> "SampleStore":
-        """A new, empty store at ``path`` (a directory that must not exist or be empty)."""
+        """A new, empty store at ``path`` (a directory that must not exist or be empty, but for its
+        lock file), locked for this writer: ``lock``, the store's lock already taken (default: taken here)."""
         path = Path(path)
-        if path.exists():
-            if not path.is_dir():
-                raise ValueError(f"store must be a directory path; {str(path)!r} is a file")
-            if any(path.iterdir()):
+        if path.exists() and not path.is_dir():
+            raise ValueError(f"store must be a directory path; {str(path)!r} is a file")
+
+        def check_empty() -> None:
+            if path.is_dir() and any(p.name != _LOCK for p in path.iterdir()):
                 raise ValueError(
                     f"store directory {str(path)!r} is not empty; give a new directory (a store holds "
                     "the draws of one run; resume an interrupted run with FALD.resume(checkpoint))"
                 )
-        path.mkdir(parents=True, exist_ok=True)
+
+        own = lock is None
+        if own:
+            check_empty()  # a used folder is refused before a lock file is put in it
+            lock = StoreLock(path)
+        try:
+            check_empty()  # again under the lock
+        except BaseException:
+            if own:
+                lock.release()
+            raise
         meta = {
             "format": FORMAT,
             "version": VERSION,
@@ -136,19 +174,36 @@ class SampleStore:
             with open(path / name, "wb") as f:
                 os.fsync(f.fileno())
         write_json_atomic(path / _META, meta)
-        return cls(path, meta, writable=True)
+        return cls(path, meta, writable=True, lock=lock)
 
     #: the files a store folder holds (meta.json is replaced atomically through meta.json.tmp)
-    FILES = frozenset({_META, _SAMPLES, _ROUNDS, _META + ".tmp"})
+    FILES = frozenset({_META, _SAMPLES, _ROUNDS, _META + ".tmp", _LOCK})
 
     @classmethod
-    def discard(cls, path: str | os.PathLike) -> None:
-        """Delete a store's files (only those: the folder and anything else in it stay)."""
-        for name in cls.FILES:
+    def discard(cls, path: str | os.PathLike, lock: StoreLock) -> None:
+        """Delete a store's files (only those: the folder and anything else in it stay), under its
+        ``lock`` (held by the caller: a store another run holds is never discarded). The lock file
+        stays."""
+        if lock.path != Path(path) / _LOCK:
+            raise ValueError(f"discarding store {str(path)!r} needs its own lock, not {str(lock.path)!r}")
+        for name in cls.FILES - {_LOCK}:
             (Path(path) / name).unlink(missing_ok=True)
 
     @classmethod
     def open(cls, path: str | os.PathLike, writable: bool = False) -> "SampleStore":
+        """An existing store; ``writable``: for a run that appends to it, which holds its lock
+        (taken here, before anything is read: a ``ValueError`` if another run holds it)."""
+        if not writable:
+            return cls._open(Path(path), False, None)
+        lock = StoreLock(path)
+        try:
+            return cls._open(Path(path), True, lock)
+        except BaseException:
+            lock.release()
+            raise
+
+    @classmethod
+    def _open(cls, path: Path, writable: bool, lock: StoreLock | None) -> "SampleStore":
         from fedlangevin._paths import check_input_file
 
         path = Path(path)
@@ -170,7 +225,7 @@ class SampleStore:
         for name in (_SAMPLES, _ROUNDS):
             check_input_file(f"sample store {str(path)!r}: {name}", path / name, error=StoreError,
                              missing=f"sample store {str(path)!r} is missing {name}")
-        return cls(path, meta, writable)
+        return cls(path, meta, writable, lock)
 
     # -- sizes ------------------------------------------------------------------------------
     @property
@@ -188,6 +243,8 @@ class SampleStore:
     def _open_files(self):
         if not self.writable:
             raise ValueError(f"sample store {str(self.path)!r} was opened read-only")
+        if self.lock is None:  # closed, then written again: locked again first
+            self.lock = StoreLock(self.path)
         if self._files is None:
             samples = open(self.path / _SAMPLES, "r+b")
             rounds = open(self.path / _ROUNDS, "r+b")
@@ -233,6 +290,13 @@ class SampleStore:
         write_json_atomic(self.path / _META, self.meta)
 
     def close(self) -> None:
+        """Close the files and let the store's lock go (a later write takes it again)."""
+        self._close_files()
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    def _close_files(self) -> None:
         if self._files is not None:
             for f in self._files:
                 f.close()
@@ -262,7 +326,7 @@ class SampleStore:
         A resumed run calls this with the values its checkpoint recorded, so the draws made
         after the checkpoint (and before the interruption) are dropped and made again.
         """
-        self.close()
+        self._close_files()
         available = self._readable_draws()
         if available < draws:
             raise StoreError(

@@ -194,7 +194,9 @@ class Trace:
         return w2_floor(mean, cov, self.num_chains, repeats=repeats, seed=seed)
 
     def privacy(self, *, delta: float, sensitivity: float | None = None, **kwargs: Any):
-        """(epsilon, delta) this run spent: tight accountant and the paper's Thm 6.1 / G.3.
+        """(epsilon, delta) the sampler's chains spent by the end of this run: every round they ever
+        released (earlier runs, the checkpoints it resumed, chains dropped after a divergence), under
+        the tight accountant and the paper's Thm 6.1 / G.3.
 
         A private run (``FALD(..., privacy=RecordLevel(clip=C))`` or ``ClientLevel(clip=C)``)
         derives the sensitivity from its clip (2C; accounted at record or client level, its

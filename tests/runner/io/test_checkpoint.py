@@ -665,15 +665,23 @@ def test_the_format_version_byte_is_covered_by_the_checksum(tmp_path):
         fl.FALD.resume(old)
 
 
-def _settings(change):
-    """A change of the record's settings (stored encoded)."""
+def _encoded(entry, change):
+    """A change of the record's entry ``entry`` (a dictionary stored encoded: the settings, the ledger)."""
     from fedlangevin.runner.io.checkpoint import decode, encode
 
     def apply(record):
-        settings = decode(record["settings"])
-        change(settings)
-        record["settings"] = encode(settings)
+        value = decode(record[entry])
+        change(value)
+        record[entry] = encode(value)
     return apply
+
+
+def _settings(change):
+    return _encoded("settings", change)
+
+
+def _ledger(change):
+    return _encoded("ledger", change)
 
 
 def _run(change):
@@ -710,6 +718,26 @@ BAD_CONTENTS = {
                        r"run\['draws'\]\['kind'\] must be one of 'memory', 'disk', 'none'; got 'cloud'"),
     "schedule probe": (lambda r: r.__setitem__("schedule_probe", [[0, "x"]]),
                        r"schedule_probe step size must be a real number; got str"),
+    # the record of what the sampler released (privacy accounting reads it) and its chains must hold together
+    "ledger steps -3": (_ledger(lambda led: led.__setitem__("steps", -3)), r"ledger\['steps'\] must be an integer >= 0"),
+    "ledger uploads -1": (_ledger(lambda led: led.__setitem__("uploads", -1.0)),
+                          r"ledger\['uploads'\] must be a finite real number >= 0"),
+    "ledger without steps": (_ledger(lambda led: led.pop("steps")), r"ledger lacks the entries 'steps'"),
+    "ledger rewound": (_ledger(lambda led: led.update(steps=0, rounds=0, eta_sum=0.0)),
+                       r"the ledger counts 0 local steps and 0 rounds, but the state is at step 5, round 5"),
+    "ledger eta_max 0": (_ledger(lambda led: led.__setitem__("eta_max", 0.0)),
+                          r"the ledger.s 5 local steps, 5 rounds and largest step size 0 contradict each other"),
+    "chains below theta's": (_settings(lambda s: s.__setitem__("chains", 2)),
+                             r"active must hold distinct chain indices in \[0, 2\)"),
+    "active repeated": (lambda r: r.__setitem__("active", torch.tensor([0, 0, 1])),
+                        r"active must hold distinct chain indices in \[0, 3\)"),
+    "privacy without adjacency": (_settings(lambda s: s.update(privacy="RecordLevel(clip=1.0)")),
+                                  r"settings\['adjacency'\] must be 'record', 'client' or ''"),
+    "privacy's clip changed": (_settings(lambda s: s.update(privacy="RecordLevel(clip=1.0)", adjacency="record",
+                                                            clip=1e9)),
+                               r"settings\['privacy'\] = 'RecordLevel\(clip=1.0\)' contradicts"),
+    "clip without privacy": (_settings(lambda s: s.update(adjacency="record", clip=-1.0)),
+                             r"settings\['clip'\] must be a finite real number > 0"),
 }
 
 

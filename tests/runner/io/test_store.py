@@ -289,3 +289,68 @@ def test_a_damaged_meta_json_is_a_store_error_naming_it(case, tmp_path):
     if case != "draws 10**6":  # a resumed run checks its own count against the files (SampleStore.truncate)
         with pytest.raises(StoreError, match="meta.json"):
             SampleStore.open(path, writable=True)
+
+
+_HOLDER = """
+import sys, time
+import fedlangevin as fl
+
+def hold(self, run, rounds, bar):  # run A has made its store and holds it; it commits nothing yet
+    print("running", flush=True)
+    time.sleep(120)
+
+fl.FALD._advance = hold
+problem = fl.problems.GaussianSimulation(num_clients=4, samples_per_client=5, seed=0)
+fl.FALD(problem, 1e-3, seed=0).run(50, store=sys.argv[1], checkpoint=sys.argv[2], progress=False)
+"""
+
+
+def test_a_store_a_live_run_holds_is_never_cleared_and_an_abandoned_one_is_recovered(tmp_path):
+    """Run A (another process) writes ``shared`` with checkpoint a.ckpt and has committed no draws yet;
+    run B with the same store and checkpoint b.ckpt used to take A's store for a killed run's leftovers
+    and clear it. The store's own lock refuses B; once A is dead (kill -9) the store is recovered."""
+    import signal
+    import subprocess
+    import sys
+
+    shared = tmp_path / "shared"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(shared), str(tmp_path / "a.ckpt")],
+                              stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout.readline().strip() == "running"
+        before = {p.name: p.stat().st_ino for p in shared.iterdir()}
+        sampler = fl.FALD(_problem(), 1e-3, seed=1)
+        with pytest.raises(ValueError, match=r"store .*shared' is in use by another run"):
+            sampler.run(5, store=shared, checkpoint=tmp_path / "b.ckpt", progress=False)
+        assert holder.poll() is None  # A is still running, its store untouched
+        assert {p.name: p.stat().st_ino for p in shared.iterdir()} == before
+        assert open_store(shared).draws == 0 and not (tmp_path / "b.ckpt").exists()
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=30)
+    # A died before its first checkpoint: the system released its lock, and B starts afresh in the store
+    trace = fl.FALD(_problem(), 1e-3, seed=1).run(5, store=shared, checkpoint=tmp_path / "b.ckpt", progress=False)
+    assert open_store(shared).draws == 5 and torch.equal(trace.samples, fl.FALD(_problem(), 1e-3, seed=1).run(5).samples)
+
+
+def test_a_store_is_written_by_one_run_at_a_time_and_read_by_any(tmp_path):
+    """The store's lock is the store's own: a second writer in the same process is refused too (a copy of the
+    checkpoint resumes into the same store), readers never are, and closing the writer lets the lock go."""
+    import shutil
+
+    path = tmp_path / "run.ckpt"
+    fl.FALD(_problem(), 1e-3, chains=2, seed=0).run(20, store=tmp_path / "s", checkpoint=path, checkpoint_every=10)
+    prev = path.with_name(path.name + ".prev")  # round 10 of 20: an unfinished run writing the store
+    shutil.copy(prev, tmp_path / "copy.ckpt")
+    first = fl.FALD.resume(prev)
+    with pytest.raises(ValueError, match=r"store .*s' is in use by another run"):
+        fl.FALD.resume(tmp_path / "copy.ckpt")
+    assert open_store(tmp_path / "s").draws == 10  # reading is never locked
+    trace = first.run()
+    assert trace.num_draws == 20 and open_store(tmp_path / "s").draws == 20
+    store = SampleStore.create(tmp_path / "t", [0, 1], 2, np.float64)
+    with pytest.raises(ValueError, match=r"store .*t' is in use by another run"):
+        SampleStore.open(tmp_path / "t", writable=True)
+    store.close()
+    SampleStore.open(tmp_path / "t", writable=True).close()
