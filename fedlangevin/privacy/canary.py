@@ -188,6 +188,13 @@ class _Watched(Participation):
 
     scheme = property(lambda self: self.rule.scheme)
     num_sampled = property(lambda self: self.rule.num_sampled)
+    noise = property(lambda self: self.rule.noise)
+
+    def mean_square_weights(self, p):
+        return self.rule.mean_square_weights(p)
+
+    def noise_weights(self, p):
+        return self.rule.noise_weights(p)
 
     def fixed_uploads(self, num_clients):
         return self.rule.fixed_uploads(num_clients)

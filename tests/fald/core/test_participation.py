@@ -69,8 +69,9 @@ def test_scheme_two_with_all_clients_equals_full_participation():
 
 
 def test_partial_participation_adds_the_predicted_bias():
-    """The stationary bias grows as S falls (Thm C.3): the plain mean of S clients carries
-    private noise of variance 2 eta tau (1 - rho^2) N / S > 2 eta tau, whatever eta.
+    """With the paper's noise (``noise="paper"``) the stationary bias grows as S falls (Thm C.3):
+    the plain mean of S clients carries private noise of variance 2 eta tau (1 - rho^2) N / S >
+    2 eta tau, whatever eta.
 
     The exact moment recursion (independent of the engine) gives the W2 of each rule's law
     after 60 rounds (started at the posterior mean) to the posterior; it must increase from full to S = 40 to S = 30, and the engine's
@@ -85,12 +86,12 @@ def test_partial_participation_adds_the_predicted_bias():
     h, b, p = problem.hessians.numpy(), problem.shifts.numpy(), problem.weights.numpy()
     exact = {}
     for name, scheme, s in [("full", "full", None), ("II-40", "II", 40), ("II-30", "II", 30), ("I-30", "I", 30)]:
-        m, c = fald_moments(h, b, p, mean, [[eta] * k] * rounds, 1.0, 0.0, scheme, s)[-1]
+        m, c = fald_moments(h, b, p, mean, [[eta] * k] * rounds, 1.0, 0.0, scheme, s, noise="paper")[-1]
         exact[name] = gaussian_w2(m, c, mean, cov)
     assert exact["full"] < exact["II-40"] < exact["II-30"]
     assert exact["II-30"] < exact["I-30"]  # C_S = (N - S)/(N - 1) < 1: scheme II is tighter
     floor = w2_floor(mean, cov, 2000, repeats=200).q95
-    for name, rule in [("full", fl.Full()), ("II-30", fl.SchemeII(30))]:
+    for name, rule in [("full", fl.Full()), ("II-30", fl.SchemeII(30, noise="paper"))]:
         trace = fl.FALD(problem, step_size=eta, local_steps=k, participation=rule, chains=2000,
                         init=torch.tensor(mean), seed=3).run(rounds)
         measured = trace.w2()[-1]
