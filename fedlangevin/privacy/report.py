@@ -93,8 +93,11 @@ class PrivacyReport:
             f"{t.rdp_epsilon:.4g}, lower bound: {t.lower_epsilon:.4g}; z = {t.noise_multiplier:.4g}, q = {t.q:.4g}, "
             f"gamma = {t.gamma:.4g}]",
         ]
-        if self.paper is None:
+        if self.paper is None and self.mechanism.get("adjacency") == "client":
             lines.append("paper (Thm 6.1/G.3): does not apply (the theorem is record-level; this run is client-level)")
+        elif self.paper is None:
+            lines.append("paper (Thm 6.1/G.3): does not apply (the theorem assumes eq. 10's private noise; this run's "
+                         "partial participation ran the calibrated noise, noise='calibrated')")
         else:
             lines.append(f"paper (Thm 6.1/G.3): epsilon = {self.paper.epsilon_formula:.4g}, delta = "
                          f"{self.paper.delta_formula:.3g} — {self.paper.status}")
