@@ -91,7 +91,8 @@ class AuditSetting:
     num_clients : N >= 1 clients of equal size; client 0 holds the canary. rho > 0 needs N >= 2
         (with one client the shared noise could not be read off another upload).
     participation : ``"full"`` (default), an int S (scheme II, S of N drawn without
-        replacement) or a :class:`~fedlangevin.fald.core.participation.Participation` rule.
+        replacement, ``SchemeII(S)``: its calibrated private noise) or a
+        :class:`~fedlangevin.fald.core.participation.Participation` rule.
     rows : n_c >= 1 records per client (the canary and n_c - 1 zero records).
     batch_size : b in [1, n_c] rows per local step (drawn without replacement), or None for
         full batches (batch fraction b / n_c).
