@@ -85,7 +85,7 @@ class PrivacyReport:
             "adjacency: " + _ADJACENCY[m.get("adjacency", "")].format(clip=m.get("clip")),
             "threat model: the server sees every upload (each participating client's state after its K local steps, "
             "every round and chain); the shared noise of rho > 0 is public, only each client's private noise "
-            "sqrt(2 eta tau (1 - rho^2) / p_c) protects its data",
+            f"sqrt(2 eta tau (1 - rho^2) / {'q_c' if m.get('calibrated') else 'p_c'}) protects its data",
             f"sampling: {m.get('sampling', '')}",
             f"released: {rounds} rounds x {m['chains']} chain(s) x {m.get('dim', '?')} floats broadcast (warm-up "
             "rounds included; thinning does not reduce the cost)",
@@ -317,7 +317,8 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
     participation = (f"full participation of N = {n}" if settings.scheme == "full"
                      else f"scheme {scheme} with S = {s} of N = {n}")
     deltas = {name: None if paper is None else paper.inputs[name] for name in ("delta0", "delta1", "delta2")}
-    mechanism = dict(common, sensitivity_basis=enforced, participation=participation, gamma=gamma, p_min=p_min,
+    mechanism = dict(common, sensitivity_basis=enforced, participation=participation, calibrated=calibrated,
+                     gamma=gamma, p_min=p_min,
                      p_max=p_max, eta_max=eta_max, iterations=t, chains=r, adjacency=adjacency, clip=settings.clip,
                      batch_size=b, dim=int(settings.dim), sampling=sampling, **deltas)
     return PrivacyReport(delta=delta, epsilon=tight.epsilon, tight=tight, paper=paper, chains=r,
