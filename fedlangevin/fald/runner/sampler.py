@@ -72,6 +72,9 @@ class FALD(Runner):
         Alg. 1 with independent noise; rho = 1 shares one noise vector (no privacy).
     participation : :func:`Full` (default), :class:`SchemeI` (S draws with replacement,
         probabilities p_c) or :class:`SchemeII` (S uniform without replacement, balanced data).
+        Their private noise is calibrated to the random weights by default (``noise="calibrated"``;
+        ``noise="paper"``: eq. 10's, which inflates the temperature by E[sum_c w_c^2 / p_c]; see
+        :mod:`fedlangevin.fald.core.participation`).
     chains : R >= 1 independent replicate chains, simulated together.
     batch_size : minibatch size per client and step (``None`` = full gradients).
     init : initial global parameter, shape (d,) or (R, d) (e.g. prior draws); default zeros;
