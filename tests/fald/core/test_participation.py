@@ -216,3 +216,19 @@ def test_a_rule_of_your_own_is_calibrated_from_its_drawn_weights():
         _EveryOther(skip_last=True).noise_weights(p)
     problem = QuadraticProblem(np.eye(2), np.zeros((4, 2)), p.numpy())
     fl.FALD(problem, step_size=0.1, participation=rule, chains=2, seed=0).run(2)  # runs with the estimate
+
+
+def test_the_calibration_changes_only_the_private_noise():
+    """With rho = 1 (no private noise: every client draws the shared vector) the two rules give the
+    same draws bit for bit; with rho < 1 they differ (the private scale 1 / sqrt(q_c) against
+    1 / sqrt(p_c)). Full participation's draws are the golden streams' (tests/fald/test_golden.py)."""
+    problem = fl.problems.GaussianSimulation(num_clients=6, alpha=1.0, samples_per_client=5, seed=1)
+    kw = dict(step_size=1e-4, local_steps=3, chains=8, seed=2)
+    for rule in (fl.SchemeI(3), fl.SchemeII(2)):
+        paper = dataclasses.replace(rule, noise="paper")
+        same = [fl.FALD(problem, participation=r, correlation=1.0, **kw).run(5, progress=False).samples
+                for r in (rule, paper)]
+        assert torch.equal(same[0], same[1])
+        apart = [fl.FALD(problem, participation=r, correlation=0.5, **kw).run(5, progress=False).samples
+                 for r in (rule, paper)]
+        assert not torch.equal(apart[0], apart[1])
