@@ -6,7 +6,8 @@ For affine client gradients grad f^c(theta) = A_c theta - b_c, the stacked clien
 X = (theta^1, ..., theta^N) evolves linearly with additive Gaussian noise:
 
     local step:   X <- M X + eta b + noise,  M = blockdiag(I - eta A_c),
-                  Cov(noise) = 2 eta tau [rho^2 (J_N ⊗ I_d) + diag((1 - rho^2)/p_c) ⊗ I_d]
+                  Cov(noise) = 2 eta tau [rho^2 (J_N ⊗ I_d) + diag((1 - rho^2)/q_c) ⊗ I_d]
+                  (q_c = p_c for eq. 10, E[w_c^2] / p_c for the calibrated participation noise)
     synchronise:  g = (w^T ⊗ I_d) X with random weights w independent of X, then X = 1 ⊗ g.
 
 So mean and covariance follow an exact recursion; with full participation the law stays
@@ -46,11 +47,17 @@ def fald_moments(
     rho: float,
     scheme: str = "full",
     s: int | None = None,
+    noise: str = "calibrated",
 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Exact (mean, cov) of the global parameter after each round, starting from a point."""
+    """Exact (mean, cov) of the global parameter after each round, starting from a point.
+
+    ``noise``: the private noise variance per step is 2 eta tau (1 - rho^2) / q_c with q_c = p_c
+    ("paper", eq. 10) or q_c = E[w_c^2] / p_c ("calibrated", the default of the participation
+    rules), E[w_c^2] the diagonal of :func:`weight_moments`' E[w w^T]."""
     n, d = shifts.shape
     a = np.broadcast_to(hessians, (n, d, d))
     ew, eww = weight_moments(p, scheme, s)
+    qw = p if noise == "paper" or scheme == "full" else np.diag(eww) / p
     g_mean, g_cov = np.asarray(init_mean, float), np.zeros((d, d))
     out = []
     eye = np.eye(d)
@@ -61,7 +68,7 @@ def fald_moments(
             m = np.zeros((n * d, n * d))
             for c in range(n):
                 m[c * d : (c + 1) * d, c * d : (c + 1) * d] = eye - eta * a[c]
-            q = 2 * eta * tau * (rho**2 * np.kron(np.ones((n, n)), eye) + np.kron(np.diag((1 - rho**2) / p), eye))
+            q = 2 * eta * tau * (rho**2 * np.kron(np.ones((n, n)), eye) + np.kron(np.diag((1 - rho**2) / qw), eye))
             mu = m @ mu + eta * shifts.reshape(-1)
             cov = m @ cov @ m.T + q
         mus = mu.reshape(n, d)

@@ -396,10 +396,11 @@ def audit_setting(args):
                          "give such a fraction or a larger --max-rows")
     rows, batch = frac.denominator, frac.numerator
     num_sampled = check_int("--num-sampled", s["num_sampled"], 1)
+    # eq. 10's private noise (noise="paper"): the mechanism the accountant's options describe
     if s["scheme"] == "I":
-        participation = SchemeI(num_sampled)
+        participation = SchemeI(num_sampled, noise="paper")
     else:
-        participation = "full" if num_sampled == n else SchemeII(num_sampled)
+        participation = "full" if num_sampled == n else SchemeII(num_sampled, noise="paper")
     privacy = (ClientLevel if args.adjacency == "client" else RecordLevel)(clip=args.clip)
     return AuditSetting(privacy=privacy, step_size=s["eta"], local_steps=k, rounds=t // k, correlation=s["rho"],
                         num_clients=n, participation=participation, rows=rows,

@@ -8,7 +8,9 @@ the round at
     X_c = Phi_c g + h_c + (noise),   Phi_c = M_{c,K} ... M_{c,1},  M_{c,j} = I - eta_j A_c,
 
 with h_c the propagated offsets eta_j b_c. The private noises are independent across
-clients, Cov = Pr_c = sum_j Psi_{c,j} Psi_{c,j}^T 2 eta_j tau (1 - rho^2) / p_c; the shared
+clients, Cov = Pr_c = sum_j Psi_{c,j} Psi_{c,j}^T 2 eta_j tau (1 - rho^2) / q_c (q_c = p_c, eq. 10,
+for full participation and the paper's rule; E[w_c^2] / p_c for the calibrated rule of
+:mod:`fedlangevin.federation.participation`); the shared
 noise couples clients c and c', Sh_{cc'} = sum_j Psi_{c,j} Psi_{c',j}^T 2 eta_j tau rho^2,
 with Psi_{c,j} = M_{c,K} ... M_{c,j+1}. The server forms g' = sum_c w_c X_c with weights w
 independent of X, so with mu_c = Phi_c m + h_c:
@@ -40,7 +42,8 @@ import numpy as np
 from fedlangevin.federation.participation import Full, Participation
 
 __all__ = [
-    "RoundOperators", "apply_round", "exact_moments", "minibatch_gradient_noise", "participation_moments", "round_operators",
+    "RoundOperators", "apply_round", "exact_moments", "minibatch_gradient_noise", "noise_weights", "participation_moments",
+    "round_operators",
     "stationary_moments", "w2_to_target",
 ]
 
@@ -77,14 +80,19 @@ def round_operators(
     temperature: float = 1.0,
     correlation: float = 0.0,
     gradient_noise: np.ndarray | None = None,
+    noise_weights: np.ndarray | None = None,
 ) -> RoundOperators:
     """Phi_c, h_c, Pr_c and Sh_{cc'} of one round with local step sizes ``etas`` (K of them).
 
     ``gradient_noise`` (N, d, d): covariance G_c of an additive, state-independent error of
     client c's stochastic gradient (e.g. :func:`minibatch_gradient_noise`); each step then
-    adds eta^2 G_c to the client's private covariance.
+    adds eta^2 G_c to the client's private covariance. ``noise_weights``: q (N,) of the private
+    noise variance 2 eta tau (1 - rho^2) / q_c (default: the client weights p, eq. 10; the
+    participation rule's :func:`noise_weights` otherwise).
     """
     a, b, p = _client_arrays(problem)
+    if noise_weights is not None:
+        p = np.asarray(noise_weights, dtype=np.float64)
     n, d = b.shape
     eye = np.eye(d)
     rho2 = correlation**2
@@ -127,6 +135,16 @@ def participation_moments(p: np.ndarray, participation: Participation | None = N
     m2 = np.full((n, n), off)
     np.fill_diagonal(m2, 1.0 / (s * n))
     return np.full(n, 1.0 / n), m2
+
+
+def noise_weights(p: np.ndarray, participation: Participation | None = None) -> np.ndarray:
+    """q (N,) of the participation rule's private noise variance 2 eta tau (1 - rho^2) / q_c: p for full
+    participation and ``noise="paper"``, E[w_c^2] / p_c for ``noise="calibrated"``
+    (:meth:`fedlangevin.federation.participation.Participation.noise_weights`)."""
+    import torch
+
+    p = np.asarray(p, dtype=np.float64)
+    return _rule(participation).noise_weights(torch.from_numpy(p.copy())).numpy()
 
 
 def _rule(participation: Participation | None) -> Participation:
@@ -187,6 +205,7 @@ def exact_moments(
     d = problem.dim
     rule = _rule(participation)
     ew, eww = participation_moments(p, rule)
+    q = noise_weights(p, rule)
     full = rule.scheme == "full"
     mean = np.zeros(d) if init_mean is None else np.asarray(init_mean, dtype=np.float64).copy()
     cov = np.zeros((d, d)) if init_cov is None else np.asarray(init_cov, dtype=np.float64).copy()
@@ -195,7 +214,7 @@ def exact_moments(
     for etas in etas_per_round:
         key = tuple(float(e) for e in etas)
         if key != last:
-            ops, last = round_operators(problem, key, temperature, correlation, gradient_noise), key
+            ops, last = round_operators(problem, key, temperature, correlation, gradient_noise, q), key
         mean, cov = apply_round(ops, ew, eww, full, mean, cov)
         means.append(mean)
         covs.append(cov)
@@ -222,7 +241,7 @@ def stationary_moments(
     _, _, p = _client_arrays(problem)
     d = problem.dim
     ew, eww = participation_moments(p, participation)
-    ops = round_operators(problem, etas, temperature, correlation, gradient_noise)
+    ops = round_operators(problem, etas, temperature, correlation, gradient_noise, noise_weights(p, participation))
     big_p = np.einsum("n,nij->ij", ew, ops.phi)
     mean = np.linalg.solve(np.eye(d) - big_p, ew @ ops.offset)
     nu = np.einsum("nij,j->ni", ops.phi, mean) + ops.offset - mean

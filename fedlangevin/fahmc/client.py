@@ -47,6 +47,7 @@ def client_round(
     batch_size: int | None = None,
     noise_dtype: torch.dtype | None = torch.float32,
     preconditioner: Any = None,
+    noise_weight: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The K local FA-HMC steps of ONE client from the broadcast ``theta`` and ``momentum`` (R, d);
     returns its (theta_c, v_c), each (R, d). The inputs are not modified.
@@ -57,7 +58,9 @@ def client_round(
     "OBABO"; temperature : tau > 0; correlation : rho in [0, 1]; shared_generator,
     private_generator : the streams (module docstring); batch_size : minibatch size per step
     (None: full gradients); noise_dtype : of the standard normals; preconditioner : M (None: I),
-    as :func:`fedlangevin.fahmc.kernel.build`'s. ``ValueError`` naming a bad argument.
+    as :func:`fedlangevin.fahmc.kernel.build`'s; noise_weight : q_c in place of p_c in the refresh
+    noise's scale (the participation rule's ``noise_weights``; None: p_c). ``ValueError`` naming a
+    bad argument.
     """
     if not isinstance(problem, FederatedProblem) or problem.num_clients != 1:
         got = problem.num_clients if isinstance(problem, FederatedProblem) else type(problem).__name__
@@ -73,6 +76,8 @@ def client_round(
         raise ValueError(f"theta and momentum must be tensors of one shape (R, d = {problem.dim}); got {shapes}")
     dtype, device, d = theta.dtype, theta.device, problem.dim
     pre = RoundPreconditioner(preconditioner, lambda given: as_fahmc_preconditioner(given, d), d, dtype, device).built
+    if noise_weight is not None:
+        weight = check_real("noise_weight", noise_weight, low=0.0, low_open=True)
     scales = noise_scales(torch.tensor([weight], dtype=torch.float64), temperature, correlation, device=device,
                           dtype=dtype, noise_dtype=noise_dtype)
     x = theta.unsqueeze(1).clone()      # (R, 1, d)

@@ -9,8 +9,11 @@ in HMC's terms):
 
     B(s): z <- [[I, 0], [-s M A_c, I]] z + (0, s M b_c)
     A(s): z <- [[I, s I], [0, I]] z
-    O:    z <- [[I, 0], [0, a I]] z + (0, noise),  Cov(noise) = tau (1 - a^2) M (rho^2 shared + (1 - rho^2) / p_c
+    O:    z <- [[I, 0], [0, a I]] z + (0, noise),  Cov(noise) = tau (1 - a^2) M (rho^2 shared + (1 - rho^2) / q_c
                                                                                    private)
+
+(q_c = p_c for full participation and the paper's rule, E[w_c^2] / p_c for the calibrated rule of
+:mod:`fedlangevin.federation.participation`)
 
 so a round of K local steps maps the broadcast z to client c's
 
@@ -47,7 +50,7 @@ import numpy as np
 from scipy.linalg import solve_discrete_lyapunov
 
 from fedlangevin._validation import check_choice, check_real
-from fedlangevin.experiments.exact import RoundOperators, apply_round, participation_moments
+from fedlangevin.experiments.exact import RoundOperators, apply_round, noise_weights, participation_moments
 from fedlangevin.federation.participation import Full, Participation
 
 __all__ = ["exact_moments", "preconditioner_matrix", "round_operators", "stationary_moments"]
@@ -85,14 +88,19 @@ def _client_arrays(problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def round_operators(problem, etas: Sequence[float], friction: float, temperature: float = 1.0,
-                    correlation: float = 0.0, preconditioner: Any = None, splitting: str = "BAOAB") -> RoundOperators:
+                    correlation: float = 0.0, preconditioner: Any = None, splitting: str = "BAOAB",
+                    noise_weights: np.ndarray | None = None) -> RoundOperators:
     """Phi_c (N, 2d, 2d), h_c (N, 2d), Pr_c (N, 2d, 2d) and Sh_{cc'} (N, N, 2d, 2d) (``None`` when
-    rho = 0) of one round of local steps ``etas`` (the module docstring)."""
+    rho = 0) of one round of local steps ``etas`` (the module docstring). ``noise_weights``: q (N,)
+    in place of p_c in the private refresh noise (1 - rho^2) / q_c (default: p; the participation
+    rule's :func:`fedlangevin.experiments.exact.noise_weights` otherwise)."""
     friction = check_real("friction", friction, low=0.0, low_open=True)
     temperature = check_real("temperature", temperature, low=0.0, low_open=True)
     correlation = check_real("correlation", correlation, low=0.0, high=1.0)
     splitting = check_choice("splitting", splitting, _SPLITTINGS)
     a_c, b_c, p = _client_arrays(problem)
+    if noise_weights is not None:
+        p = np.asarray(noise_weights, dtype=np.float64)
     n, d = b_c.shape
     m = preconditioner_matrix(preconditioner, d)
     eye, zero = np.eye(d), np.zeros((d, d))
@@ -174,13 +182,15 @@ def exact_moments(problem, etas_per_round: Iterable[Sequence[float]], friction: 
     rule = _rule(participation)
     _, _, p = _client_arrays(problem)
     ew, eww = participation_moments(p, rule)
+    q = noise_weights(p, rule)
     full = rule.scheme == "full"
     mean, cov = _start(problem.dim, init_mean, init_cov)
     means, covs, ops, last = [], [], None, None
     for etas in etas_per_round:
         key = tuple(float(e) for e in etas)
         if key != last:
-            ops, last = round_operators(problem, key, friction, temperature, correlation, preconditioner, splitting), key
+            ops, last = round_operators(problem, key, friction, temperature, correlation, preconditioner, splitting,
+                                        q), key
         mean, cov = apply_round(ops, ew, eww, full, mean, cov)
         means.append(mean)
         covs.append(cov)
@@ -196,7 +206,8 @@ def stationary_moments(problem, etas: Sequence[float], friction: float, temperat
     rule = _rule(participation)
     _, _, p = _client_arrays(problem)
     ew, eww = participation_moments(p, rule)
-    ops = round_operators(problem, etas, friction, temperature, correlation, preconditioner, splitting)
+    ops = round_operators(problem, etas, friction, temperature, correlation, preconditioner, splitting,
+                          noise_weights(p, rule))
     big_p = np.einsum("n,nij->ij", ew, ops.phi)
     radius = float(np.abs(np.linalg.eigvals(big_p)).max())
     if radius >= 1:

@@ -30,7 +30,11 @@ where xi_k (shared by every client, per chain and step) and xi^c_k (private) are
 normals: the momentum refresh's noise is FA-LD's eq. 14 noise (shared with correlation rho, the
 private part scaled by 1/sqrt(p_c)), so the p-weighted average of the clients' refresh noises
 is sqrt(tau (1 - a^2)) A xi with xi standard normal (the variance of (2) averaged is tau
-(1 - a^2) M: rho^2 + (1 - rho^2) sum_c p_c^2 / p_c = 1), as eq. 15 for FA-LD.
+(1 - a^2) M: rho^2 + (1 - rho^2) sum_c p_c^2 / p_c = 1), as eq. 15 for FA-LD. Under partial
+participation the refresh's private noise is calibrated as FA-LD's (the rule's ``noise``,
+:mod:`fedlangevin.federation.participation`): 1 / p_c becomes p_c / E[w_c^2], so that the averaged
+refresh keeps E[sum_c w_c^2 (1 - rho^2) / q_c] = 1 - rho^2 (``noise="paper"``: 1 / p_c, which
+scheme I inflates by N / S + 1 - 1 / S).
 
 - ``splitting="BAOAB"`` (default; Leimkuhler & Matthews 2013): the step B(h/2) A(h/2) O A(h/2)
   B(h/2) ends with a half kick at the new position, and the next step opens with a half kick at
@@ -173,7 +177,8 @@ class FAHMCKernel:
         # transport's per-process stream of their private noise and minibatches (scales of the held only)
         self._transport, self._held = transport, held
         self._own_stream = None if held is None or getattr(transport, "exact", True) else transport.private_stream
-        scale_weights = weights if self._own_stream is None else weights.index_select(0, held.cpu())
+        noise_weights = rule.noise_weights(weights)  # p, or E[w_c^2] / p_c under the calibrated rule (module docstring)
+        scale_weights = noise_weights if self._own_stream is None else noise_weights.index_select(0, held.cpu())
         self._scales = noise_scales(scale_weights, temperature, correlation, device=device, dtype=dtype,
                                     noise_dtype=noise_dtype)
 
@@ -245,6 +250,7 @@ class FAHMCKernel:
         rule = self.participation
         return dict(temperature=self.temperature, correlation=self.correlation, participation=repr(rule),
                     scheme=rule.scheme, num_sampled=getattr(rule, "num_sampled", None), batch_size=self.batch_size,
+                    participation_noise=str(getattr(rule, "noise", "calibrated")),
                     noise_dtype=str(self.noise_dtype or self.dtype).replace("torch.", ""),
                     preconditioner="none" if self.preconditioner is None else repr(self.preconditioner),
                     sampler=self.name)

@@ -74,7 +74,8 @@ class FAHMC(Runner):
         (:mod:`fedlangevin.fahmc.auto`; needs chains >= 2 and one process).
     temperature : tau > 0; correlation : rho in [0, 1] of the momentum noise across clients (FA-LD's
         eq. 14); participation : Full (default), SchemeI(S) or
-        SchemeII(S); chains : R >= 1 (default 4, as FALD's: R-hat needs several); batch_size : minibatch size per client and step (None:
+        SchemeII(S) (their refresh noise calibrated to the weights unless ``noise="paper"``, as
+        FA-LD's); chains : R >= 1 (default 4, as FALD's: R-hat needs several); batch_size : minibatch size per client and step (None:
         full gradients); init : theta0, (d,) or (R, d) (default zeros; the momentum starts at 0);
         device, dtype, seed, noise_dtype : as FALD's.
     preconditioner : M, a (d, d) symmetric positive-definite matrix or a (d,) positive vector

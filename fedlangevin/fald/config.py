@@ -159,6 +159,7 @@ class Config:
             local_steps=self.local_steps if local_steps is None else int(local_steps),
             auto_local_steps=self.auto_local_steps is not None, check_local_bias=self.check_local_bias, temperature=self.temperature, correlation=self.correlation,
             participation=repr(rule), scheme=rule.scheme, num_sampled=rule.num_sampled, chains=self.chains,
+            participation_noise=str(rule.noise),
             num_clients=problem.num_clients, dim=problem.dim, batch_size=self.batch_size, step_size=repr(schedule),
             seed=self.seed, device=str(self.device), dtype=str(self.dtype).replace("torch.", ""),
             noise_dtype=str(self.noise_dtype).replace("torch.", ""),

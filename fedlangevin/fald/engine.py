@@ -193,7 +193,8 @@ def assemble(
     # transport's per-process stream (drawn for the held clients only); participation and the
     # shared noise stay on the common generator
     own_stream = None if held is None or getattr(transport, "exact", True) else transport.private_stream
-    scale_weights = weights if own_stream is None else weights.index_select(0, held)
+    noise_weights = rule.noise_weights(weights)  # p (full participation, noise="paper") or E[w_c^2] / p_c
+    scale_weights = noise_weights if own_stream is None else noise_weights.index_select(0, held)
     scales = noise_scales(scale_weights, temperature, correlation, device=device, dtype=dtype, noise_dtype=noise_dtype)
     work = problem.to(device=device, dtype=dtype)
     if correction is not None and held is not None:
@@ -276,11 +277,14 @@ def client_round(
     private_generator: torch.Generator | None,
     batch_size: int | None = None,
     noise_dtype: torch.dtype | None = torch.float32,
+    noise_weight: float | None = None,
 ) -> torch.Tensor:
     """The K local steps of ONE client from the broadcast theta (R, d); returns its beta (R, d).
 
     ``problem``: that client's problem, one client (e.g. ``full.clients([c])``); ``weight``:
-    its p_c in the federation (sets its private noise scale sqrt(2 tau (1 - rho^2) / p_c)).
+    its p_c in the federation (sets its private noise scale sqrt(2 tau (1 - rho^2) / p_c));
+    ``noise_weight``: q_c in its place in the noise scale (the participation rule's
+    :meth:`~fedlangevin.federation.participation.Participation.noise_weights`; None: p_c).
     The shared normals come from ``shared_generator`` (every client must draw the same ones:
     seed it identically on every client), the private normals and minibatches from
     ``private_generator`` (the client's own). With one generator for both and N = 1 this is
@@ -290,6 +294,8 @@ def client_round(
     if problem.num_clients != 1:
         raise ValueError(f"problem must hold one client (use problem.clients([c])); got {problem.num_clients}")
     weight = check_real("weight", weight, low=0.0, high=1.0, low_open=True)
+    if noise_weight is not None:
+        weight = check_real("noise_weight", noise_weight, low=0.0, low_open=True)
     r, d = theta.shape
     scales = noise_scales(torch.tensor([float(weight)], dtype=torch.float64), temperature, correlation,
                           device=theta.device, dtype=theta.dtype, noise_dtype=noise_dtype)

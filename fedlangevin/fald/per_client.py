@@ -59,6 +59,7 @@ def build_per_client(
     singles = [work.clients([c]) for c in range(n)]
     p = weights.to(device=device, dtype=dtype)
     p_c = [float(x) for x in weights.tolist()]
+    q_c = [float(x) for x in rule.noise_weights(weights).tolist()]  # the private noise's weights (p_c: eq. 10)
 
     def init(theta0: torch.Tensor) -> FALDState:
         return FALDState(theta=initial_theta(theta0, problem.dim, dtype, device))
@@ -72,7 +73,7 @@ def build_per_client(
         if on_step is None:
             for c in taking_part.nonzero().flatten().tolist():
                 beta[:, c] = client_round(
-                    singles[c], theta, step_sizes, weight=p_c[c], temperature=temperature, correlation=correlation,
+                    singles[c], theta, step_sizes, weight=p_c[c], noise_weight=q_c[c], temperature=temperature, correlation=correlation,
                     shared_generator=shared_stream(seed, t, device),
                     private_generator=private_stream(seeds[c], c, t, device), batch_size=batch_size,
                     noise_dtype=noise_dtype)
@@ -84,7 +85,7 @@ def build_per_client(
             for i, eta in enumerate(step_sizes):
                 for c in clients:
                     beta[:, c] = client_round(
-                        singles[c], beta[:, c], [eta], weight=p_c[c], temperature=temperature,
+                        singles[c], beta[:, c], [eta], weight=p_c[c], noise_weight=q_c[c], temperature=temperature,
                         correlation=correlation, shared_generator=gens[c][0], private_generator=gens[c][1],
                         batch_size=batch_size, noise_dtype=noise_dtype)
                 on_step(i, beta)

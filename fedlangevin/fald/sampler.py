@@ -73,6 +73,9 @@ class FALD(Runner):
         Alg. 1 with independent noise; rho = 1 shares one noise vector (no privacy).
     participation : :func:`Full` (default), :class:`SchemeI` (S draws with replacement,
         probabilities p_c) or :class:`SchemeII` (S uniform without replacement, balanced data).
+        Their private noise is calibrated to the random weights by default (``noise="calibrated"``;
+        ``noise="paper"``: eq. 10's, which inflates the temperature by E[sum_c w_c^2 / p_c]; see
+        :mod:`fedlangevin.federation.participation`).
     chains : R >= 1 independent replicate chains, simulated together (default 4: R-hat and the
         warm-up's adaptation from the chains' spread need several; one chain gives a NaN R-hat,
         and diagnostics of fewer than 4 warn, ``docs/adaptation.md``, "How many chains").

@@ -12,18 +12,46 @@ weighted sum over clients, sum_c w_rc beta_rc — the only cross-client operatio
   the constructor rule ``allow_unbalanced`` decides what happens otherwise.
 
 Each chain is an independent replicate and draws its own subset every round.
+
+Injected noise (``noise``, a setting of :class:`SchemeI`, :class:`SchemeII` and of a rule of your
+own): after the average, client c's private noise of variance v_c per local step contributes
+E[w_c^2] v_c. Full participation gives v_c = 2 eta tau (1 - rho^2) / p_c (eq. 10), so that the
+average carries sum_c p_c^2 / p_c = 1 times 2 eta tau (1 - rho^2): the target's temperature.
+
+- ``noise="calibrated"`` (the default): v_c = 2 eta tau (1 - rho^2) p_c / E[w_c^2], so that
+  E[w_c^2] v_c = p_c, client by client, as under full participation; the long-run law of the
+  global iterate is then full participation's up to the client-sampling noise of the drift.
+  :meth:`Participation.noise_weights` gives q_c = E[w_c^2] / p_c, and v_c = 2 eta tau (1 - rho^2) /
+  q_c (q = p for full participation: the same numbers, bit for bit).
+- ``noise="paper"``: v_c = 2 eta tau (1 - rho^2) / p_c whatever the rule (Deng et al.'s
+  algorithm, as their Fig. 2 runs it). Under scheme I the average then carries
+  E[sum_c w_c^2 / p_c] = N / S + 1 - 1 / S times the noise it needs (docs/simulation.md), and the
+  samples are too wide by about the square root of that.
+
+The shared part (rho) is averaged with sum_c w_c, which is 1 for every built-in rule.
 """
 
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
-from fedlangevin._validation import check_bool, check_int
+from fedlangevin._validation import check_bool, check_choice, check_int
 
-__all__ = ["MAX_NUM_SAMPLED", "Participation", "Full", "SchemeI", "SchemeII", "as_participation", "synchronize"]
+__all__ = ["MAX_NUM_SAMPLED", "MONTE_CARLO_DRAWS", "NOISE_RULES", "Participation", "Full", "SchemeI", "SchemeII", "as_participation", "synchronize"]
+
+
+#: the injected-noise rules of a participation rule (module docstring)
+NOISE_RULES = ("calibrated", "paper")
+
+#: rounds of weights drawn to estimate E[w_c^2] of a rule that gives no closed form
+#: (:meth:`Participation.mean_square_weights`); the estimate's relative standard error is
+#: sd(w_c^2) / (E[w_c^2] sqrt(2^16)): 0.4% for a client drawn in every round, about
+#: 0.4% / sqrt(P(c drawn)) otherwise
+MONTE_CARLO_DRAWS = 1 << 16
 
 
 class Participation:
@@ -32,7 +60,14 @@ class Participation:
     Every rule also reads as typed settings: :attr:`scheme` (``"full"``, ``"I"`` or ``"II"``)
     and ``num_sampled`` (S, the devices sampled per round and chain; ``None`` for
     :class:`Full`), e.g. for the exact moments of :mod:`fedlangevin.experiments.exact`.
+
+    ``noise``: ``"calibrated"`` (default) or ``"paper"``, the injected-noise rule (module
+    docstring); a rule of your own may set it as a class or instance attribute, and may give
+    E[w_c^2] in closed form by overriding :meth:`mean_square_weights` (otherwise it is estimated
+    from :data:`MONTE_CARLO_DRAWS` rounds of its weights).
     """
+
+    noise = "calibrated"
 
     def validate(self, weights: torch.Tensor) -> None:
         """Check the rule against the client weights p_c (raises ``ValueError``)."""
@@ -45,6 +80,35 @@ class Participation:
     def scheme(self) -> str:
         """The rule's name in the paper's terms: ``"full"``, ``"I"`` or ``"II"`` (App. C.1)."""
         raise NotImplementedError
+
+    def mean_square_weights(self, p: torch.Tensor) -> torch.Tensor:
+        """E[w_c^2] (N,), float64 on the CPU, of the weights :meth:`weights` draws for client weights
+        ``p``. This default estimates it from :data:`MONTE_CARLO_DRAWS` rounds drawn with a fixed
+        seed (the same estimate every call); the built-in rules give it in closed form."""
+        p = p.detach().to(device="cpu", dtype=torch.float64)
+        w = self.weights(p, MONTE_CARLO_DRAWS, torch.Generator().manual_seed(0))
+        w = w.to(device="cpu", dtype=torch.float64)
+        return (w * w) if w.dim() == 1 else (w * w).mean(0)
+
+    def noise_weights(self, p: torch.Tensor) -> torch.Tensor:
+        """q (N,) with client c's private noise variance 2 eta tau (1 - rho^2) / q_c per local step:
+        ``p`` itself (the same tensor) under ``noise="paper"``, E[w_c^2] / p_c under
+        ``noise="calibrated"`` (module docstring). ``ValueError`` when a client's E[w_c^2] is 0
+        (never drawn: no finite noise makes it right)."""
+        rule = check_choice("noise", getattr(self, "noise", "calibrated"), NOISE_RULES)
+        if rule == "paper":
+            return p
+        p64 = p.detach().to(device="cpu", dtype=torch.float64)
+        q = self._calibrated(p64)
+        if not bool(torch.isfinite(q).all()) or bool((q <= 0).any()):
+            raise ValueError(
+                f"participation: {self!r} draws a client with E[w_c^2] = 0 (never drawn), so no private noise makes "
+                "the calibrated rule right; use a rule that draws every client, or noise='paper'")
+        return q.to(device=p.device, dtype=p.dtype)
+
+    def _calibrated(self, p: torch.Tensor) -> torch.Tensor:
+        """E[w_c^2] / p_c (float64, CPU): the calibrated rule's q (closed forms override it)."""
+        return self.mean_square_weights(p) / p
 
     def fixed_uploads(self, num_clients: int) -> float | None:
         """Uploads per round when the rule makes them the same every round (full participation:
@@ -72,8 +136,20 @@ class Full(Participation):
         """``None``: no devices are sampled (all N take part)."""
         return None
 
+    @property
+    def noise(self) -> str:
+        """``"paper"``: full participation's noise is eq. 10's under either rule (q = p)."""
+        return "paper"
+
     def fixed_uploads(self, num_clients):
         return float(num_clients)
+
+    def mean_square_weights(self, p):
+        p = p.detach().to(device="cpu", dtype=torch.float64)
+        return p * p
+
+    def noise_weights(self, p):
+        return p
 
     def weights(self, p, chains, generator):
         return p
@@ -95,9 +171,15 @@ MAX_NUM_SAMPLED = 1 << 24
 class SchemeI(Participation):
     """Scheme I: S devices drawn with replacement with probabilities p_c; plain mean.
 
-    ``num_sampled``: S, an integer in [1, :data:`MAX_NUM_SAMPLED`] (S may exceed N)."""
+    ``num_sampled``: S, an integer in [1, :data:`MAX_NUM_SAMPLED`] (S may exceed N). ``noise``:
+    ``"calibrated"`` (default: client c's private noise variance 2 eta tau (1 - rho^2) S /
+    (1 + (S - 1) p_c), since E[w_c^2] = p_c (1 - p_c) / S + p_c^2) or ``"paper"`` (2 eta tau
+    (1 - rho^2) / p_c, Deng et al.'s; module docstring)."""
 
     num_sampled: int
+    noise: str = "calibrated"
+    #: a checkpoint written before ``noise`` was a setting ran eq. 10's noise: it resumes with it
+    RECORD_DEFAULTS: ClassVar[dict] = {"noise": "paper"}
 
     @property
     def scheme(self) -> str:
@@ -106,6 +188,15 @@ class SchemeI(Participation):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "num_sampled", check_int("num_sampled", self.num_sampled, 1, MAX_NUM_SAMPLED))
+        object.__setattr__(self, "noise", check_choice("noise", self.noise, NOISE_RULES))
+
+    def mean_square_weights(self, p):
+        p, s = p.detach().to(device="cpu", dtype=torch.float64), self.num_sampled
+        return p * (1.0 - p) / s + p * p  # counts ~ Multinomial(S, p): E[count_c^2] = S p_c (1 - p_c) + S^2 p_c^2
+
+    def _calibrated(self, p):
+        s = self.num_sampled
+        return (1.0 + (s - 1) * p) / s
 
     def weights(self, p, chains, generator):
         # draws in blocks of at most _BLOCK per chain: memory O(chains x _BLOCK) whatever S
@@ -126,11 +217,19 @@ class SchemeII(Participation):
     p_c = 1/N. With unequal weights the rule targets a different posterior; by default the
     sampler refuses (``ValueError``); ``allow_unbalanced=True`` runs it with a warning.
     ``num_sampled``: S, an integer in [1, :data:`MAX_NUM_SAMPLED`] (and at most N, checked
-    against the problem).
+    against the problem). ``noise``: ``"calibrated"`` (default: E[w_c^2] = 1 / (S N), so client c's
+    private noise variance is 2 eta tau (1 - rho^2) S N p_c, i.e. 2 eta tau (1 - rho^2) S on
+    balanced clients) or ``"paper"`` (2 eta tau (1 - rho^2) / p_c; module docstring). Either way
+    the weights sum to 1, so the shared noise is right; on unbalanced clients (``allow_unbalanced``)
+    the calibrated noise still averages to the target's temperature, but the drift is the plain
+    mean's, a different posterior.
     """
 
     num_sampled: int
     allow_unbalanced: bool = False
+    noise: str = "calibrated"
+    #: a checkpoint written before ``noise`` was a setting ran eq. 10's noise: it resumes with it
+    RECORD_DEFAULTS: ClassVar[dict] = {"noise": "paper"}
 
     @property
     def scheme(self) -> str:
@@ -140,6 +239,14 @@ class SchemeII(Participation):
     def __post_init__(self) -> None:
         object.__setattr__(self, "num_sampled", check_int("num_sampled", self.num_sampled, 1, MAX_NUM_SAMPLED))
         object.__setattr__(self, "allow_unbalanced", check_bool("allow_unbalanced", self.allow_unbalanced))
+        object.__setattr__(self, "noise", check_choice("noise", self.noise, NOISE_RULES))
+
+    def mean_square_weights(self, p):
+        p = p.detach().to(device="cpu", dtype=torch.float64)
+        return torch.full_like(p, 1.0 / (self.num_sampled * p.numel()))  # drawn with probability S/N, weight 1/S
+
+    def _calibrated(self, p):
+        return self.mean_square_weights(p) / p
 
     def fixed_uploads(self, num_clients):
         return float(min(self.num_sampled, num_clients))

@@ -140,7 +140,8 @@ def handle_train(node: NodeProblem, message, kernels=None):
                   correlation=float(cfg["correlation"]),
                   shared_generator=torch.Generator().manual_seed(int(cfg["round_seed"])),
                   private_generator=private_stream(node.private_seed, node.client, t),
-                  batch_size=None if batch == 0 else batch, noise_dtype=NOISE_DTYPES[noise])
+                  batch_size=None if batch == 0 else batch, noise_dtype=NOISE_DTYPES[noise],
+                  noise_weight=float(cfg["noise_weight"]) if "noise_weight" in cfg else None)
     etas = [float(e) for e in cfg["step_sizes"]]
     arrays = {}
     for name in kernel.arrays:  # the state's arrays besides theta (FA-HMC: the velocity)

@@ -8,8 +8,10 @@ Two exchanges (Flower's Message API, ``flwr.app``):
 - ``train`` (every round): the server sends the global iterate theta (R, d) as an
   ``ArrayRecord`` and a ``ConfigRecord`` with the round t, the round seed (of the shared
   noise), the K step sizes, the client's weight p_c = n_c / sum n and the sampler's
-  settings (temperature, correlation, batch size, noise precision); the client replies
-  with its local state beta (R, d) after the K local steps.
+  settings (temperature, correlation, batch size, noise precision), and, where the
+  participation rule's calibrated private noise differs from eq. 10's, ``"noise_weight"``:
+  q_c = E[w_c^2] / p_c in place of p_c in the noise scale; the client replies with its local
+  state beta (R, d) after the K local steps.
 
 An FA-HMC run (``FlowerRun(sampler="fahmc")``, :mod:`fedlangevin.fahmc.client`) sends the global
 velocity v (R, d) beside theta (array ``"momentum"``) and its config adds ``"sampler": "fahmc"``,

@@ -165,12 +165,15 @@ def discover(grid, node_ids: list[int], timeout: float) -> tuple[tuple[int, ...]
     return tuple(order), Federation([found[i][1] for i in order], dims.pop())
 
 
-def _train_message(app, node: int, theta, t: int, etas, weight: float, run: FlowerRun, arrays=None):
+def _train_message(app, node: int, theta, t: int, etas, weight: float, run: FlowerRun, arrays=None,
+                   noise_weight: float | None = None):
     config = {
         "round": t, "round_seed": stream_seed(run.seed, SHARED, t), "step_sizes": [float(e) for e in etas],
         "weight": weight, "temperature": float(run.temperature), "correlation": float(run.correlation),
         "batch_size": 0 if run.batch_size is None else int(run.batch_size), "noise_dtype": run.noise_dtype,
     }
+    if noise_weight is not None and noise_weight != weight:  # the participation's calibrated private noise
+        config["noise_weight"] = float(noise_weight)
     records = {THETA: to_array_record(THETA, theta)}
     if run.sampler != DEFAULT_SAMPLER:  # FA-LD's messages stay as they were (no sampler key: FA-LD)
         config.update(sampler=run.sampler, **{name: getattr(run, name) for name in run.node.option_names})
@@ -210,12 +213,14 @@ class FlowerExchange:
     def __init__(self, grid, node_ids: tuple[int, ...], problem: Federation, run: FlowerRun) -> None:
         self.grid, self.node_ids, self.run = grid, tuple(node_ids), run
         self.weights = [float(p) for p in problem.weights.tolist()]
+        self.noise_weights = [float(q) for q in run.participation.noise_weights(problem.weights).tolist()]
         self.timeout = 3600.0 if run.round_timeout is None else float(run.round_timeout)
 
     def round(self, t: int, theta: torch.Tensor, step_sizes, clients, momentum: torch.Tensor | None = None) -> Replies:
         app = flwr_app()
         arrays = {} if momentum is None else {"momentum": momentum}
-        messages = [_train_message(app, self.node_ids[c], theta, t, step_sizes, self.weights[c], self.run, arrays)
+        messages = [_train_message(app, self.node_ids[c], theta, t, step_sizes, self.weights[c], self.run, arrays,
+                                   self.noise_weights[c])
                     for c in clients]
         down = sum(message_bytes(m.content) for m in messages)
         replies = {int(m.metadata.src_node_id): m for m in self.grid.send_and_receive(messages, timeout=self.timeout)}

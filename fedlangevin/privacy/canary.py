@@ -91,7 +91,8 @@ class AuditSetting:
     num_clients : N >= 1 clients of equal size; client 0 holds the canary. rho > 0 needs N >= 2
         (with one client the shared noise could not be read off another upload).
     participation : ``"full"`` (default), an int S (scheme II, S of N drawn without
-        replacement) or a :class:`~fedlangevin.federation.participation.Participation` rule.
+        replacement, ``SchemeII(S)``: its calibrated private noise) or a
+        :class:`~fedlangevin.federation.participation.Participation` rule.
     rows : n_c >= 1 records per client (the canary and n_c - 1 zero records).
     batch_size : b in [1, n_c] rows per local step (drawn without replacement), or None for
         full batches (batch fraction b / n_c).
@@ -188,6 +189,13 @@ class _Watched(Participation):
 
     scheme = property(lambda self: self.rule.scheme)
     num_sampled = property(lambda self: self.rule.num_sampled)
+    noise = property(lambda self: self.rule.noise)
+
+    def mean_square_weights(self, p):
+        return self.rule.mean_square_weights(p)
+
+    def noise_weights(self, p):
+        return self.rule.noise_weights(p)
 
     def fixed_uploads(self, num_clients):
         return self.rule.fixed_uploads(num_clients)

@@ -92,7 +92,7 @@ class PrivacyReport:
             "adjacency: " + _ADJACENCY[m.get("adjacency", "")].format(clip=m.get("clip")),
             "threat model: the server sees every upload (each participating client's state after its K local steps, "
             "every round and chain); the shared noise of rho > 0 is public, only each client's private noise "
-            "sqrt(2 eta tau (1 - rho^2) / p_c) protects its data",
+            f"sqrt(2 eta tau (1 - rho^2) / {'q_c' if m.get('calibrated') else 'p_c'}) protects its data",
             f"sampling: {m.get('sampling', '')}",
             f"released: {rounds} rounds x {m['chains']} chain(s) x {m.get('dim', '?')} floats broadcast (warm-up "
             "rounds included; thinning does not reduce the cost)",
@@ -100,8 +100,11 @@ class PrivacyReport:
             f"{t.rdp_epsilon:.4g}, lower bound: {t.lower_epsilon:.4g}; z = {t.noise_multiplier:.4g}, q = {t.q:.4g}, "
             f"gamma = {t.gamma:.4g}]",
         ]
-        if self.paper is None:
+        if self.paper is None and self.mechanism.get("adjacency") == "client":
             lines.append("paper (Thm 6.1/G.3): does not apply (the theorem is record-level; this run is client-level)")
+        elif self.paper is None:
+            lines.append("paper (Thm 6.1/G.3): does not apply (the theorem assumes eq. 10's private noise; this run's "
+                         "partial participation ran the calibrated noise, noise='calibrated')")
         else:
             lines.append(f"paper (Thm 6.1/G.3): epsilon = {self.paper.epsilon_formula:.4g}, delta = "
                          f"{self.paper.delta_formula:.3g} — {self.paper.status}")
@@ -263,6 +266,13 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
                          "G.2), as the private run drew them")
     gamma = float(gammas.max())
     p_min, p_max = float(weights.min()), float(weights.max())
+    # the private noise's variance is 2 eta tau (1 - rho^2) / q_c: q = p (eq. 10), or the calibrated rule's
+    noise_w = _noise_weights(settings, weights)
+    calibrated = noise_w is not weights
+    if calibrated:
+        notes.append("calibrated participation noise (private variance 2 eta tau (1 - rho^2) / q_c, q_c = E[w_c^2] / "
+                     "p_c): the noise multipliers use q_c in place of p_c; the paper's Thm 6.1/G.3 assumes eq. 10's "
+                     "noise and is not reported")
     inclusion = None
     if scheme == "I" and not np.allclose(weights, 1.0 / n, rtol=1e-9, atol=0):
         inclusion = -math.expm1(s * math.log1p(-p_max)) if p_max < 1 else 1.0
@@ -280,14 +290,17 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
         if not np.allclose(weights, weights[0], rtol=1e-9, atol=0):
             notes.append(f"unequal clients: the worst client is the one with the largest weight p_max = {p_max:.4g} "
                          "(the least private noise; for scheme I also the largest inclusion probability)")
-        args = (eta_arg, tau, rho, sensitivity, p_max, n, s, k, t, scheme, inclusion, step_size_ratio)
+        # client level z_c^2 is proportional to 1 / q_c (q = p for eq. 10's noise): least noise at the largest q_c
+        args = (eta_arg, tau, rho, sensitivity, float(noise_w.max()), n, s, k, t, scheme, inclusion, step_size_ratio)
         up, down = _client_levels(*args, "up"), _client_levels(*args, "down")
         notes.append("client level: each local step is a Gaussian mechanism of noise multiplier "
                      "z = sqrt(2 tau (1 - rho^2) / (p_max eta)) / (2C) (fedlangevin.privacy.client_account); the "
                      "paper's Thm 6.1/G.3 is record-level and is not reported")
     else:
-        # z_c^2 is proportional to gamma_c^2 p_c: the tight accountant takes the smallest over clients
-        p_eff = float((gammas**2 * weights).min() / gamma**2)
+        # z_c^2 is proportional to gamma_c^2 p_c^2 / q_c (gamma_c^2 p_c for eq. 10's q = p): the tight accountant
+        # takes the smallest over clients
+        p_eff = float((gammas**2 * weights**2 / noise_w).min() / gamma**2) if calibrated else \
+            float((gammas**2 * weights).min() / gamma**2)
         if not np.allclose(weights, weights[0], rtol=1e-9, atol=0) or not np.allclose(gammas, gammas[0], rtol=1e-9,
                                                                                          atol=0):
             notes.append("unequal clients: the tight accountant uses the smallest noise multiplier and the largest "
@@ -303,7 +316,7 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
                      f"{step_size_ratio:g} (rounded up)")
     common = dict(tau=tau, rho=rho, sensitivity=sensitivity, num_clients=n, num_sampled=s, local_steps=k,
                   scheme=scheme)
-    paper = None if client else _paper(common, gammas, weights, gamma, p_min, eta_max, r * t, delta,
+    paper = None if client or calibrated else _paper(common, gammas, weights, gamma, p_min, eta_max, r * t, delta,
                                        (delta0, delta1, delta2))
     if r > 1:
         notes.append(f"{r} chains released: composed as {r} runs on the same data")
@@ -313,7 +326,8 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
     participation = (f"full participation of N = {n}" if settings.scheme == "full"
                      else f"scheme {scheme} with S = {s} of N = {n}")
     deltas = {name: None if paper is None else paper.inputs[name] for name in ("delta0", "delta1", "delta2")}
-    mechanism = dict(common, sensitivity_basis=enforced, participation=participation, gamma=gamma, p_min=p_min,
+    mechanism = dict(common, sensitivity_basis=enforced, participation=participation, calibrated=calibrated,
+                     gamma=gamma, p_min=p_min,
                      p_max=p_max, eta_max=eta_max, iterations=t, chains=r, adjacency=adjacency, clip=settings.clip,
                      batch_size=b, dim=int(settings.dim), sampling=sampling, **deltas)
     return PrivacyReport(delta=delta, epsilon=tight.epsilon, tight=tight, paper=paper, chains=r,
@@ -349,6 +363,21 @@ def _whole_life(trace: Any, etas: np.ndarray, t: int, k: int, rounds: Any, notes
     notes.append(f"the {earlier_rounds} earlier rounds are accounted at the largest step size the sampler ran, "
                  f"{top:.4g} (an upper bound on what they spent)")
     return np.concatenate([np.full(earlier, top), etas]), total
+
+
+def _noise_weights(settings: Any, weights: np.ndarray) -> np.ndarray:
+    """q (N,) of the run's private noise variance 2 eta tau (1 - rho^2) / q_c: ``weights`` itself (eq. 10:
+    full participation, ``noise="paper"`` and records written before the setting) or the calibrated
+    rule's E[w_c^2] / p_c (:meth:`fedlangevin.federation.participation.Participation.noise_weights`)."""
+    if getattr(settings, "participation_noise", "paper") != "calibrated" or settings.scheme == "full":
+        return weights
+    import torch
+
+    from fedlangevin.federation.participation import SchemeI, SchemeII
+
+    s = int(settings.num_sampled)
+    rule = SchemeI(s) if settings.scheme == "I" else SchemeII(s, allow_unbalanced=True)
+    return rule.noise_weights(torch.from_numpy(np.asarray(weights, dtype=np.float64))).numpy()
 
 
 def _clients_sampled(scheme: str, s: int, n: int) -> str:

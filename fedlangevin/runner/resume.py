@@ -324,7 +324,7 @@ def resume_participation(record: dict, participation: Any) -> Participation:
             )
         return ckpt.decode(stored)
     rule = as_participation(participation)
-    if repr(rule) != record["participation_repr"]:
+    if (rule != ckpt.decode(stored)) if stored is not None else (repr(rule) != record["participation_repr"]):
         warnings.warn(
             f"participation {rule!r} differs from the checkpointed run's ({record['participation_repr']})", stacklevel=3
         )

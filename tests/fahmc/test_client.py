@@ -49,14 +49,15 @@ def per_client_rounds(problem, rounds: int, k: int, h: float, chains: int, seed:
                       private_seed: int | None = None) -> np.ndarray:
     """(R, rounds, 2d): a server's rounds over per-client streams, by hand: the participation draw of
     (seed, t), each sampled client's client_round from the broadcast (theta, v) with the shared
-    stream of (seed, t) and its private stream of (private_seed, c, t) (default: seed), theta and v
-    averaged with the weights."""
+    stream of (seed, t) and its private stream of (private_seed, c, t) (default: seed) and the rule's
+    noise weight q_c, theta and v averaged with the weights."""
     private_seed = seed if private_seed is None else private_seed
     rule = as_participation(participation)
     n, d = problem.num_clients, problem.dim
     theta = torch.tensor(THETA0, dtype=torch.float64).expand(chains, d).clone()
     v = torch.zeros_like(theta)
     p = problem.weights.to(torch.float64)
+    q = rule.noise_weights(p)  # the private noise's weights (the rule's calibrated noise; p for full participation)
     out = []
     for t in range(rounds):
         w = rule.weights(p, chains, participation_stream(seed, t))
@@ -64,7 +65,7 @@ def per_client_rounds(problem, rounds: int, k: int, h: float, chains: int, seed:
         xs, us = torch.zeros(chains, n, d, dtype=torch.float64), torch.zeros(chains, n, d, dtype=torch.float64)
         for c in taking_part:
             xs[:, c], us[:, c] = client_round(problem.clients([c]), theta, v, [h] * k, weight=float(p[c]),
-                                              friction=friction, splitting=splitting, correlation=rho,
+                                              noise_weight=float(q[c]), friction=friction, splitting=splitting, correlation=rho,
                                               shared_generator=shared_stream(seed, t),
                                               private_generator=private_stream(private_seed, c, t))
         theta, v = synchronize(xs, w), synchronize(us, w)

@@ -79,6 +79,20 @@ def test_the_kernel_has_the_exact_law_of_theta_and_momentum(k, rho, rule):
     assert_within_mc_error(x, means, covs)
 
 
+@pytest.mark.parametrize("rule", ["I", "II"])
+def test_the_kernel_has_the_exact_law_with_the_papers_noise(rule):
+    """As above (K = 5, rho = 0.5, R = 4000, 6 rounds) with the paper's refresh noise (noise="paper":
+    private scale 1 / sqrt(p_c) whatever the rule): the exact law models either rule's noise (the
+    cases above run the default, calibrated one)."""
+    participation = {"I": fl.SchemeI(2, noise="paper"), "II": fl.SchemeII(2, noise="paper")}[rule]
+    problem = heterogeneous(balanced=rule == "II")
+    kernel = build(problem, correlation=0.5, participation=participation, friction=1.0)
+    x = run_chains(kernel, 6, 5, 0.2, 4000, seed=99)
+    means, covs = exact_moments(problem, [[0.2] * 5] * 6, 1.0, correlation=0.5, participation=participation,
+                                init_mean=THETA0)
+    assert_within_mc_error(x, means, covs)
+
+
 @pytest.mark.parametrize("splitting,pre", [("OBABO", [[0.5, 0.1], [0.1, 0.2]]), ("BAOAB", [0.3, 0.6]),
                                             ("OBABO", None)])
 def test_the_law_with_a_preconditioner_and_either_splitting(splitting, pre):

@@ -43,3 +43,13 @@ def test_the_write_your_own_kernel_block_runs_and_prints_what_it_says(tmp_path, 
     (block,) = [b for b in python_blocks(PAGE) if "class Underdamped" in b]
     lines = run_block(block, PAGE).splitlines()
     assert lines == ["BAOAB torch.Size([200, 50, 2])", "True", "True"]
+
+
+def test_the_partial_participation_block_prints_what_it_says():
+    """The exact long-run law has no inflation under the calibrated noise and N/S + 1 - 1/S = 2.8
+    (scheme I) or N/S = 2 (scheme II) under the paper's; the runs' sds follow (2000 chains: a sd's
+    relative standard error is 1/sqrt(2 x 2000) = 1.6 %)."""
+    (block,) = [b for b in python_blocks(PAGE) if 'noise="paper"' in b]
+    lines = run_block(block, PAGE).splitlines()
+    assert lines == ["I calibrated [1.    1.001] [1.   1.01]", "I paper [2.801 2.803] [1.67 1.68]",
+                     "II calibrated [1.    1.001] [1.01 0.99]", "II paper [2.001 2.002] [1.42 1.41]"]

@@ -49,3 +49,4 @@ def test_a_checkpoint_of_record_version_1_still_resumes_bit_for_bit(tmp_path):
     assert sampler.communication.uploads == expected["uploads"][0]
     assert sampler.ledger["eta_sum"] == expected["eta_sum"][0]
     assert sampler.settings.scheme == "I" and sampler.settings.num_sampled == 4
+    assert sampler.participation.noise == "paper"  # the rule it ran (eq. 10's noise), not today's default

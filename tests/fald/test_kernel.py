@@ -81,8 +81,10 @@ def test_varying_step_sizes_follow_the_recursion():
 
 
 @pytest.mark.parametrize("scheme,s", [("I", 2), ("II", 2)])
-def test_partial_participation_moments(scheme, s):
-    """Random participation: the law is a mixture, but its first two moments are exact."""
+@pytest.mark.parametrize("noise", ["calibrated", "paper"])
+def test_partial_participation_moments(scheme, s, noise):
+    """Random participation: the law is a mixture, but its first two moments are exact, for either
+    private-noise rule (the calibrated default and the paper's eq. 10)."""
     _, shifts, _ = small_problem_arrays()
     rng = np.random.default_rng(0)
     n, d = 4, 2
@@ -90,11 +92,11 @@ def test_partial_participation_moments(scheme, s):
     shifts = rng.standard_normal((n, d))
     p = np.full(n, 1 / n) if scheme == "II" else np.array([0.4, 0.3, 0.2, 0.1])
     problem = QuadraticProblem(hessians, shifts, p)
-    rule = fl.SchemeI(s) if scheme == "I" else fl.SchemeII(s)
+    rule = fl.SchemeI(s, noise=noise) if scheme == "I" else fl.SchemeII(s, noise=noise)
     sampler = fl.FALD(problem, step_size=0.1, local_steps=4, correlation=0.2, participation=rule,
                       chains=R, seed=2)
     trace = sampler.run(5)
-    exact = fald_moments(hessians, shifts, p, np.zeros(d), [[0.1] * 4] * 5, 1.0, 0.2, scheme, s)
+    exact = fald_moments(hessians, shifts, p, np.zeros(d), [[0.1] * 4] * 5, 1.0, 0.2, scheme, s, noise=noise)
     for i, (m, c) in enumerate(exact):
         x = trace.numpy()[:, i]
         # Mean: standard error sqrt(var / R) holds for any law. Covariance: a mixture has

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -69,8 +71,9 @@ def test_scheme_two_with_all_clients_equals_full_participation():
 
 
 def test_partial_participation_adds_the_predicted_bias():
-    """The stationary bias grows as S falls (Thm C.3): the plain mean of S clients carries
-    private noise of variance 2 eta tau (1 - rho^2) N / S > 2 eta tau, whatever eta.
+    """With the paper's noise (``noise="paper"``) the stationary bias grows as S falls (Thm C.3):
+    the plain mean of S clients carries private noise of variance 2 eta tau (1 - rho^2) N / S >
+    2 eta tau, whatever eta.
 
     The exact moment recursion (independent of the engine) gives the W2 of each rule's law
     after 60 rounds (started at the posterior mean) to the posterior; it must increase from full to S = 40 to S = 30, and the engine's
@@ -85,12 +88,12 @@ def test_partial_participation_adds_the_predicted_bias():
     h, b, p = problem.hessians.numpy(), problem.shifts.numpy(), problem.weights.numpy()
     exact = {}
     for name, scheme, s in [("full", "full", None), ("II-40", "II", 40), ("II-30", "II", 30), ("I-30", "I", 30)]:
-        m, c = fald_moments(h, b, p, mean, [[eta] * k] * rounds, 1.0, 0.0, scheme, s)[-1]
+        m, c = fald_moments(h, b, p, mean, [[eta] * k] * rounds, 1.0, 0.0, scheme, s, noise="paper")[-1]
         exact[name] = gaussian_w2(m, c, mean, cov)
     assert exact["full"] < exact["II-40"] < exact["II-30"]
     assert exact["II-30"] < exact["I-30"]  # C_S = (N - S)/(N - 1) < 1: scheme II is tighter
     floor = w2_floor(mean, cov, 2000, repeats=200).q95
-    for name, rule in [("full", fl.Full()), ("II-30", fl.SchemeII(30))]:
+    for name, rule in [("full", fl.Full()), ("II-30", fl.SchemeII(30, noise="paper"))]:
         trace = fl.FALD(problem, step_size=eta, local_steps=k, participation=rule, chains=2000,
                         init=torch.tensor(mean), seed=3).run(rounds)
         measured = trace.w2()[-1]
@@ -125,3 +128,107 @@ def test_num_sampled_beyond_the_bound_is_refused_naming_it(rule, s):
     with pytest.raises(ValueError, match=rf"num_sampled must be an integer in \[1, {participation.MAX_NUM_SAMPLED}\]"):
         rule(s)
     assert rule(participation.MAX_NUM_SAMPLED).num_sampled == participation.MAX_NUM_SAMPLED
+
+
+# -- the injected noise under partial participation (noise="calibrated" / "paper") ---------------
+
+P_UNEQUAL = torch.tensor([0.4, 0.3, 0.2, 0.1], dtype=torch.float64)
+
+
+def _draws_of_w_squared(rule, p, draws=R, seed=1):
+    w = rule.weights(p, draws, torch.Generator().manual_seed(seed))
+    return (w * w).numpy()
+
+
+@pytest.mark.parametrize("rule,p", [(fl.SchemeI(3), P_UNEQUAL), (fl.SchemeI(1), P_UNEQUAL), (fl.SchemeI(9), P_UNEQUAL),
+                                    (fl.SchemeII(2), torch.full((4,), 0.25, dtype=torch.float64)),
+                                    (fl.SchemeII(2, allow_unbalanced=True), P_UNEQUAL)])
+def test_calibrated_noise_gives_each_client_full_participations_noise_share(rule, p):
+    """Client c's private noise of variance 2 eta tau (1 - rho^2) / q_c enters the average as
+    E[w_c^2] / q_c times 2 eta tau (1 - rho^2): with q_c = E[w_c^2] / p_c that is p_c, client by
+    client, full participation's p_c^2 / p_c, so the private noise sums to 1 - rho^2 times 2 eta tau
+    (no inflation). The closed form E[w_c^2] agrees with R = 200,000 drawn rounds within 5 Monte
+    Carlo standard errors (sd(w_c^2) / sqrt(R): a false failure has probability 5.7e-7 per client)."""
+    q = rule.noise_weights(p)
+    second = rule.mean_square_weights(p)
+    torch.testing.assert_close(second / q, p, rtol=1e-14, atol=0)
+    assert float((second / q).sum()) == pytest.approx(1.0, rel=1e-14)
+    w2 = _draws_of_w_squared(rule, p)
+    z = (w2.mean(0) - second.numpy()) / (w2.std(0, ddof=1) / np.sqrt(R))
+    assert np.abs(z).max() < 5.0, z
+
+
+@pytest.mark.parametrize("rule", [fl.SchemeI(3), fl.SchemeII(2, allow_unbalanced=True)])
+def test_the_papers_noise_is_inflated_by_the_predicted_factor(rule):
+    """noise="paper" (eq. 10, q = p): the private noise of the average is E[sum_c w_c^2 / p_c] times
+    2 eta tau (1 - rho^2): N/S + 1 - 1/S for scheme I, sum_c 1 / (S N p_c) for scheme II's plain mean
+    (N/S on balanced clients), against 1 for full participation."""
+    paper = dataclasses.replace(rule, noise="paper")
+    p = P_UNEQUAL
+    assert paper.noise_weights(p) is p and fl.Full().noise_weights(p) is p
+    n, s = p.numel(), rule.num_sampled
+    f = float((paper.mean_square_weights(p) / p).sum())
+    assert f == pytest.approx(n / s + 1 - 1 / s if rule.scheme == "I" else float((1 / (s * n * p)).sum()), rel=1e-14)
+
+
+def test_the_noise_rule_is_a_named_setting_checked_by_name():
+    assert fl.SchemeI(3).noise == fl.SchemeII(2).noise == "calibrated"
+    assert fl.Full().noise == "paper"  # full participation's noise is eq. 10's under either rule
+    for bad in ("Paper", None, 1):
+        with pytest.raises(ValueError, match="noise must be one of 'calibrated', 'paper'"):
+            fl.SchemeI(3, noise=bad)
+        with pytest.raises(ValueError, match="noise must be one of 'calibrated', 'paper'"):
+            fl.SchemeII(2, noise=bad)
+    assert fl.SchemeI(3, noise="paper") != fl.SchemeI(3) and "noise='paper'" in repr(fl.SchemeI(3, noise="paper"))
+
+
+class _EveryOther(participation.Participation):
+    """A rule of one's own: chain r averages clients {0, 1} on even draws of a coin, {2, 3} on odd
+    ones (plain mean), E[w_c^2] = 1/8 for every client; no closed form given."""
+
+    scheme = "I"
+    num_sampled = 2
+
+    def __init__(self, noise="calibrated", skip_last=False):
+        self.noise, self.skip_last = noise, skip_last
+
+    def weights(self, p, chains, generator):
+        coin = torch.rand(chains, generator=generator, device=p.device) < (1.0 if self.skip_last else 0.5)
+        w = torch.zeros(chains, p.numel(), dtype=p.dtype, device=p.device)
+        w[coin, :2] = 0.5
+        w[~coin, 2:] = 0.5
+        return w
+
+
+def test_a_rule_of_your_own_is_calibrated_from_its_drawn_weights():
+    """Without a closed form, E[w_c^2] is estimated from MONTE_CARLO_DRAWS = 2^16 rounds of the rule's
+    weights (fixed seed): here 1/8 per client, within 5 standard errors (sd(w^2) = 1/8 for a client
+    drawn half the time: se = (1/8) / 2^8). A client it never draws cannot be calibrated: refused by
+    name, with the way out; noise="paper" keeps eq. 10's weights."""
+    p = torch.full((4,), 0.25, dtype=torch.float64)
+    rule = _EveryOther()
+    second = rule.mean_square_weights(p)
+    assert torch.equal(second, rule.mean_square_weights(p))  # the same estimate every call
+    assert (second - 0.125).abs().max() < 5 * 0.125 / 2**8
+    torch.testing.assert_close(rule.noise_weights(p), second / p)
+    assert _EveryOther(noise="paper").noise_weights(p) is p
+    with pytest.raises(ValueError, match="never drawn.*noise='paper'"):
+        _EveryOther(skip_last=True).noise_weights(p)
+    problem = QuadraticProblem(np.eye(2), np.zeros((4, 2)), p.numpy())
+    fl.FALD(problem, step_size=0.1, participation=rule, chains=2, seed=0).run(2)  # runs with the estimate
+
+
+def test_the_calibration_changes_only_the_private_noise():
+    """With rho = 1 (no private noise: every client draws the shared vector) the two rules give the
+    same draws bit for bit; with rho < 1 they differ (the private scale 1 / sqrt(q_c) against
+    1 / sqrt(p_c)). Full participation's draws are the golden streams' (tests/fald/test_golden.py)."""
+    problem = fl.problems.GaussianSimulation(num_clients=6, alpha=1.0, samples_per_client=5, seed=1)
+    kw = dict(step_size=1e-4, local_steps=3, chains=8, seed=2)
+    for rule in (fl.SchemeI(3), fl.SchemeII(2)):
+        paper = dataclasses.replace(rule, noise="paper")
+        same = [fl.FALD(problem, participation=r, correlation=1.0, **kw).run(5, progress=False).samples
+                for r in (rule, paper)]
+        assert torch.equal(same[0], same[1])
+        apart = [fl.FALD(problem, participation=r, correlation=0.5, **kw).run(5, progress=False).samples
+                 for r in (rule, paper)]
+        assert not torch.equal(apart[0], apart[1])

@@ -45,6 +45,8 @@ class LocalExchange:
     def __init__(self, run: FlowerRun, fail: dict | None = None) -> None:
         self.run, self.fail, self.calls = run, dict(fail or {}), 0
         self.node_ids = tuple(100 + c for c in range(N))
+        # each client's private-noise weight q_c, as the Flower exchange sends it (the rule's noise_weights)
+        self.noise_weights = [float(q) for q in run.participation.noise_weights(PROBLEM.weights.double())]
 
     def round(self, t, theta, step_sizes, clients) -> Replies:
         self.calls += 1
@@ -54,7 +56,7 @@ class LocalExchange:
                 refused[c] = self.fail[(t + 1, c)]
                 continue
             betas[c] = client_round(PROBLEM.clients([c]), theta, step_sizes, weight=float(PROBLEM.weights[c]),
-                                    temperature=self.run.temperature, correlation=self.run.correlation,
+                                    noise_weight=self.noise_weights[c], temperature=self.run.temperature, correlation=self.run.correlation,
                                     shared_generator=shared_stream(self.run.seed, t),
                                     private_generator=private_stream(SEED, c, t))
         return Replies(betas, refused, 100 * len(clients), 10 * len(betas))
@@ -263,7 +265,7 @@ class HMCExchange(LocalExchange):
                 continue
             betas[c], momenta[c] = fahmc_client_round(
                 PROBLEM.clients([c]), theta, momentum, step_sizes, weight=float(PROBLEM.weights[c]),
-                friction=self.run.friction, splitting=self.run.splitting, temperature=self.run.temperature,
+                noise_weight=self.noise_weights[c], friction=self.run.friction, splitting=self.run.splitting, temperature=self.run.temperature,
                 correlation=self.run.correlation, shared_generator=shared_stream(self.run.seed, t),
                 private_generator=private_stream(SEED, c, t))
         return Replies(betas, refused, 100 * len(clients), 10 * len(betas), momenta)

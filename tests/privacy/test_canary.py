@@ -76,13 +76,18 @@ def test_client_level_clips_the_clients_whole_data_term_to_c():
     _close(result.scores_in, 3 * eta, math.sqrt(3 * 4 * eta))
 
 
-def test_scheme_two_scores_only_rounds_where_the_canary_client_uploads():
+@pytest.mark.parametrize("noise,q", [("paper", 0.5), ("calibrated", 1.0)])
+def test_scheme_two_scores_only_rounds_where_the_canary_client_uploads(noise, q):
     # S = 1 of N = 2: client 0 uploads with probability 1/2 per round; a round it uploads adds
-    # eta C / p = 2 eta with noise variance 2 eta / p = 4 eta. Over 4 rounds, U ~ Binomial(4, 1/2)
-    # rounds counted: mean 4 * 1/2 * 2 eta, variance E[U] 4 eta + Var[U] (2 eta)^2
+    # eta C / p = 2 eta with noise variance 2 eta / q: q = p = 1/2 for the paper's noise (eq. 10), q =
+    # E[w_0^2] / p = (1/2) / (1/2) = 1 for the calibrated one. Over 4 rounds, U ~ Binomial(4, 1/2)
+    # rounds counted: mean 4 * 1/2 * 2 eta, variance E[U] 2 eta / q + Var[U] (2 eta)^2
+    from fedlangevin.federation.participation import SchemeII
+
     eta = 0.1
-    result = audit(step_size=eta, rounds=4, num_clients=2, participation=1, replicates=R, seed=5)
-    _close(result.scores_in, 4 * 0.5 * 2 * eta, math.sqrt(2 * 4 * eta + 1 * (2 * eta) ** 2))
+    result = audit(step_size=eta, rounds=4, num_clients=2, participation=SchemeII(1, noise=noise), replicates=R,
+                   seed=5)
+    _close(result.scores_in, 4 * 0.5 * 2 * eta, math.sqrt(2 * 2 * eta / q + 1 * (2 * eta) ** 2))
 
 
 # -- the audit stays below a right accounting ------------------------------------------------------

@@ -29,7 +29,7 @@ def _run(problem, **kw):
 
 def test_report_matches_the_accountants_on_the_run_settings(problem):
     # a private run: per-example gradients clipped to 0.5, so the sensitivity 2 x 0.5 = 1 is derived
-    trace = _run(problem, participation=fl.SchemeII(4), batch_size=2,  # gamma = 2 / 20
+    trace = _run(problem, participation=fl.SchemeII(4, noise="paper"), batch_size=2,  # gamma = 2 / 20
                  privacy=fl.privacy.RecordLevel(clip=0.5))
     report = trace.privacy(delta=1e-5)
     mech = dict(tau=1.0, rho=0.0, gamma=0.1, sensitivity=1.0, p_min=0.1, num_clients=10, num_sampled=4,
@@ -82,6 +82,30 @@ def test_full_participation_and_full_batch(problem):
     assert report.epsilon == pytest.approx(expected, rel=1e-12)
 
 
+@pytest.mark.parametrize("rule", [fl.SchemeII(4), fl.SchemeI(3)])
+def test_calibrated_participation_is_accounted_with_the_noise_it_ran(problem, rule):
+    """The calibrated rule's private noise has variance 2 eta tau (1 - rho^2) / q_c (q_c = E[w_c^2] /
+    p_c, the engine's own scales): a Gaussian mechanism of noise multiplier sigma_c gamma p_c /
+    (eta Delta), i.e. the accountant's with p_c^2 / q_c in place of p_c (balanced clients p_c = 0.1:
+    0.1^2 S for scheme II, 0.1^2 S / (1 + (S - 1) 0.1) for scheme I). The paper's bound, which
+    assumes eq. 10's noise, is not reported, and the summary says why."""
+    trace = _run(problem, participation=rule, batch_size=2, privacy=fl.privacy.RecordLevel(clip=0.5))
+    report = trace.privacy(delta=1e-5)
+    q = float(rule.noise_weights(problem.weights)[0])
+    sigma = math.sqrt(1e-6) * float(noise_scales(rule.noise_weights(problem.weights), 1.0, 0.0).private[0])
+    assert sigma * 0.1 * 0.1 / (1e-6 * 1.0) == pytest.approx(  # z_c from the engine's scale, gamma = 0.1, Delta = 1
+        (0.1 / 1.0) * math.sqrt(2 * (0.1**2 / q) / 1e-6), rel=1e-12)
+    expected = tight_epsilon(eta=1e-6, iterations=200, delta=1e-5, tau=1.0, rho=0.0, gamma=0.1, sensitivity=1.0,
+                             p_min=0.1**2 / q, num_clients=10, num_sampled=rule.num_sampled, local_steps=5,
+                             scheme=rule.scheme, inclusion_probability=None)
+    assert report.epsilon == pytest.approx(expected, rel=1e-12)
+    paper_noise = _run(problem, participation=dataclasses.replace(rule, noise="paper"), batch_size=2,
+                       privacy=fl.privacy.RecordLevel(clip=0.5)).privacy(delta=1e-5)
+    assert report.epsilon > paper_noise.epsilon  # less private noise than eq. 10's (q_c > p_c): more spent
+    assert report.paper is None and any("calibrated" in n for n in report.notes)
+    assert "assumes eq. 10's private noise" in report.summary()
+
+
 def test_scheme_one_with_unequal_weights_is_conservative():
     problem = fl.problems.GaussianSimulation(num_clients=4, samples_per_client=[10, 20, 30, 40], seed=0)
     trace = fl.FALD(problem, step_size=1e-6, local_steps=2, participation=fl.SchemeI(2), chains=1,
@@ -107,7 +131,7 @@ def test_step_size_condition_is_checked_client_by_client():
     for every client; the binding one is the largest client (gamma_c^2 p_c = b^2 / (n_c n))."""
     problem = fl.problems.GaussianSimulation(num_clients=2, samples_per_client=[10, 90], seed=0)
     trace = fl.FALD(problem, step_size=1e-7, local_steps=1, batch_size=5, seed=0,
-                    participation=fl.SchemeI(1), privacy=fl.privacy.RecordLevel(clip=0.5)).run(4)
+                    participation=fl.SchemeI(1, noise="paper"), privacy=fl.privacy.RecordLevel(clip=0.5)).run(4)
     report = trace.privacy(delta=1e-5)  # sensitivity 2 x 0.5 = 1
     d0 = report.mechanism["delta0"]
     limit = (5 / 90) ** 2 * 0.9 / math.log(1.25 / d0)
@@ -179,11 +203,14 @@ UNEQUAL = dict(num_clients=5, samples_per_client=[10, 20, 30, 40, 50], seed=0)  
     (UNEQUAL, None, 1.0),
     (dict(num_clients=5, samples_per_client=20, seed=0), fl.SchemeII(2), 0.4),
     (UNEQUAL, fl.SchemeI(2), 1 - (1 - 1 / 3) ** 2),  # the largest client is drawn with probability p_max = 1/3
+    (dict(num_clients=5, samples_per_client=20, seed=0), fl.SchemeII(2, noise="paper"), 0.4),
+    (UNEQUAL, fl.SchemeI(2, noise="paper"), 1 - (1 - 1 / 3) ** 2),
 ])
 def test_client_level_report_equals_the_closed_form_gaussian_composition(sizes, participation, q):
     """A ClientLevel(clip=C) run: each local step moves a client's state by eta clip_C(s_c), at
     most eta 2C apart between neighbours, against the kernel's private noise of standard deviation
-    sigma_c (federation/noise.py): z = min_c sigma_c / (eta 2C), at the largest client; minibatches
+    sigma_c (federation/noise.py, with the participation rule's noise weights q_c: the calibrated
+    rule's E[w_c^2] / p_c or the paper's p_c): z = min_c sigma_c / (eta 2C); minibatches
     (b = 5) give no amplification. The report equals the closed form to 1e-4 relative (its
     pessimistic PLD is above the exact value, by the grid error the accountant's own Gaussian
     anchor also bounds by 1e-4), the lower bound is below it and RDP above."""
@@ -192,7 +219,8 @@ def test_client_level_report_equals_the_closed_form_gaussian_composition(sizes, 
     trace = fl.FALD(problem, step_size=eta, local_steps=k, chains=2, seed=0, batch_size=5, correlation=rho,
                     participation=participation, privacy=ClientLevel(clip=clip)).run(10)
     report = trace.privacy(delta=1e-5)
-    sigma = math.sqrt(eta) * noise_scales(problem.weights, 1.0, rho).private.squeeze(1)
+    rule = fl.fald.core.participation.as_participation(participation)
+    sigma = math.sqrt(eta) * noise_scales(rule.noise_weights(problem.weights), 1.0, rho).private.squeeze(1)
     z = float((sigma / (eta * 2 * clip)).min())
     assert report.tight.noise_multiplier == pytest.approx(z, rel=1e-12)
     assert report.tight.gamma == 1.0 and report.tight.q == pytest.approx(q, rel=1e-12)
@@ -205,12 +233,14 @@ def test_client_level_report_equals_the_closed_form_gaussian_composition(sizes, 
 def test_client_level_epsilon_moves_the_right_way_with_clip_eta_rho_and_s():
     """epsilon grows with the clip (sensitivity 2C), the step size (z ~ 1/sqrt(eta)), the
     correlation (less private noise) and S (inclusion S/N); it does not depend on the batch size
-    (no minibatch amplification at client level)."""
+    (no minibatch amplification at client level). The paper's noise (eq. 10), so that S changes
+    only the inclusion probability."""
     problem = fl.problems.GaussianSimulation(num_clients=5, samples_per_client=20, seed=0)
 
     def eps(clip=20.0, eta=2e-4, rho=0.3, s=2, batch_size=5):
         trace = fl.FALD(problem, step_size=eta, local_steps=4, chains=1, seed=0, batch_size=batch_size,
-                        correlation=rho, participation=fl.SchemeII(s), privacy=ClientLevel(clip=clip)).run(10)
+                        correlation=rho, participation=fl.SchemeII(s, noise="paper"),
+                        privacy=ClientLevel(clip=clip)).run(10)
         return trace.privacy(delta=1e-5).epsilon
 
     base = eps()
@@ -224,7 +254,7 @@ def test_client_level_epsilon_moves_the_right_way_with_clip_eta_rho_and_s():
 # -- the summary -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("privacy", [None, RecordLevel(clip=0.5), ClientLevel(clip=0.5)])
 def test_summary_states_adjacency_threat_model_sampling_release_and_the_four_epsilons(problem, privacy):
-    kw = dict(participation=fl.SchemeII(4), chains=2, check_local_bias=False)  # no companion chains: accountable
+    kw = dict(participation=fl.SchemeII(4, noise="paper"), chains=2, check_local_bias=False)  # accountable: no companions
     if privacy is not None:
         kw.update(batch_size=2, privacy=privacy)
     trace = fl.FALD(problem, step_size=1e-6, local_steps=5, seed=0, **kw).run(20, warmup=10)

@@ -226,6 +226,9 @@ def _decode_object(obj: dict) -> Any:
             isinstance(k, str) and k.isidentifier() and not k.startswith("__") for k in state):
         raise CheckpointError(f"checkpoint: the stored {name} has no valid attribute record (a dict of names)")
     values = {k: decode(v) for k, v in state.items()}
+    # settings a class gained after files were written: what those files ran with (e.g. a participation
+    # rule's noise="paper", the only rule before it was a setting)
+    values = {**getattr(target, "RECORD_DEFAULTS", {}), **values}
     if dataclasses.is_dataclass(target):  # a record of a few settings: rebuilt by its constructor, which checks them
         fields = {f.name: f for f in dataclasses.fields(target) if f.init}
         required = {n for n, f in fields.items()

@@ -48,7 +48,9 @@ class Settings(Mapping):
     rebuild the mechanism from; auto_local_steps : ``local_steps="auto"`` (``local_steps`` is then
     the K chosen in warm-up, 1 before the choice; the rule and the evidence are in the checkpoint
     and ``trace.local_step_bias``); check_local_bias : a fixed K > 1 is measured against K = 1 in
-    warm-up (:mod:`fedlangevin.warmup.local_steps`).
+    warm-up (:mod:`fedlangevin.warmup.local_steps`); participation_noise : the participation
+    rule's injected-noise rule, ``"calibrated"`` or ``"paper"`` (:mod:`fedlangevin.federation.participation`;
+    ``"paper"``, eq. 10, for full participation and for records written before it was a setting).
     """
 
     local_steps: int
@@ -80,6 +82,7 @@ class Settings(Mapping):
     clip: float | None = None
     auto_local_steps: bool = False
     check_local_bias: bool = False
+    participation_noise: str = "paper"
 
     def __getitem__(self, key: str) -> Any:
         if key not in MAPPING_KEYS:

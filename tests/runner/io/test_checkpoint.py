@@ -39,6 +39,7 @@ CONFIGS = {
     "full": dict(),
     "schemeI-minibatch-rho": dict(participation=fl.SchemeI(4), batch_size=2, correlation=0.4),
     "schemeII-K3": dict(participation=fl.SchemeII(3), local_steps=3),
+    "schemeI-paper-noise": dict(participation=fl.SchemeI(4, noise="paper"), correlation=0.4),
     "float32-paper-decay": dict(dtype=torch.float32, step_size="paper", local_steps=2),
     "float64-noise": dict(noise_dtype=torch.float64, correlation=1.0, local_steps=2),
 }
@@ -663,6 +664,21 @@ def test_the_format_version_byte_is_covered_by_the_checksum(tmp_path):
     _flip_version(old, 0)
     with pytest.raises(CheckpointError, match="format version 0 does not exist"):
         fl.FALD.resume(old)
+
+
+def test_a_rule_stored_before_its_noise_was_a_setting_resumes_with_the_papers_noise():
+    """Participation rules gained ``noise`` ("calibrated" by default); a checkpoint written before ran
+    eq. 10's noise and stores the rule without it: it decodes to noise="paper" (tests/fald/test_golden.py
+    resumes such a file bit for bit). A rule stored with its noise keeps it."""
+    from fedlangevin.runner.io.checkpoint import decode, encode
+
+    old = {"__kind__": "object", "class": "SchemeI", "state": {"num_sampled": 3}}
+    assert decode(old) == fl.SchemeI(3, noise="paper")
+    old_ii = {"__kind__": "object", "class": "SchemeII", "state": {"num_sampled": 2, "allow_unbalanced": False}}
+    assert decode(old_ii) == fl.SchemeII(2, noise="paper")
+    for rule in (fl.SchemeI(3), fl.SchemeI(3, noise="paper"), fl.SchemeII(2), fl.Full()):
+        assert decode(encode(rule)) == rule
+
 
 
 def _encoded(entry, change):
