@@ -13,6 +13,7 @@ from scipy.stats import binom, norm
 
 import fedlangevin as fl
 from fedlangevin.federation.noise import noise_scales
+from fedlangevin.federation.participation import as_participation
 from fedlangevin.privacy import ClientLevel, RecordLevel, paper_bound, paper_delta_split, tight_epsilon
 
 
@@ -219,7 +220,7 @@ def test_client_level_report_equals_the_closed_form_gaussian_composition(sizes, 
     trace = fl.FALD(problem, step_size=eta, local_steps=k, chains=2, seed=0, batch_size=5, correlation=rho,
                     participation=participation, privacy=ClientLevel(clip=clip)).run(10)
     report = trace.privacy(delta=1e-5)
-    rule = fl.fald.core.participation.as_participation(participation)
+    rule = as_participation(participation)
     sigma = math.sqrt(eta) * noise_scales(rule.noise_weights(problem.weights), 1.0, rho).private.squeeze(1)
     z = float((sigma / (eta * 2 * clip)).min())
     assert report.tight.noise_multiplier == pytest.approx(z, rel=1e-12)
