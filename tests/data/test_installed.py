@@ -209,3 +209,22 @@ def test_load_fashion_mnist_checks_each_file_then_reads_it(tmp_path, monkeypatch
 def test_load_dataset_lists_the_installed_names():
     with pytest.raises(ValueError, match="dataset must be one of digits, mnist5k, mnist, fashion-mnist"):
         load_dataset("cifar10")
+
+
+def test_the_docs_example_prints_what_its_comments_say():
+    """docs/classification.md's example: each set prints the line its comment shows, or says it
+    is not installed and how to install it."""
+    from pathlib import Path
+
+    from tests.pages import python_blocks, run_block
+
+    page = Path(__file__).resolve().parents[2] / "docs" / "classification.md"
+    block = next(b for b in python_blocks(page) if "DatasetNotInstalled" in b)
+    shown = [line[2:] for line in block.splitlines() if line.startswith("# Dataset(")]
+    printed = run_block(block, page).splitlines()
+    assert len(printed) == 2
+    for name, line, expected in zip(("mnist", "fashion-mnist"), printed, shown):
+        if line.startswith(f"{name}: not installed: "):
+            assert "install" in line.removeprefix(f"{name}: not installed: ")
+        else:
+            assert line == expected
