@@ -138,3 +138,17 @@ def test_non_finite_or_misshapen_samples_are_refused():
         dg.functionals({})
     with pytest.raises(ValueError, match="the same \\(chains, draws\\)"):
         dg.functionals({"a": np.zeros((4, 10)), "b": np.zeros((4, 12))})
+
+
+def test_the_docs_example_runs_and_prints_what_it_shows():
+    """docs/diagnostics.md's large-d example: its asserts pass and it prints its comments' lines."""
+    import re
+    from pathlib import Path
+
+    from tests.pages import python_blocks, run_block
+
+    page = Path(__file__).resolve().parents[2] / "docs" / "diagnostics.md"
+    block = next(b for b in python_blocks(page) if "dg.projections(" in b)
+    printed = run_block(block, page).splitlines()
+    shown = [line[2:] for line in block.splitlines() if re.match(r"# (max R-hat| {11}mean|proj\[|test_lpd)", line)]
+    assert printed == shown
