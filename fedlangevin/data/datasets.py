@@ -46,7 +46,6 @@ from fedlangevin.data.splits import stratified_holdout
 __all__ = [
     "Dataset",
     "BUNDLED",
-    "load_dataset",
     "load_digits",
     "load_mnist5k",
     "read_idx",
@@ -153,29 +152,8 @@ def load_mnist5k(test_fraction: float = 0.2, seed: int = 0) -> Dataset:
     return _holdout("mnist5k", X, y, test_fraction, seed, (28, 28))
 
 
-#: bundled data sets by name (see :func:`load_dataset`)
+#: bundled data sets by name (see :func:`fedlangevin.data.load_dataset`)
 BUNDLED = {"digits": load_digits, "mnist5k": load_mnist5k}
-
-
-def load_dataset(name: str, test_fraction: float = 0.2, seed: int = 0) -> Dataset:
-    """A bundled data set by name (``"digits"``, ``"mnist5k"``), a full data set installed on
-    the machine by name (``"mnist"``, ``"fashion-mnist"``: see :mod:`fedlangevin.data.installed`),
-    a folder with the four MNIST-format IDX files, or a ``.npz`` file (``test_fraction``/``seed``
-    apply to bundled data only; the full sets and files bring their own test split)."""
-    from fedlangevin.data.installed import INSTALLED
-
-    if name in BUNDLED:
-        return BUNDLED[name](test_fraction=test_fraction, seed=seed)
-    if name in INSTALLED:
-        return INSTALLED[name]()
-    path = Path(name)
-    if path.is_dir():
-        return load_mnist_folder(path)
-    if path.is_file() and path.suffix == ".npz":
-        return load_npz(path)
-    raise ValueError(
-        f"dataset must be one of {', '.join([*BUNDLED, *INSTALLED])}, a folder with MNIST-format IDX files, or a .npz file; got {name!r}"
-    )
 
 
 # -- IDX files --------------------------------------------------------------------------------
