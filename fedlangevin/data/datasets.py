@@ -46,7 +46,6 @@ from fedlangevin.data.splits import stratified_holdout
 __all__ = [
     "Dataset",
     "BUNDLED",
-    "load_dataset",
     "load_digits",
     "load_mnist5k",
     "read_idx",
@@ -153,24 +152,8 @@ def load_mnist5k(test_fraction: float = 0.2, seed: int = 0) -> Dataset:
     return _holdout("mnist5k", X, y, test_fraction, seed, (28, 28))
 
 
-#: bundled data sets by name (see :func:`load_dataset`)
+#: bundled data sets by name (see :func:`fedlangevin.data.load_dataset`)
 BUNDLED = {"digits": load_digits, "mnist5k": load_mnist5k}
-
-
-def load_dataset(name: str, test_fraction: float = 0.2, seed: int = 0) -> Dataset:
-    """A bundled data set by name (``"digits"``, ``"mnist5k"``), a folder with the four
-    MNIST-format IDX files, or a ``.npz`` file (``test_fraction``/``seed`` apply to bundled
-    data only; files bring their own test split)."""
-    if name in BUNDLED:
-        return BUNDLED[name](test_fraction=test_fraction, seed=seed)
-    path = Path(name)
-    if path.is_dir():
-        return load_mnist_folder(path)
-    if path.is_file() and path.suffix == ".npz":
-        return load_npz(path)
-    raise ValueError(
-        f"dataset must be one of {', '.join(BUNDLED)}, a folder with MNIST-format IDX files, or a .npz file; got {name!r}"
-    )
 
 
 # -- IDX files --------------------------------------------------------------------------------
@@ -205,7 +188,13 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     header says raises ``ValueError``.
     """
     path = Path(path)
-    raw = _read_bytes(path)
+    return parse_idx(_read_bytes(path), path)
+
+
+def parse_idx(raw: bytes, source) -> np.ndarray:
+    """The array an IDX file's (already gunzipped) bytes ``raw`` hold; ``source`` names the
+    file in errors. See :func:`read_idx` for the format and the checks."""
+    path = source
     if len(raw) < 4:
         raise ValueError(f"{path}: not an IDX file (only {len(raw)} bytes)")
     zero, code, ndim = raw[:2], raw[2], raw[3]
@@ -266,7 +255,14 @@ def load_idx_dataset(
 ) -> Dataset:
     """Four IDX files (images and labels, train and test) as a :class:`Dataset`.
     All four files are read and checked before the data set is built."""
-    arrays = [read_idx(p) for p in (train_images, train_labels, test_images, test_labels)]
+    sources = (train_images, train_labels, test_images, test_labels)
+    return idx_arrays_to_dataset([read_idx(p) for p in sources], sources, name or Path(train_images).parent.name or "idx")
+
+
+def idx_arrays_to_dataset(arrays, sources, name: str) -> Dataset:
+    """The :class:`Dataset` of four arrays read from IDX files (train images, train labels,
+    test images, test labels); ``sources`` name the four files in errors."""
+    train_images, train_labels, test_images, test_labels = sources
     Xtr, shape = _images_to_features(arrays[0], train_images)
     Xte, _ = _images_to_features(arrays[2], test_images)
     ytr = _labels_array(arrays[1], train_labels)
@@ -275,7 +271,7 @@ def load_idx_dataset(
         raise ValueError(f"{train_images} has {len(Xtr)} images but {train_labels} has {len(ytr)} labels")
     if len(yte) != len(Xte):
         raise ValueError(f"{test_images} has {len(Xte)} images but {test_labels} has {len(yte)} labels")
-    return _make(name or Path(train_images).parent.name or "idx", Xtr, ytr, Xte, yte, shape)
+    return _make(name, Xtr, ytr, Xte, yte, shape)
 
 
 _MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
@@ -285,6 +281,12 @@ def load_mnist_folder(folder: str | os.PathLike, name: str | None = None) -> Dat
     """A folder holding MNIST's four standard files (also the names Fashion-MNIST uses),
     each plain or ``.gz`` (``train-images.idx3-ubyte`` with a dot is accepted too)."""
     folder = Path(folder)
+    return load_idx_dataset(*mnist_folder_files(folder), name=name or folder.name)
+
+
+def mnist_folder_files(folder: Path) -> list[Path]:
+    """The paths of MNIST's four standard files in ``folder`` (train images, train labels,
+    test images, test labels); ``ValueError`` naming the first one missing."""
     if not folder.is_dir():
         raise ValueError(f"{folder}: not a folder")
     paths = []
@@ -294,7 +296,7 @@ def load_mnist_folder(folder: str | os.PathLike, name: str | None = None) -> Dat
         if not found:
             raise ValueError(f"{folder}: missing {stem} (or {stem}.gz); expected the four files {', '.join(_MNIST_FILES)}")
         paths.append(found[0])
-    return load_idx_dataset(*paths, name=name or folder.name)
+    return paths
 
 
 # -- npz --------------------------------------------------------------------------------------

@@ -9,7 +9,10 @@ import numpy as np
 import torch
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
-__all__ = ["Communication", "Trace", "DivergenceError", "StepSizes"]
+__all__ = ["Communication", "Trace", "DivergenceError", "StepSizes", "SUMMARY_LIMIT"]
+
+#: above this many parameters :meth:`Trace.summary` reports random projections, not one row per parameter
+SUMMARY_LIMIT = 100
 
 
 @dataclass(frozen=True)
@@ -216,6 +219,38 @@ class Trace:
         log); None when the problem samples theta as is."""
         constrain = getattr(self.problem, "constrain", None)
         return None if constrain is None else constrain(self.samples)
+
+    def summary(self, per_coordinate: bool | None = None, *, k: int = 16, seed: int = 0,
+                functionals: Any = None, **kwargs: Any):
+        """Convergence table of the draws (a ``pandas.DataFrame``), sized for any d.
+
+        Up to :data:`SUMMARY_LIMIT` (100) parameters, or with ``per_coordinate=True``: one row
+        per parameter, :func:`diagnostics.summary` of :meth:`to_arviz`. Above it (or with
+        ``per_coordinate=False``): one row per random projection, :func:`diagnostics.projection_summary`
+        (``k`` unit directions in standardised coordinates, ``seed``), whose ``attrs`` hold the
+        worst R-hat and ESS and every coordinate's largest classic split R-hat. ``functionals``
+        ({name: (chains, draws) values per draw}, e.g. the test log predictive) add one row
+        each in both forms. Other keywords go to :func:`diagnostics.summary`.
+        """
+        import diagnostics as dg
+
+        if per_coordinate not in (None, True, False):
+            raise ValueError(f"per_coordinate must be None (automatic), True or False; got {per_coordinate!r}")
+        if self.num_draws == 0:
+            raise ValueError("this trace holds no draws (keep_samples=False?); nothing to summarise")
+        d = int(self.samples.shape[2])
+        if per_coordinate is None:
+            per_coordinate = d <= SUMMARY_LIMIT
+        if not per_coordinate:
+            return dg.projection_summary(self.numpy(), k=k, seed=seed, functionals=functionals, **kwargs)
+        table = dg.summary(self, **kwargs)
+        if functionals is None:
+            return table
+        import pandas as pd
+
+        out = pd.concat([table, dg.functional_summary(functionals, **kwargs)])
+        out.attrs = dict(table.attrs)
+        return out
 
     def to_arviz(self, **kwargs: Any):
         """ArviZ data (chains x draws) via :func:`diagnostics.to_arviz`: the problem's named
