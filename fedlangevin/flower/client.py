@@ -29,7 +29,7 @@ from fedlangevin.flower.protocol import (
 )
 from fedlangevin.problems.base import FederatedProblem
 
-__all__ = ["NodeProblem", "client_app", "partitioned", "handle_query", "handle_train"]
+__all__ = ["NodeProblem", "client_app", "partitioned", "handle_query", "handle_train", "local_states"]
 
 
 @dataclass(frozen=True)
@@ -108,51 +108,99 @@ def handle_query(node: NodeProblem, message):
     return app.Message(app.RecordDict({INFO: info}), reply_to=message)
 
 
-def handle_train(node: NodeProblem, message):
-    """Run the client's K local steps from the message's theta; reply with beta (R, d). An FA-HMC
-    message (config ``"sampler": "fahmc"``) also carries the velocity v (R, d): the client runs
-    :func:`fedlangevin.fahmc.client.client_round` from (theta, v) and replies with both its
-    theta_c (``"beta"``) and v_c (``"momentum"``).
+#: the config entries every train message carries (an FA-HMC message also ``friction`` and ``splitting``)
+TRAIN_KEYS = ("round", "round_seed", "step_sizes", "weight", "temperature", "correlation", "batch_size", "noise_dtype")
+#: the largest round number a train message may carry (the streams' keys are 64-bit)
+MAX_ROUND = 2**63 - 1
 
-    Raises ValueError on a malformed message and on a non-finite local state (the client
-    refuses to send it; the server then treats the client as dropped for the round).
-    """
-    app = flwr_app()
-    content = message.content
-    theta = from_array_record(content.array_records.get(THETA), THETA, "train message")
-    cfg = content.config_records.get(CONFIG)
-    if cfg is None:
-        raise ValueError("train message: no config record")
-    if theta.dim() != 2 or theta.shape[1] != node.problem.dim:
-        raise ValueError(f"train message: theta must have shape (R, d = {node.problem.dim}); got {tuple(theta.shape)}")
+
+def _entry(cfg, key: str):
+    if key not in cfg:
+        raise ValueError(f"train message: the config has no {key!r} (a train message carries {list(TRAIN_KEYS)})")
+    return cfg[key]
+
+
+def _sampler(cfg) -> str:
     sampler = cfg["sampler"] if "sampler" in cfg else "fald"
     if sampler not in SAMPLERS:
         raise ValueError(f"train message: sampler must be one of {list(SAMPLERS)}; got {sampler!r}")
-    problem = node.problem_for(float(cfg["weight"]))
-    noise = cfg["noise_dtype"]
+    return sampler
+
+
+def local_states(node: NodeProblem, theta: torch.Tensor, cfg, momentum: torch.Tensor | None = None) -> dict:
+    """The client's K local steps of a train message (the handler's work, without Flower): from
+    theta (R, d) (and for FA-HMC the velocity ``momentum``) with the message's config ``cfg`` (a
+    mapping: :data:`TRAIN_KEYS`, and ``sampler``, ``friction``, ``splitting`` for FA-HMC), the
+    states to send back, ``{"beta": ...}`` (and ``"momentum"`` for FA-HMC).
+
+    Every entry of the config is checked before any step (ValueError naming it: a missing key, a
+    batch size outside [0, n_c] (0: full batch), an empty or non-positive step list, a round or
+    seed out of range, ...), and the local state after them (a non-finite one is not sent).
+    """
+    from fedlangevin._validation import check_int, check_real, check_seed, check_step_sizes
+    from fedlangevin.fahmc.kernel import SPLITTINGS
+
+    if theta.dim() != 2 or theta.shape[1] != node.problem.dim:
+        raise ValueError(f"train message: theta must have shape (R, d = {node.problem.dim}); got {tuple(theta.shape)}")
+    sampler = _sampler(cfg)
+    t = check_int("train message: round", _entry(cfg, "round"), 0, MAX_ROUND)
+    round_seed = check_seed("train message: round_seed", _entry(cfg, "round_seed"))
+    etas = list(check_step_sizes("train message: step_sizes", _entry(cfg, "step_sizes")))
+    weight = check_real("train message: weight", _entry(cfg, "weight"), low=0.0, high=1.0, low_open=True)
+    temperature = check_real("train message: temperature", _entry(cfg, "temperature"), low=0.0, low_open=True)
+    correlation = check_real("train message: correlation", _entry(cfg, "correlation"), low=0.0, high=1.0)
+    sizes = getattr(node.problem, "client_sizes", None)
+    largest = node.num_examples if sizes is None else int(sizes.min())
+    batch = check_int("train message: batch_size (0: full batch)", _entry(cfg, "batch_size"), 0, largest)
+    noise = _entry(cfg, "noise_dtype")
     if noise not in NOISE_DTYPES:
         raise ValueError(f"train message: noise_dtype must be one of {sorted(NOISE_DTYPES)}; got {noise!r}")
-    batch = int(cfg["batch_size"])
-    t = int(cfg["round"])
-    common = dict(weight=float(problem.weights[0]), temperature=float(cfg["temperature"]),
-                  correlation=float(cfg["correlation"]),
-                  shared_generator=torch.Generator().manual_seed(int(cfg["round_seed"])),
+    if sampler == "fahmc":
+        friction = check_real("train message: friction", _entry(cfg, "friction"), low=0.0, low_open=True)
+        splitting = _entry(cfg, "splitting")
+        if splitting not in SPLITTINGS:
+            raise ValueError(f"train message: splitting must be one of {list(SPLITTINGS)}; got {splitting!r}")
+        if momentum is None or momentum.shape != theta.shape:
+            raise ValueError(f"train message: momentum must have theta's shape {tuple(theta.shape)}; "
+                             f"got {None if momentum is None else tuple(momentum.shape)}")
+    problem = node.problem_for(weight)
+    if batch:
+        problem.check_batch_size(batch)
+    common = dict(weight=float(problem.weights[0]), temperature=temperature, correlation=correlation,
+                  shared_generator=torch.Generator().manual_seed(round_seed),
                   private_generator=private_stream(node.private_seed, node.client, t),
                   batch_size=None if batch == 0 else batch, noise_dtype=NOISE_DTYPES[noise])
-    etas = [float(e) for e in cfg["step_sizes"]]
     if sampler == "fahmc":
-        v = from_array_record(content.array_records.get(MOMENTUM), MOMENTUM, "train message")
-        if v.shape != theta.shape:
-            raise ValueError(f"train message: momentum must have theta's shape {tuple(theta.shape)}; "
-                             f"got {tuple(v.shape)}")
-        beta, v_c = fahmc_client_round(problem, theta, v, etas, friction=float(cfg["friction"]),
-                                       splitting=str(cfg["splitting"]), **common)
+        beta, v_c = fahmc_client_round(problem, theta, momentum, etas, friction=friction, splitting=splitting,
+                                       **common)
         states = {BETA: beta, MOMENTUM: v_c}
     else:
         states = {BETA: client_round(problem, theta, etas, **common)}
     if not all(bool(torch.isfinite(x).all()) for x in states.values()):
         raise ValueError(f"client {node.client}, round {t}: the local state is not finite (step size too large for "
                          "this client's curvature?); not sent")
+    return states
+
+
+def handle_train(node: NodeProblem, message):
+    """Run the client's K local steps from the message's theta; reply with beta (R, d). An FA-HMC
+    message (config ``"sampler": "fahmc"``) also carries the velocity v (R, d): the client runs
+    :func:`fedlangevin.fahmc.client.client_round` from (theta, v) and replies with both its
+    theta_c (``"beta"``) and v_c (``"momentum"``). The work is :func:`local_states`.
+
+    Raises ValueError on a malformed message and on a non-finite local state (the client
+    refuses to send it; the server then treats the client as dropped for the round).
+    """
+    content = message.content
+    theta = from_array_record(content.array_records.get(THETA), THETA, "train message")
+    cfg = content.config_records.get(CONFIG)
+    if cfg is None:
+        raise ValueError("train message: no config record")
+    momentum = None
+    if _sampler(cfg) == "fahmc":
+        momentum = from_array_record(content.array_records.get(MOMENTUM), MOMENTUM, "train message")
+    states = local_states(node, theta, cfg, momentum)
+    app = flwr_app()
     return app.Message(app.RecordDict({k: to_array_record(k, x) for k, x in states.items()}), reply_to=message)
 
 

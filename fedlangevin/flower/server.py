@@ -119,6 +119,9 @@ class FlowerRun:
         if self.checkpoint is not None:
             check_checkpoint_path(self.checkpoint)
         object.__setattr__(self, "participation", as_participation(self.participation))
+        if self.participation.scheme == "II" and self.participation.num_sampled > self.num_nodes:
+            raise ValueError(f"participation: SchemeII draws S distinct clients of the num_nodes = {self.num_nodes} "
+                             f"nodes (S in [1, {self.num_nodes}]); got num_sampled = {self.participation.num_sampled}")
         schedule = as_schedule(self.step_size)
         check_schedule(schedule, 0, self.rounds * self.local_steps)
 
@@ -237,8 +240,6 @@ def run_server(grid, run: FlowerRun, *, on_round: Callable[[int], None] | None =
     trace (the API of ``FALD.run``'s). ``on_round(j)`` is called after round j's average, before the
     runner keeps it and checkpoints (an exception there stops the run at round j - 1, as a kill)."""
     node_ids, problem = discover(grid, wait_for_nodes(grid, run.num_nodes, run.node_timeout), run.node_timeout)
-    run.participation.validate(problem.weights)
-    problem.check_batch_size(run.batch_size)
     return serve(FlowerExchange(grid, node_ids, problem, run), problem, run, on_round)
 
 

@@ -203,6 +203,8 @@ def test_tight_epsilon_is_monotone(m, factor):
     (dict(eta=-1e-6), "eta"),
     (dict(iterations=1001), "iterations"),
     (dict(inclusion_probability=1.5), "inclusion_probability"),
+    (dict(step_size_ratio=0.5), "step_size_ratio"),  # checked with a constant eta too (where it is unused)
+    (dict(step_size_ratio="1.05"), "step_size_ratio"),
 ])
 def test_invalid_mechanism_names_the_argument(change, name):
     with pytest.raises(ValueError, match=name):
