@@ -33,7 +33,11 @@ from fedlangevin.flower.protocol import (
 from fedlangevin.flower.runner import Replies, serve
 from fedlangevin.flower.trace import Federation, FlowerTrace, save_trace
 
-__all__ = ["FlowerExchange", "FlowerRun", "discover", "run_server", "server_app", "wait_for_nodes"]
+__all__ = ["MAX_LOCAL_STEPS", "FlowerExchange", "FlowerRun", "discover", "run_server", "server_app", "wait_for_nodes"]
+
+#: the largest K of a Flower run: a train message carries the round's K step sizes (8 bytes each, 128 MiB
+#: at this K, a quarter of Flower's 512 MiB limit on a message)
+MAX_LOCAL_STEPS = 2**24
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,9 @@ class FlowerRun:
     splitting: str | None = None
 
     def __post_init__(self) -> None:
-        from fedlangevin._validation import check_checkpoint_path, check_choice, check_int, check_real, check_seed
+        from fedlangevin._validation import (
+            check_checkpoint_path, check_choice, check_fits, check_int, check_real, check_seed,
+        )
 
         check_choice("sampler", self.sampler, SAMPLERS)
         for name in ("step_size", "friction"):
@@ -101,9 +107,14 @@ class FlowerRun:
                     raise ValueError(f"{name} applies to sampler='fahmc' only; got {name}={getattr(self, name)!r} "
                                      "with sampler='fald'")
 
-        for name, low in (("rounds", 1), ("num_nodes", 1), ("local_steps", 1), ("chains", 1), ("warmup", 0),
-                          ("thin", 1), ("checkpoint_every", 1)):
+        for name, low in (("rounds", 1), ("num_nodes", 1), ("chains", 1), ("warmup", 0), ("thin", 1),
+                          ("checkpoint_every", 1)):
             check_int(name, getattr(self, name), low)
+        if check_int("local_steps", self.local_steps, 1) > MAX_LOCAL_STEPS:
+            raise ValueError(f"local_steps must be at most {MAX_LOCAL_STEPS} on Flower (every train message carries "
+                             f"the round's K step sizes); got {self.local_steps}: use fewer local steps per round")
+        check_fits("chains", 2 * 8 * self.chains, "cpu", f"the server's iterate and average of {self.chains} chains "
+                   "(at d = 1)", "use fewer chains")
         if self.warmup >= self.rounds:
             raise ValueError(f"warmup must be < rounds = {self.rounds}; got {self.warmup}")
         check_real("temperature", self.temperature, low=0.0, low_open=True)

@@ -261,6 +261,22 @@ def test_serve_refuses_what_the_federation_cannot_run_before_any_round(kw, match
         _run(participation=SchemeII(4))
 
 
+@pytest.mark.parametrize("kw, match", [(dict(local_steps=10**9), "local_steps must be at most 16777216"),
+                                       (dict(chains=10**12), "chains: the server's iterate and average of")])
+def test_flower_run_refuses_a_k_or_chains_it_cannot_send_or_hold(kw, match):
+    with pytest.raises(ValueError, match=match):
+        FlowerRun(rounds=ROUNDS, step_size=ETA, num_nodes=N, **kw)
+
+
+def test_serve_refuses_chains_whose_round_does_not_fit_in_memory(monkeypatch):
+    monkeypatch.setattr("fedlangevin._validation.memory_bytes", lambda device="cpu": 4 * 2**20)
+    run = FlowerRun(rounds=ROUNDS, step_size=ETA, num_nodes=N, chains=10**5)  # 1.6 MB at d = 1 passes; the round's states at N = 3, d = 2 need 11 MB
+    exchange = LocalExchange(run)
+    with pytest.raises(ValueError, match="chains: a round's states of 100000 chains x 3 clients"):
+        serve(exchange, FED, run)
+    assert exchange.calls == 0
+
+
 # -- FA-HMC on the same server (FlowerRun(sampler="fahmc")) -------------------------------------------
 THETA0 = [1.0, -1.0]  # the start of tests/fahmc/test_client.per_client_rounds (the velocity starts at 0)
 
