@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedlangevin._validation import check_bool, check_choice, check_int, check_real
+from fedlangevin._validation import check_bool, check_choice, check_int, check_real, refuse_non_real
 from fedlangevin.problems.base import FederatedProblem, check_problem
 
 __all__ = ["ConsensusResult", "SubPosterior", "client_energy", "combine", "consensus_monte_carlo"]
@@ -155,6 +155,7 @@ def combine(client_draws: Any, weights: Any = None) -> tuple[np.ndarray, np.ndar
     on a common factor of the W_c. Estimated W_c whose entries float64 cannot hold (draws of spread
     beyond about 1e154 or below 1e-154) are returned times a common power of two (the W_c of the
     scaled draws)."""
+    refuse_non_real("client_draws", client_draws)  # "1.5" would parse: numbers only
     x = np.asarray(client_draws, dtype=np.float64)
     if x.ndim != 4 or min(x.shape) < 1:
         raise ValueError(f"client_draws must have shape (N clients, chains, draws, d); got {x.shape}")
@@ -181,6 +182,7 @@ def combine(client_draws: Any, weights: Any = None) -> tuple[np.ndarray, np.ndar
         if not held:
             w = w_scaled
     else:
+        refuse_non_real("weights", weights)
         w = np.asarray(weights, dtype=np.float64)
         if w.shape != (n, d, d):
             raise ValueError(f"weights must have shape (N, d, d) = ({n}, {d}, {d}); got {w.shape}")

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from fedlangevin._validation import check_int, check_real
-from fedlangevin.privacy.accountant import Accounting, _account_levels, _client_levels, _levels
+from fedlangevin.privacy.accountant import Accounting, NoiseOutOfRange, _account_levels, _client_levels, _levels
 from fedlangevin.privacy.paper import PaperBound, paper_bound, paper_delta_split
 
 __all__ = ["PrivacyReport", "trace_privacy"]
@@ -275,7 +275,7 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
             notes.append(f"unequal clients: the worst client is the one with the largest weight p_max = {p_max:.4g} "
                          "(the least private noise; for scheme I also the largest inclusion probability)")
         args = (eta_arg, tau, rho, sensitivity, p_max, n, s, k, t, scheme, inclusion, step_size_ratio)
-        up, down = _client_levels(*args, "up"), _client_levels(*args, "down")
+        up, down = _clip_named(settings if private else None, _client_levels, args)
         notes.append("client level: each local step is a Gaussian mechanism of noise multiplier "
                      "z = sqrt(2 tau (1 - rho^2) / (p_max eta)) / (2C) (fedlangevin.privacy.client_account); the "
                      "paper's Thm 6.1/G.3 is record-level and is not reported")
@@ -287,7 +287,7 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
             notes.append("unequal clients: the tight accountant uses the smallest noise multiplier and the largest "
                          "batch fraction over clients (conservative)")
         args = (eta_arg, tau, rho, gamma, sensitivity, p_eff, n, s, k, t, scheme, inclusion, step_size_ratio)
-        up, down = _levels(*args, "up"), _levels(*args, "down")
+        up, down = _clip_named(settings if private else None, _levels, args)
     tight = _account_levels(up.scaled(r), down.scaled(r), delta, discretization)
 
     eta_max = float(etas.max())
@@ -309,6 +309,21 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
                      batch_size=b, dim=int(settings.dim), sampling=sampling, **deltas)
     return PrivacyReport(delta=delta, epsilon=tight.epsilon, tight=tight, paper=paper, chains=r,
                          mechanism=mechanism, notes=tuple(notes))
+
+
+def _clip_named(settings: Any, levels: Any, args: tuple) -> tuple:
+    """The "up" and "down" levels of ``levels(*args, direction)``; for a private run (``settings``), a noise
+    multiplier outside the accountant's range is refused naming the run's ``clip`` (which sets the
+    sensitivity, 2C: a private run refuses to be given one), with the advice in its terms."""
+    try:
+        return levels(*args, "up"), levels(*args, "down")
+    except NoiseOutOfRange as exc:
+        if settings is None:
+            raise
+        clip = float(settings.clip)
+        text = str(exc).replace("a larger sensitivity", "a larger clip").replace("a smaller sensitivity", "a smaller clip")
+        raise NoiseOutOfRange(f"clip: the run's clip C = {clip:g} ({settings.privacy}) sets the sensitivity 2C = "
+                              f"{2 * clip:g}; {text}", exc.side) from None
 
 
 def _clients_sampled(scheme: str, s: int, n: int) -> str:

@@ -225,6 +225,10 @@ def test_bad_inputs_to_combine_and_sub_posterior():
         combine(np.zeros((3, 10, 2)))
     with pytest.raises(ValueError, match="client_draws must be finite"):
         combine(np.full((2, 1, 5, 2), np.nan))
+    with pytest.raises(ValueError, match="client_draws must hold real numbers"):  # was: could not convert string
+        combine("abc")
+    with pytest.raises(ValueError, match="weights must hold real numbers"):
+        combine(np.zeros((2, 1, 5, 2)), [[["1", "0"], ["0", "1"]]] * 2)
     with pytest.raises(ValueError, match="chains x draws >= d \\+ 1"):
         combine(np.zeros((2, 1, 2, 2)))
     with pytest.raises(ValueError, match="singular sample covariance"):
