@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedlangevin._validation import check_bool, check_choice, check_int, check_real, refuse_non_real
+from fedlangevin._validation import check_bool, check_choice, check_fits, check_int, check_real, refuse_non_real
 from fedlangevin.problems.base import FederatedProblem, check_problem
 
 __all__ = ["ConsensusResult", "SubPosterior", "client_energy", "combine", "consensus_monte_carlo"]
@@ -259,10 +259,10 @@ def consensus_monte_carlo(
     Every bad argument is a ValueError naming it, raised before any sampling.
     """
     check_problem(problem)
-    chains = check_int("chains", chains, 1)
+    n, d = int(problem.num_clients), int(problem.dim)
+    chains = check_int("chains", chains, 1, (2**32 - 1) // n)  # client c's chains are seeded seed + c chains + r
     draws = check_int("draws", draws, 1)
     warmup = check_int("warmup", warmup, 1)
-    n, d = int(problem.num_clients), int(problem.dim)
     seed = check_int("seed", seed, 0, 2**32 - 1 - n * chains)
     local = check_choice("local", local, LOCAL_SAMPLERS)
     temperature = check_real("temperature", temperature, low=0.0, low_open=True)
@@ -271,6 +271,9 @@ def consensus_monte_carlo(
         max_evaluations = check_int("max_evaluations", max_evaluations, 1)
         if local != "nuts":
             raise ValueError("max_evaluations: a cap on the local NUTS runs (local='nuts'); FA-LD's cost is its rounds")
+    check_fits("draws", 2 * 8 * n * chains * draws * d, "cpu",
+               f"the clients' draws ({n} clients x {chains} chains x {draws} draws x d = {d}) and their combination",
+               "use fewer chains or draws")
     if weights is None and chains * draws < d + 1:
         raise ValueError(f"draws: the weights (inverse sample covariances) need chains x draws >= d + 1 = {d + 1}; "
                          f"got {chains} x {draws}")

@@ -219,7 +219,7 @@ def federated_nuts(
     Every bad argument is a ValueError naming it, raised before any round.
     """
     counter = RoundCounter(problem)
-    chains = check_int("chains", chains, 1)
+    chains = check_int("chains", chains, 1, 2**32 - 1)  # chain r is seeded seed + r, a 32-bit seed
     draws = check_int("draws", draws, 1)
     warmup = check_int("warmup", warmup, 1)
     seed = check_int("seed", seed, 0, 2**32 - 1 - chains)  # pyro.set_rng_seed seeds numpy too: at most 2**32 - 1

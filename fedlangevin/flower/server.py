@@ -107,24 +107,28 @@ class FlowerRun:
                     raise ValueError(f"{name} applies to sampler='fahmc' only; got {name}={getattr(self, name)!r} "
                                      "with sampler='fald'")
 
+        def keep(name, value):  # the checked value, normalised (a numpy or 0-d form becomes the Python number)
+            object.__setattr__(self, name, value)
+            return value
+
         for name, low in (("rounds", 1), ("num_nodes", 1), ("chains", 1), ("warmup", 0), ("thin", 1),
                           ("checkpoint_every", 1)):
-            check_int(name, getattr(self, name), low)
-        if check_int("local_steps", self.local_steps, 1) > MAX_LOCAL_STEPS:
+            keep(name, check_int(name, getattr(self, name), low))
+        if keep("local_steps", check_int("local_steps", self.local_steps, 1)) > MAX_LOCAL_STEPS:
             raise ValueError(f"local_steps must be at most {MAX_LOCAL_STEPS} on Flower (every train message carries "
                              f"the round's K step sizes); got {self.local_steps}: use fewer local steps per round")
         check_fits("chains", 2 * 8 * self.chains, "cpu", f"the server's iterate and average of {self.chains} chains "
                    "(at d = 1)", "use fewer chains")
         if self.warmup >= self.rounds:
             raise ValueError(f"warmup must be < rounds = {self.rounds}; got {self.warmup}")
-        check_real("temperature", self.temperature, low=0.0, low_open=True)
-        check_real("correlation", self.correlation, low=0.0, high=1.0)
-        check_seed("seed", self.seed)
-        check_real("node_timeout", self.node_timeout, low=0.0, low_open=True)
+        keep("temperature", check_real("temperature", self.temperature, low=0.0, low_open=True))
+        keep("correlation", check_real("correlation", self.correlation, low=0.0, high=1.0))
+        keep("seed", check_seed("seed", self.seed))
+        keep("node_timeout", check_real("node_timeout", self.node_timeout, low=0.0, low_open=True))
         if self.round_timeout is not None:
-            check_real("round_timeout", self.round_timeout, low=0.0, low_open=True)
+            keep("round_timeout", check_real("round_timeout", self.round_timeout, low=0.0, low_open=True))
         if self.batch_size is not None:
-            check_int("batch_size", self.batch_size, 1)
+            keep("batch_size", check_int("batch_size", self.batch_size, 1))
         if self.noise_dtype not in NOISE_DTYPES:
             raise ValueError(f"noise_dtype must be one of {sorted(NOISE_DTYPES)}; got {self.noise_dtype!r}")
         if self.checkpoint is not None:
