@@ -309,3 +309,33 @@ def test_a_temperature_whose_noise_overflows_is_named_up_front(problem):
     # a huge but representable temperature is valid input and runs (its draws are finite)
     trace = fl.FALD(problem, 1e-4, temperature=1e300, chains=2, seed=0).run(3, progress=False)
     assert torch.isfinite(trace.samples).all()
+
+
+# -- 17: a gradient returned as a transposed (non-contiguous) view ----------------------------------------
+def _nuts(problem, **kw):
+    from fedlangevin.baselines import federated_nuts
+
+    return federated_nuts(problem, **kw)
+
+
+class _TransposedGrad(fl.problems.GaussianSimulation):
+    """The same problem, whose grad returns its gradient as a permuted view of a (d, N, R) tensor."""
+
+    def grad(self, theta, *, batch_size=None, generator=None):
+        g = super().grad(theta, batch_size=batch_size, generator=generator)
+        out = g.permute(2, 1, 0).contiguous().permute(2, 1, 0)
+        assert not out.is_contiguous()
+        return out
+
+
+@pytest.mark.parametrize("build", [
+    lambda p: fl.FALD(p, 1e-3, chains=2, local_steps=2, seed=0).run(4, progress=False).samples,
+    lambda p: fl.FALD(p, 1e-3, chains=2, streams="per_client", seed=0).run(4, progress=False).samples,
+    lambda p: fl.FAHMC(p, 1e-2, chains=2, local_steps=2, seed=0).run(4, progress=False).samples,
+    lambda p: torch.as_tensor(_nuts(p, chains=1, draws=3, warmup=3, seed=0).samples),
+], ids=["fald", "fald-per-client", "fahmc", "nuts"])
+def test_a_gradient_returned_as_a_transposed_view_gives_the_same_draws(build):
+    """A user's grad may return any strided tensor of shape (R, N, d): the samplers read it as its values."""
+    plain = fl.problems.GaussianSimulation(num_clients=3, samples_per_client=6, seed=1)
+    view = _TransposedGrad(num_clients=3, samples_per_client=6, seed=1)
+    assert torch.equal(build(view), build(plain))

@@ -73,6 +73,7 @@ class Arg:
     compare: Callable[[Any], Any] | None = None  # what of the result must not change with the value's type
     optional: bool = False  # None is accepted (the default)
     sequence_ok: bool = False  # a sequence is accepted (e.g. one step size per step)
+    of: str = ""  # the public constructor or run whose argument it is (CALLS; "" for other functions)
 
 
 def _run(**kw):
@@ -81,28 +82,28 @@ def _run(**kw):
 
 ARGS = [
     # the sampler and its schedules
-    Arg("temperature", lambda v: fl.FALD(PROBLEM, 1e-4, temperature=v).temperature, "real", 1.0, 0.0, None, True),
-    Arg("correlation", lambda v: fl.FALD(PROBLEM, 1e-4, correlation=v).correlation, "real", 0.5, 0.0, 1.0),
-    Arg("step_size", lambda v: fl.FALD(PROBLEM, v).schedule, "real", 1e-4, 0.0, None, True, sequence_ok=True),
-    Arg("chains", lambda v: fl.FALD(PROBLEM, 1e-4, chains=v).chains, "int", 2, 1),
-    Arg("local_steps", lambda v: fl.FALD(PROBLEM, 1e-4, local_steps=v).local_steps, "int", 2, 1),
+    Arg("temperature", lambda v: fl.FALD(PROBLEM, 1e-4, temperature=v).temperature, "real", 1.0, 0.0, None, True, of="FALD"),
+    Arg("correlation", lambda v: fl.FALD(PROBLEM, 1e-4, correlation=v).correlation, "real", 0.5, 0.0, 1.0, of="FALD"),
+    Arg("step_size", lambda v: fl.FALD(PROBLEM, v).schedule, "real", 1e-4, 0.0, None, True, sequence_ok=True, of="FALD"),
+    Arg("chains", lambda v: fl.FALD(PROBLEM, 1e-4, chains=v).chains, "int", 2, 1, of="FALD"),
+    Arg("local_steps", lambda v: fl.FALD(PROBLEM, 1e-4, local_steps=v).local_steps, "int", 2, 1, of="FALD"),
     # issue 27: local_steps="auto"'s tolerance and confidence, the check of a fixed K
     Arg("tolerance", lambda v: fl.AutoLocalSteps(tolerance=v).tolerance, "real", 0.2, 0.0, None, True),
     Arg("confidence", lambda v: fl.AutoLocalSteps(confidence=v).confidence, "real", 0.9, 0.0, 1.0, True, True),
     Arg("check_local_bias", lambda v: fl.FALD(PROBLEM, 1e-4, local_steps=2, check_local_bias=v).settings.check_local_bias,
-        "bool", False),
-    Arg("seed", lambda v: fl.FALD(PROBLEM, 1e-4, seed=v).seed, "int", 3, 0, 2**64 - 1, optional=True),
-    Arg("rounds", lambda v: _run(rounds=v), "int", 2, 1),
-    Arg("thin", lambda v: _run(thin=v), "int", 2, 1, optional=True),
-    Arg("warmup", lambda v: _run(warmup=v), "int", 1, 0, 2, optional=True),
+        "bool", False, of="FALD"),
+    Arg("seed", lambda v: fl.FALD(PROBLEM, 1e-4, seed=v).seed, "int", 3, 0, 2**64 - 1, optional=True, of="FALD"),
+    Arg("rounds", lambda v: _run(rounds=v), "int", 2, 1, of="run"),
+    Arg("thin", lambda v: _run(thin=v), "int", 2, 1, optional=True, of="run"),
+    Arg("warmup", lambda v: _run(warmup=v), "int", 1, 0, 2, optional=True, of="run"),
     # FA-HMC (fedlangevin/fahmc): its own argument and the numbers it shares with FA-LD
-    Arg("friction", lambda v: fl.FAHMC(PROBLEM, 1e-2, friction=v).friction, "real", 2.0, 0.0, None, True),
-    Arg("step_size", lambda v: fl.FAHMC(PROBLEM, v).schedule, "real", 1e-2, 0.0, None, True, sequence_ok=True),
-    Arg("temperature", lambda v: fl.FAHMC(PROBLEM, 1e-2, temperature=v).temperature, "real", 1.0, 0.0, None, True),
-    Arg("correlation", lambda v: fl.FAHMC(PROBLEM, 1e-2, correlation=v).correlation, "real", 0.5, 0.0, 1.0),
+    Arg("friction", lambda v: fl.FAHMC(PROBLEM, 1e-2, friction=v).friction, "real", 2.0, 0.0, None, True, of="FAHMC"),
+    Arg("step_size", lambda v: fl.FAHMC(PROBLEM, v).schedule, "real", 1e-2, 0.0, None, True, sequence_ok=True, of="FAHMC"),
+    Arg("temperature", lambda v: fl.FAHMC(PROBLEM, 1e-2, temperature=v).temperature, "real", 1.0, 0.0, None, True, of="FAHMC"),
+    Arg("correlation", lambda v: fl.FAHMC(PROBLEM, 1e-2, correlation=v).correlation, "real", 0.5, 0.0, 1.0, of="FAHMC"),
     Arg("check_local_bias", lambda v: fl.FAHMC(PROBLEM, 1e-2, local_steps=2, check_local_bias=v).settings.check_local_bias,
-        "bool", False),
-    Arg("keep_samples", lambda v: _run(keep_samples=v), "bool", True, optional=True),
+        "bool", False, of="FAHMC"),
+    Arg("keep_samples", lambda v: _run(keep_samples=v), "bool", True, optional=True, of="run"),
     Arg("num_sampled", lambda v: fl.SchemeI(v).num_sampled, "int", 2, 1, 2**24),
     Arg("a", lambda v: fl.Polynomial(v).a, "real", 1e-3, 0.0, None, True),
     Arg("gamma", lambda v: fl.Polynomial(1e-3, gamma=v).gamma, "real", 0.5, 0.0, 1.0),
@@ -177,7 +178,128 @@ ARGS = [
     Arg("n", lambda v: dg.w2_floor(np.zeros(2), np.eye(2), n=v, repeats=20), "int", 5, 2),
     Arg("repeats", lambda v: dg.w2_floor(np.zeros(2), np.eye(2), n=5, repeats=v), "int", 20, 2),
     Arg("seed", lambda v: dg.w2_floor(np.zeros(2), np.eye(2), n=5, repeats=20, seed=v), "int", 3, 0),
+    # the samplers' other numbers (every scalar of CALLS is a row or has a reason in NOT_IN_TABLE)
+    Arg("batch_size", lambda v: fl.FALD(PROBLEM, 1e-4, batch_size=v).batch_size, "int", 2, 1, 4, optional=True,
+        of="FALD"),
+    Arg("adapt", lambda v: fl.FALD(PROBLEM, 1e-4, adapt=v).settings.adapt, "bool", False, optional=True, of="FALD"),
+    Arg("chains", lambda v: fl.FAHMC(PROBLEM, 1e-2, chains=v).chains, "int", 2, 1, of="FAHMC"),
+    Arg("local_steps", lambda v: fl.FAHMC(PROBLEM, 1e-2, local_steps=v).local_steps, "int", 2, 1, of="FAHMC"),
+    Arg("batch_size", lambda v: fl.FAHMC(PROBLEM, 1e-2, batch_size=v).batch_size, "int", 2, 1, 4, optional=True,
+        of="FAHMC"),
+    Arg("seed", lambda v: fl.FAHMC(PROBLEM, 1e-2, seed=v).seed, "int", 3, 0, 2**64 - 1, optional=True, of="FAHMC"),
+    Arg("adapt", lambda v: fl.FAHMC(PROBLEM, 1e-2, adapt=v).settings.adapt, "bool", False, optional=True, of="FAHMC"),
+    Arg("stats", lambda v: _run(stats=v).shape, "bool", True, optional=True, of="run"),
+    Arg("progress", lambda v: _run(progress=v), "bool", False, optional=True, of="run"),
+    # the baselines (issue 46: draws=10**12 ran until killed; chains=10**9 and draws=1 were raw errors)
+    Arg("chains", lambda v: _nuts(chains=v), "int", 1, 1, of="federated_nuts"),
+    Arg("draws", lambda v: _nuts(draws=v), "int", 2, 1, of="federated_nuts"),
+    Arg("seed", lambda v: _nuts(seed=v), "int", 3, 0, 2**32 - 2, of="federated_nuts"),
+    Arg("dense_mass", lambda v: _nuts(dense_mass=v), "bool", True, of="federated_nuts"),
+    Arg("target_accept", lambda v: _nuts(target_accept=v), "real", 0.7, 0.0, 1.0, True, True, of="federated_nuts"),
+    Arg("max_tree_depth", lambda v: _nuts(max_tree_depth=v), "int", 3, 1, 30, of="federated_nuts"),
+    Arg("max_rounds", lambda v: _nuts(max_rounds=v), "int", 10**6, 1, optional=True, of="federated_nuts"),
+    Arg("chains", lambda v: _consensus(chains=v), "int", 2, 1, of="consensus_monte_carlo"),
+    Arg("draws", lambda v: _consensus(draws=v), "int", 3, 2, of="consensus_monte_carlo"),
+    Arg("seed", lambda v: _consensus(seed=v), "int", 3, 0, 2**32 - 1 - 3, of="consensus_monte_carlo"),  # N = 3
+    Arg("temperature", lambda v: _consensus(temperature=v), "real", 2.0, 0.0, None, True, of="consensus_monte_carlo"),
+    Arg("dense_mass", lambda v: _consensus(dense_mass=v), "bool", False, of="consensus_monte_carlo"),
+    # Flower's server settings (issue 46: local_steps=10**9 and chains=10**12 were raw errors)
+    *[Arg(name, lambda v, name=name: _flower(**{name: v}), kind, valid, low, high, low_open, of="FlowerRun",
+          optional=optional)
+      for name, kind, valid, low, high, low_open, optional in [
+          ("rounds", "int", 4, 1, None, False, False), ("num_nodes", "int", 3, 1, None, False, False),
+          ("local_steps", "int", 2, 1, 2**24, False, False), ("chains", "int", 2, 1, None, False, False),
+          ("seed", "int", 3, 0, 2**64 - 1, False, False), ("warmup", "int", 1, 0, 3, False, False),
+          ("thin", "int", 2, 1, None, False, False), ("checkpoint_every", "int", 2, 1, None, False, False),
+          ("batch_size", "int", 2, 1, None, False, True), ("temperature", "real", 2.0, 0.0, None, True, False),
+          ("correlation", "real", 0.5, 0.0, 1.0, False, False), ("node_timeout", "real", 5.0, 0.0, None, True, False),
+          ("round_timeout", "real", 5.0, 0.0, None, True, True)]],
+    Arg("friction", lambda v: _flower(sampler="fahmc", friction=v), "real", 0.5, 0.0, None, True, optional=True,
+        of="FlowerRun"),
+    # the privacy records and the accountants' grouping of step sizes (issue 46: unchecked for a constant eta)
+    Arg("clip", lambda v: fp.RecordLevel(clip=v), "real", 0.5, 0.0, fp.mechanism.MAX_CLIP, True, of="RecordLevel"),
+    Arg("clip", lambda v: fp.ClientLevel(clip=v), "real", 0.5, 0.0, fp.mechanism.MAX_CLIP, True, of="ClientLevel"),
+    Arg("step_size_ratio", lambda v: fp.rdp_epsilon(**PRIVACY, delta=1e-5, step_size_ratio=v), "real", 1.1, 1.0, None,
+        True),
 ]
+
+
+def _nuts(**kw):
+    from fedlangevin.baselines import federated_nuts
+
+    kw = {"chains": 1, "draws": 2, "warmup": 2, "max_tree_depth": 2, **kw}
+    return federated_nuts(PROBLEM, **kw).samples
+
+
+def _consensus(**kw):
+    from fedlangevin.baselines import consensus_monte_carlo
+
+    kw = {"chains": 1, "draws": 3, "warmup": 2, "local": "fald", **kw}
+    return consensus_monte_carlo(PROBLEM, **kw).samples
+
+
+def _flower(**kw):
+    from fedlangevin.flower.server import FlowerRun
+
+    return FlowerRun(**{"rounds": 4, "step_size": 1e-3, "num_nodes": 3, **kw})
+
+
+# -- every argument of the public constructors and run is in the table, or says why not ----------------
+def _calls() -> dict:
+    """The public constructors and ``run`` whose scalar arguments the table must cover (a new sampler
+    exported by fedlangevin, or a new argument of one of these, fails the coverage test until it is
+    given rows or a reason)."""
+    from fedlangevin.baselines import consensus_monte_carlo, federated_nuts
+    from fedlangevin.flower.server import FlowerRun
+
+    return {"FALD": fl.FALD.__init__, "FAHMC": fl.FAHMC.__init__, "run": fl.FALD.run,
+            "federated_nuts": federated_nuts, "consensus_monte_carlo": consensus_monte_carlo, "FlowerRun": FlowerRun,
+            "RecordLevel": fp.RecordLevel, "ClientLevel": fp.ClientLevel}
+
+
+_OBJECT = "an object (problem, rule, codec, contract): refused by name in its own tests"
+_ARRAY = "an array: ARRAY_CASES / ELEMENT_CASES, and its own tests"
+_CHOICE = "a choice among names: refused by name in its own tests (tests/test_validation.py, ...)"
+_PATH = "a path: the checkpoint and store tests"
+NOT_IN_TABLE = {
+    "FALD": {"problem": _OBJECT, "participation": _OBJECT, "init": _ARRAY, "device": _CHOICE, "dtype": _CHOICE,
+             "noise_dtype": _CHOICE, "upload": _OBJECT, "streams": _CHOICE, "transport": _OBJECT,
+             "preconditioner": _OBJECT, "correction": _OBJECT, "privacy": _OBJECT},
+    "FAHMC": {"problem": _OBJECT, "participation": _OBJECT, "init": _ARRAY, "device": _CHOICE, "dtype": _CHOICE,
+              "noise_dtype": _CHOICE, "preconditioner": _OBJECT, "splitting": _CHOICE, "correction": _OBJECT,
+              "privacy": _OBJECT, "transport": _OBJECT},
+    "run": {"store": _PATH, "checkpoint": _PATH, "target": _OBJECT, "on_divergence": _CHOICE,
+            "checkpoint_every": "needs a checkpoint path: tests/runner/io/test_checkpoint.py"},
+    "federated_nuts": {"problem": _OBJECT, "init": _ARRAY,
+                       "warmup": "a huge warm-up is compute, not memory: max_rounds caps it (tests/baselines)"},
+    "consensus_monte_carlo": {"problem": _OBJECT, "local": _CHOICE, "weights": _ARRAY,
+                              "warmup": "a huge warm-up is compute, not memory (as FALD.run's rounds): tests/baselines",
+                              "max_evaluations": "local='nuts' only: tests/baselines/test_consensus.py"},
+    "FlowerRun": {"step_size": "the schedule's checks, as FALD's (as_schedule)", "participation": _OBJECT,
+                  "noise_dtype": _CHOICE, "init": _ARRAY, "checkpoint": _PATH, "sampler": _CHOICE,
+                  "splitting": _CHOICE},
+    "RecordLevel": {}, "ClientLevel": {},
+}
+
+
+def test_every_public_sampler_is_a_call_of_the_table():
+    from fedlangevin.runner.base import Runner
+
+    samplers = {n for n in fl.__all__ if isinstance(getattr(fl, n), type) and issubclass(getattr(fl, n), Runner)}
+    assert samplers and samplers <= set(_calls()), sorted(samplers - set(_calls()))
+
+
+@pytest.mark.parametrize("call", sorted(NOT_IN_TABLE))
+def test_every_argument_of_the_public_calls_has_rows_or_a_reason(call):
+    import inspect
+
+    params = [n for n in inspect.signature(_calls()[call]).parameters if n != "self"]
+    rows = {a.name for a in ARGS if a.of == call}
+    reasons = NOT_IN_TABLE[call]
+    missing = [n for n in params if n not in rows and n not in reasons]
+    assert not missing, f"{call}: arguments with no row in ARGS and no reason in NOT_IN_TABLE: {missing}"
+    stale = sorted((rows | set(reasons)) - set(params))
+    assert not stale, f"{call}: rows or reasons for arguments it does not have: {stale}"
 
 
 def _outside(arg: Arg):

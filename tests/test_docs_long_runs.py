@@ -90,6 +90,28 @@ def test_resume_recipe_works_after_a_kill_before_the_first_checkpoint(tmp_path, 
     assert torch.equal(again["trace"].samples, whole["trace"].samples)
 
 
+def test_resume_recipe_works_after_a_kill_between_the_stores_data_files_and_its_meta(tmp_path, monkeypatch):
+    """Killed inside the store's creation, after samples.bin and draw_rounds.bin were made (empty) and
+    before meta.json: the recipe used to stop at "store directory ... is not empty"; it starts afresh."""
+    import fedlangevin.runner.io.store as st
+
+    (tmp_path / "whole").mkdir()
+    (tmp_path / "cut").mkdir()
+    whole, _ = _exec(_recipe(), tmp_path / "whole")
+
+    def killed(path, data):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(st, "write_json_atomic", killed)
+    with pytest.raises(KeyboardInterrupt):
+        _exec(_recipe(), tmp_path / "cut")
+    monkeypatch.undo()
+    folder = tmp_path / "cut" / "long-run" / "samples"
+    assert {p.name for p in folder.iterdir()} == {"samples.bin", "draw_rounds.bin"}
+    again, _ = _exec(_recipe(), tmp_path / "cut")
+    assert torch.equal(again["trace"].samples, whole["trace"].samples)
+
+
 def test_other_blocks_run_and_print_what_the_page_says(tmp_path):
     outputs = []
     for block in _blocks():

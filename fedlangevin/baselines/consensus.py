@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedlangevin._validation import check_bool, check_choice, check_int, check_real
+from fedlangevin._validation import check_bool, check_choice, check_fits, check_int, check_real, refuse_non_real
 from fedlangevin.problems.base import FederatedProblem, check_problem
 
 __all__ = ["ConsensusResult", "SubPosterior", "client_energy", "combine", "consensus_monte_carlo"]
@@ -136,32 +136,53 @@ class SubPosterior(FederatedProblem):
         return self.problem.parameter_names()
 
 
+def _power_of_two_scale(a: np.ndarray) -> int:
+    """k with 2^k max|a| in [0.5, 1) (0 for an all-zero ``a``): scaling by 2^k is exact in float64, and
+    squares and products of the scaled values neither overflow nor underflow."""
+    top = float(np.abs(a).max())
+    return 0 if top == 0.0 else -int(np.frexp(top)[1])
+
+
 def combine(client_draws: Any, weights: Any = None) -> tuple[np.ndarray, np.ndarray]:
     """Scott et al.'s combination (module docstring) of ``client_draws`` (N, chains, draws, d), finite:
     returns the combined draws (chains, draws, d) and the weights W (N, d, d) used. ``weights``:
     None (each client's inverse sample covariance, over its chains x draws >= d + 1 draws), or the
     W_c as an (N, d, d) array of symmetric positive-definite matrices (e.g. exact precisions).
-    ValueError naming the argument."""
+    ValueError naming the argument.
+
+    The combination is computed on the draws and weights scaled by powers of two (exact), so any
+    finite draws give finite combined draws: the average is linear in the draws and does not depend
+    on a common factor of the W_c. Estimated W_c whose entries float64 cannot hold (draws of spread
+    beyond about 1e154 or below 1e-154) are returned times a common power of two (the W_c of the
+    scaled draws)."""
+    refuse_non_real("client_draws", client_draws)  # "1.5" would parse: numbers only
     x = np.asarray(client_draws, dtype=np.float64)
     if x.ndim != 4 or min(x.shape) < 1:
         raise ValueError(f"client_draws must have shape (N clients, chains, draws, d); got {x.shape}")
     if not np.isfinite(x).all():
         raise ValueError("client_draws must be finite")
     n, r, s, d = x.shape
+    shift = _power_of_two_scale(x)
+    y = np.ldexp(x, shift)
     if weights is None:
         if r * s < d + 1:
             raise ValueError(f"client_draws: a sample covariance needs chains x draws >= d + 1 = {d + 1} draws per "
                              f"client; got {r * s}")
-        flat = x.reshape(n, r * s, d)
+        flat = y.reshape(n, r * s, d)
         centred = flat - flat.mean(1, keepdims=True)
         cov = np.einsum("nmi,nmj->nij", centred, centred) / (r * s - 1)
         try:
-            w = np.linalg.inv(cov)
-            np.linalg.cholesky(w)
+            w_scaled = np.linalg.inv(cov)
+            np.linalg.cholesky(w_scaled)
         except np.linalg.LinAlgError:
             raise ValueError("client_draws: a client's draws have a singular sample covariance (draws that do not "
                              "move in some direction); pass weights") from None
+        w = np.ldexp(w_scaled, 2 * shift)  # the W_c of the draws themselves, where float64 holds them
+        held = np.isfinite(w).all() and (np.abs(w)[w_scaled != 0] >= np.finfo(np.float64).tiny).all()
+        if not held:
+            w = w_scaled
     else:
+        refuse_non_real("weights", weights)
         w = np.asarray(weights, dtype=np.float64)
         if w.shape != (n, d, d):
             raise ValueError(f"weights must have shape (N, d, d) = ({n}, {d}, {d}); got {w.shape}")
@@ -169,9 +190,10 @@ def combine(client_draws: Any, weights: Any = None) -> tuple[np.ndarray, np.ndar
             raise ValueError("weights must be finite symmetric matrices")
         if (np.linalg.eigvalsh(w).min(axis=1) <= 0).any():
             raise ValueError("weights must be positive definite")
-    total = w.sum(0)
-    combined = np.linalg.solve(total, np.einsum("nij,nrsj->irs", w, x).reshape(d, -1)).reshape(d, r, s)
-    return np.ascontiguousarray(np.moveaxis(combined, 0, -1)), w
+        w_scaled = np.ldexp(w, _power_of_two_scale(w))
+    total = w_scaled.sum(0)
+    combined = np.linalg.solve(total, np.einsum("nij,nrsj->irs", w_scaled, y).reshape(d, -1)).reshape(d, r, s)
+    return np.ascontiguousarray(np.ldexp(np.moveaxis(combined, 0, -1), -shift)), w
 
 
 @dataclass(frozen=True)
@@ -237,10 +259,10 @@ def consensus_monte_carlo(
     Every bad argument is a ValueError naming it, raised before any sampling.
     """
     check_problem(problem)
-    chains = check_int("chains", chains, 1)
+    n, d = int(problem.num_clients), int(problem.dim)
+    chains = check_int("chains", chains, 1, (2**32 - 1) // n)  # client c's chains are seeded seed + c chains + r
     draws = check_int("draws", draws, 1)
     warmup = check_int("warmup", warmup, 1)
-    n, d = int(problem.num_clients), int(problem.dim)
     seed = check_int("seed", seed, 0, 2**32 - 1 - n * chains)
     local = check_choice("local", local, LOCAL_SAMPLERS)
     temperature = check_real("temperature", temperature, low=0.0, low_open=True)
@@ -249,6 +271,9 @@ def consensus_monte_carlo(
         max_evaluations = check_int("max_evaluations", max_evaluations, 1)
         if local != "nuts":
             raise ValueError("max_evaluations: a cap on the local NUTS runs (local='nuts'); FA-LD's cost is its rounds")
+    check_fits("draws", 2 * 8 * n * chains * draws * d, "cpu",
+               f"the clients' draws ({n} clients x {chains} chains x {draws} draws x d = {d}) and their combination",
+               "use fewer chains or draws")
     if weights is None and chains * draws < d + 1:
         raise ValueError(f"draws: the weights (inverse sample covariances) need chains x draws >= d + 1 = {d + 1}; "
                          f"got {chains} x {draws}")

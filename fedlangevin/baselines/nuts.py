@@ -26,6 +26,7 @@ as FA-LD's). Pyro draws from the global random number generators; they are resto
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from dataclasses import dataclass
@@ -34,9 +35,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedlangevin._validation import check_bool, check_init, check_int, check_real
+from fedlangevin._validation import check_bool, check_fits, check_init, check_int, check_real
 
 __all__ = ["NUTSResult", "RoundCounter", "RoundLimitError", "federated_nuts"]
+
+#: host memory per kept draw besides its 2 d floats (the draw and its stacked copy): Pyro keeps each
+#: draw as a tensor of its own (a Python object of about half a kilobyte)
+BYTES_PER_DRAW = 512
 
 
 class RoundLimitError(RuntimeError):
@@ -78,6 +83,8 @@ class RoundCounter:
         self.rounds = 0
         #: :meth:`query` refuses a round beyond this many (``None``: no limit), raising ``_Limit``
         self.limit: int | None = None
+        #: a chain's start: the next query checks that U and grad U are finite there (``_BadStart``)
+        self.start: torch.Tensor | None = None
 
     @property
     def floats_down(self) -> int:
@@ -88,13 +95,22 @@ class RoundCounter:
         return self.rounds * self.num_clients * (self.dim + 1)
 
     def query(self, theta: torch.Tensor) -> tuple[float, torch.Tensor]:
-        """One round at theta (d,): (f(theta), grad f(theta) (d,)), float64."""
+        """One round at theta (d,): (f(theta), grad f(theta) (d,)), float64. A theta of another size
+        is a ValueError naming ``theta`` (no round)."""
+        if not isinstance(theta, torch.Tensor) or theta.numel() != self.dim:
+            raise ValueError(f"theta must be a tensor of d = {self.dim} entries; got "
+                             f"{tuple(theta.shape) if isinstance(theta, torch.Tensor) else type(theta).__name__}")
         if self.limit is not None and self.rounds >= self.limit:
             raise _Limit
         self.rounds += 1
         theta = theta.detach().to(torch.float64).reshape(self.dim)
         grads = self.problem.grad(theta.expand(1, self.num_clients, self.dim).clone())[0]  # (N, d): grad f^c
-        return self._energy(theta), self.weights @ grads
+        energy, grad = self._energy(theta), self.weights @ grads
+        start, self.start = self.start, None
+        if (start is not None and torch.equal(theta, start.to(theta))
+                and not (math.isfinite(energy) and bool(torch.isfinite(grad).all()))):
+            raise _BadStart(energy)  # Pyro's first round, at the chain's start: the start is refused
+        return energy, grad
 
     def potential(self, theta: torch.Tensor) -> torch.Tensor:
         """f(theta) as a differentiable scalar (autograd gets grad f from the same round): what
@@ -104,6 +120,15 @@ class RoundCounter:
 
 class _Limit(Exception):
     """Raised inside Pyro's run by a counter at its limit (federated_nuts turns it into RoundLimitError)."""
+
+
+class _BadStart(Exception):
+    """Raised inside Pyro's run at a chain's start where U or grad U is not finite (federated_nuts turns
+    it into a ValueError naming ``init``)."""
+
+    def __init__(self, energy: float) -> None:
+        super().__init__(energy)
+        self.energy = energy
 
 
 class _Round(torch.autograd.Function):
@@ -194,7 +219,7 @@ def federated_nuts(
     Every bad argument is a ValueError naming it, raised before any round.
     """
     counter = RoundCounter(problem)
-    chains = check_int("chains", chains, 1)
+    chains = check_int("chains", chains, 1, 2**32 - 1)  # chain r is seeded seed + r, a 32-bit seed
     draws = check_int("draws", draws, 1)
     warmup = check_int("warmup", warmup, 1)
     seed = check_int("seed", seed, 0, 2**32 - 1 - chains)  # pyro.set_rng_seed seeds numpy too: at most 2**32 - 1
@@ -202,6 +227,9 @@ def federated_nuts(
     target_accept = check_real("target_accept", target_accept, low=0.0, high=1.0, low_open=True, high_open=True)
     max_tree_depth = check_int("max_tree_depth", max_tree_depth, 1, 30)
     counter.limit = None if max_rounds is None else check_int("max_rounds", max_rounds, 1)
+    check_fits("chains, draws", chains * draws * (2 * 8 * counter.dim + BYTES_PER_DRAW), "cpu",
+               f"keeping {chains} chains x {draws} draws of d = {counter.dim} (Pyro keeps each draw as a tensor)",
+               "use fewer chains or draws")
     starts = check_init(init, chains, counter.dim, torch.float64, "cpu")
 
     import pyro
@@ -224,15 +252,21 @@ def federated_nuts(
                               target_accept_prob=target_accept, max_tree_depth=max_tree_depth)
                 mcmc = MCMC(kernel, num_samples=draws, warmup_steps=warmup, initial_params={"theta": starts[r]},
                             hook_fn=hook, disable_progbar=True)
+                counter.start = starts[r]
                 try:
                     mcmc.run()
                 except _Limit:
                     raise RoundLimitError(counter.rounds, r, time.perf_counter() - start) from None
+                except _BadStart as bad:
+                    raise ValueError(f"init: the energy or its gradient at the start of chain {r} is not finite "
+                                     f"(U = {bad.energy:.4g}); start where both are finite") from None
                 samples.append(mcmc.get_samples()["theta"].detach().numpy().reshape(draws, counter.dim))
                 rounds.append(counter.rounds - before)
                 warm.append(marks[0] - before)
                 steps.append(float(kernel.step_size))
-                divergent.append(len(mcmc.diagnostics()["divergences"]["chain 0"]))
+                # the divergences Pyro records (what mcmc.diagnostics() reports, without its ESS, undefined
+                # for a single draw)
+                divergent.append(len(mcmc._diagnostics[0]["divergences"]))
     finally:
         random.setstate(states[0])
         np.random.set_state(states[1])

@@ -229,6 +229,28 @@ class FAHMC(Runner):
     def _uploads(self, info) -> float:
         return self.participation.uploads(info.weights)
 
+    def _diagnose(self, state, gen_state, etas, bad_rows):
+        """The base's account of a round that ended non-finite, unless the problem's gradient is NaN/inf
+        at the round's start (finite parameters below sqrt(max float), where no smooth energy's gradient
+        overflows): then the gradient is named as the cause, not the step size."""
+        steps, causes, detail = super()._diagnose(state, gen_state, etas, bad_rows)
+        theta = self.state.theta[torch.as_tensor(bad_rows, dtype=torch.long, device=self.state.theta.device)]
+        n = self.problem.num_clients
+        grad = self.problem.to(device=self.device, dtype=self.dtype).grad(
+            theta.unsqueeze(1).expand(-1, n, -1).contiguous())
+        large = float(torch.finfo(theta.dtype).max) ** 0.5
+        nan = (~torch.isfinite(grad).flatten(1).all(1)) & (theta.abs().amax(1) < large)
+        chains = [int(self.active[r]) for r, bad in zip(bad_rows, nan.tolist()) if bad]
+        if not chains:
+            return steps, causes, detail
+        for c in chains:
+            causes[c] = "gradient"
+        size = float(theta[nan].abs().max())
+        others = [c for c in steps if c not in chains]
+        text = (f"the problem's gradient was NaN/inf at finite, moderate parameters (the round's start, |theta| <= "
+                f"{size:.3g}) in chain(s) {chains[:10]}: check the energy and its gradient there")
+        return steps, causes, text + (f"; in chain(s) {others[:10]}: {detail}" if others else "")
+
     def _per_round_floats(self) -> tuple[float, float]:
         """Besides theta's d floats per upload and N d down: the velocity's as many."""
         d = self.problem.dim

@@ -27,7 +27,7 @@ from fedlangevin.flower.protocol import (
 )
 from fedlangevin.problems.base import FederatedProblem
 
-__all__ = ["NodeProblem", "client_app", "partitioned", "handle_query", "handle_train"]
+__all__ = ["NodeProblem", "client_app", "partitioned", "handle_query", "handle_train", "local_states"]
 
 
 @dataclass(frozen=True)
@@ -106,55 +106,103 @@ def handle_query(node: NodeProblem, message):
     return app.Message(app.RecordDict({INFO: info}), reply_to=message)
 
 
+#: the config entries every train message carries (a family's own options besides, e.g. FA-HMC's
+#: ``friction`` and ``splitting``: its node kernel's ``option_names``)
+TRAIN_KEYS = ("round", "round_seed", "step_sizes", "weight", "temperature", "correlation", "batch_size", "noise_dtype")
+#: the largest round number a train message may carry (the streams' keys are 64-bit)
+MAX_ROUND = 2**63 - 1
+
+
+def _entry(cfg, key: str):
+    if key not in cfg:
+        raise ValueError(f"train message: the config has no {key!r} (a train message carries {list(TRAIN_KEYS)})")
+    return cfg[key]
+
+
+def _kernel(cfg, kernels):
+    """The node kernel of the message's family (config ``"sampler"``, FA-LD without one)."""
+    kernels = node_kernels(kernels)
+    sampler = cfg["sampler"] if "sampler" in cfg else DEFAULT_SAMPLER
+    if sampler not in kernels:
+        raise ValueError(f"train message: sampler must be one of {list(kernels)}; got {sampler!r}")
+    return kernels[sampler]
+
+
+def local_states(node: NodeProblem, theta: torch.Tensor, cfg, arrays=None, kernels=None) -> dict:
+    """The client's K local steps of a train message (the handler's work, without Flower): from
+    theta (R, d) and the family's other arrays ``arrays`` (FA-HMC: ``{"momentum": v}``), with the
+    message's config ``cfg`` (a mapping: :data:`TRAIN_KEYS`, ``sampler`` and the family's options),
+    the states to send back, ``{"beta": ...}`` and the family's arrays. ``kernels``: the families
+    the node runs (:func:`~fedlangevin.flower.protocol.node_kernels`; default: the package's).
+
+    Every entry of the config is checked before any step (ValueError naming it: a missing key, a
+    batch size outside [0, n_c] (0: full batch), an empty or non-positive step list, a round or
+    seed out of range, an array of another shape, ...), and the local state after them (a
+    non-finite one is not sent).
+    """
+    from fedlangevin._validation import check_int, check_real, check_seed, check_step_sizes
+
+    if theta.dim() != 2 or theta.shape[1] != node.problem.dim:
+        raise ValueError(f"train message: theta must have shape (R, d = {node.problem.dim}); got {tuple(theta.shape)}")
+    kernel = _kernel(cfg, kernels)
+    t = check_int("train message: round", _entry(cfg, "round"), 0, MAX_ROUND)
+    round_seed = check_seed("train message: round_seed", _entry(cfg, "round_seed"))
+    etas = list(check_step_sizes("train message: step_sizes", _entry(cfg, "step_sizes")))
+    weight = check_real("train message: weight", _entry(cfg, "weight"), low=0.0, high=1.0, low_open=True)
+    temperature = check_real("train message: temperature", _entry(cfg, "temperature"), low=0.0, low_open=True)
+    correlation = check_real("train message: correlation", _entry(cfg, "correlation"), low=0.0, high=1.0)
+    sizes = getattr(node.problem, "client_sizes", None)
+    largest = node.num_examples if sizes is None else int(sizes.min())
+    batch = check_int("train message: batch_size (0: full batch)", _entry(cfg, "batch_size"), 0, largest)
+    noise = _entry(cfg, "noise_dtype")
+    if noise not in NOISE_DTYPES:
+        raise ValueError(f"train message: noise_dtype must be one of {sorted(NOISE_DTYPES)}; got {noise!r}")
+    noise_weight = None
+    if "noise_weight" in cfg:  # the participation rule's calibrated private noise (protocol.py)
+        noise_weight = check_real("train message: noise_weight", cfg["noise_weight"], low=0.0, low_open=True)
+    arrays = dict(arrays or {})
+    for name in kernel.arrays:  # the state's arrays besides theta (FA-HMC: the velocity)
+        if name not in arrays or tuple(arrays[name].shape) != tuple(theta.shape):
+            got = tuple(arrays[name].shape) if name in arrays else None
+            raise ValueError(f"train message: {name} must have theta's shape {tuple(theta.shape)}; got {got}")
+    options = {name: _entry(cfg, name) for name in kernel.option_names}
+    problem = node.problem_for(weight)
+    if batch:
+        problem.check_batch_size(batch)
+    common = dict(weight=float(problem.weights[0]), temperature=temperature, correlation=correlation,
+                  shared_generator=torch.Generator().manual_seed(round_seed),
+                  private_generator=private_stream(node.private_seed, node.client, t),
+                  batch_size=None if batch == 0 else batch, noise_dtype=NOISE_DTYPES[noise],
+                  noise_weight=noise_weight)
+    out = kernel.client_round(problem, theta, etas, arrays=arrays, options=options, **common)
+    states = {BETA: out["beta"], **{name: out[name] for name in kernel.arrays}}
+    if not all(bool(torch.isfinite(x).all()) for x in states.values()):
+        raise ValueError(f"client {node.client}, round {t}: the local state is not finite (step size too large for "
+                         "this client's curvature?); not sent")
+    return states
+
+
 def handle_train(node: NodeProblem, message, kernels=None):
     """Run the client's K local steps from the message's theta; reply with beta (R, d). The
     message's family (config ``"sampler"``, FA-LD without one) is looked up in ``kernels``
     (:func:`~fedlangevin.flower.protocol.node_kernels`: the package's by default) and its node
     kernel runs the round. An FA-HMC message (``"sampler": "fahmc"``) also carries the velocity v
     (R, d), the kernel's array ``"momentum"``: the client runs FA-HMC's client round from (theta, v)
-    and replies with both its theta_c (``"beta"``) and v_c (``"momentum"``).
+    and replies with both its theta_c (``"beta"``) and v_c (``"momentum"``). The work is
+    :func:`local_states`.
 
     Raises ValueError on a malformed message and on a non-finite local state (the client
     refuses to send it; the server then treats the client as dropped for the round).
     """
-    app = flwr_app()
     content = message.content
     theta = from_array_record(content.array_records.get(THETA), THETA, "train message")
     cfg = content.config_records.get(CONFIG)
     if cfg is None:
         raise ValueError("train message: no config record")
-    if theta.dim() != 2 or theta.shape[1] != node.problem.dim:
-        raise ValueError(f"train message: theta must have shape (R, d = {node.problem.dim}); got {tuple(theta.shape)}")
-    kernels = node_kernels(kernels)
-    sampler = cfg["sampler"] if "sampler" in cfg else DEFAULT_SAMPLER
-    if sampler not in kernels:
-        raise ValueError(f"train message: sampler must be one of {list(kernels)}; got {sampler!r}")
-    kernel = kernels[sampler]
-    problem = node.problem_for(float(cfg["weight"]))
-    noise = cfg["noise_dtype"]
-    if noise not in NOISE_DTYPES:
-        raise ValueError(f"train message: noise_dtype must be one of {sorted(NOISE_DTYPES)}; got {noise!r}")
-    batch = int(cfg["batch_size"])
-    t = int(cfg["round"])
-    common = dict(weight=float(problem.weights[0]), temperature=float(cfg["temperature"]),
-                  correlation=float(cfg["correlation"]),
-                  shared_generator=torch.Generator().manual_seed(int(cfg["round_seed"])),
-                  private_generator=private_stream(node.private_seed, node.client, t),
-                  batch_size=None if batch == 0 else batch, noise_dtype=NOISE_DTYPES[noise],
-                  noise_weight=float(cfg["noise_weight"]) if "noise_weight" in cfg else None)
-    etas = [float(e) for e in cfg["step_sizes"]]
-    arrays = {}
-    for name in kernel.arrays:  # the state's arrays besides theta (FA-HMC: the velocity)
-        arrays[name] = from_array_record(content.array_records.get(name), name, "train message")
-        if arrays[name].shape != theta.shape:
-            raise ValueError(f"train message: {name} must have theta's shape {tuple(theta.shape)}; "
-                             f"got {tuple(arrays[name].shape)}")
-    options = {name: cfg[name] for name in kernel.option_names}
-    out = kernel.client_round(problem, theta, etas, arrays=arrays, options=options, **common)
-    states = {BETA: out["beta"], **{name: out[name] for name in kernel.arrays}}
-    if not all(bool(torch.isfinite(x).all()) for x in states.values()):
-        raise ValueError(f"client {node.client}, round {t}: the local state is not finite (step size too large for "
-                         "this client's curvature?); not sent")
+    kernel = _kernel(cfg, kernels)
+    arrays = {name: from_array_record(content.array_records.get(name), name, "train message") for name in kernel.arrays}
+    states = local_states(node, theta, cfg, arrays, kernels)
+    app = flwr_app()
     return app.Message(app.RecordDict({k: to_array_record(k, x) for k, x in states.items()}), reply_to=message)
 
 

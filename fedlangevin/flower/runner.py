@@ -45,6 +45,7 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
+from fedlangevin._validation import check_fits
 from fedlangevin.federation.rounds import aggregate
 from fedlangevin.federation.streams import participation_stream
 from fedlangevin.runner.io import checkpoint as ckpt
@@ -280,7 +281,14 @@ class FlowerRunner(Runner):
 
 def serve(exchange: Any, problem: Federation, run: Any, on_round: Callable[[int], None] | None = None) -> FlowerTrace:
     """Run ``run`` (a :class:`~fedlangevin.flower.server.FlowerRun`) over ``exchange``'s clients of
-    ``problem``: from its checkpoint where ``run.checkpoint`` exists, else from the start."""
+    ``problem``: from its checkpoint where ``run.checkpoint`` exists, else from the start. The
+    participation rule and the batch size are checked against the federation first (ValueError
+    naming them: e.g. scheme II's S larger than the number of clients), before any message."""
+    run.participation.validate(problem.weights)
+    problem.check_batch_size(run.batch_size)
+    n, d = problem.num_clients, problem.dim
+    check_fits("chains", 8 * run.chains * d * (n + 4), "cpu", f"a round's states of {run.chains} chains x "
+               f"{n} clients x d = {d} on the server", "use fewer chains")
     kernel = ServerKernel(exchange, problem, run, on_round)
     if run.checkpoint is not None and os.path.lexists(run.checkpoint):  # (a link loop is reported by the reader)
         runner = FlowerRunner.continued(run.checkpoint, kernel)

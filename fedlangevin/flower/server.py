@@ -31,7 +31,11 @@ from fedlangevin.flower.protocol import (
 from fedlangevin.flower.runner import Replies, serve
 from fedlangevin.flower.trace import Federation, FlowerTrace, save_trace
 
-__all__ = ["FlowerExchange", "FlowerRun", "discover", "run_server", "server_app", "wait_for_nodes"]
+__all__ = ["MAX_LOCAL_STEPS", "FlowerExchange", "FlowerRun", "discover", "run_server", "server_app", "wait_for_nodes"]
+
+#: the largest K of a Flower run: a train message carries the round's K step sizes (8 bytes each, 128 MiB
+#: at this K, a quarter of Flower's 512 MiB limit on a message)
+MAX_LOCAL_STEPS = 2**24
 
 
 @dataclass(frozen=True)
@@ -84,7 +88,9 @@ class FlowerRun:
     kernels: Any = None
 
     def __post_init__(self) -> None:
-        from fedlangevin._validation import check_checkpoint_path, check_choice, check_int, check_real, check_seed
+        from fedlangevin._validation import (
+            check_checkpoint_path, check_choice, check_fits, check_int, check_real, check_seed,
+        )
 
         kernels = node_kernels(self.kernels)
         check_choice("sampler", self.sampler, tuple(kernels))
@@ -103,24 +109,36 @@ class FlowerRun:
             object.__setattr__(self, name, value)
         object.__setattr__(self, "node", node)
 
-        for name, low in (("rounds", 1), ("num_nodes", 1), ("local_steps", 1), ("chains", 1), ("warmup", 0),
-                          ("thin", 1), ("checkpoint_every", 1)):
-            check_int(name, getattr(self, name), low)
+        def keep(name, value):  # the checked value, normalised (a numpy or 0-d form becomes the Python number)
+            object.__setattr__(self, name, value)
+            return value
+
+        for name, low in (("rounds", 1), ("num_nodes", 1), ("chains", 1), ("warmup", 0), ("thin", 1),
+                          ("checkpoint_every", 1)):
+            keep(name, check_int(name, getattr(self, name), low))
+        if keep("local_steps", check_int("local_steps", self.local_steps, 1)) > MAX_LOCAL_STEPS:
+            raise ValueError(f"local_steps must be at most {MAX_LOCAL_STEPS} on Flower (every train message carries "
+                             f"the round's K step sizes); got {self.local_steps}: use fewer local steps per round")
+        check_fits("chains", 2 * 8 * self.chains, "cpu", f"the server's iterate and average of {self.chains} chains "
+                   "(at d = 1)", "use fewer chains")
         if self.warmup >= self.rounds:
             raise ValueError(f"warmup must be < rounds = {self.rounds}; got {self.warmup}")
-        check_real("temperature", self.temperature, low=0.0, low_open=True)
-        check_real("correlation", self.correlation, low=0.0, high=1.0)
-        check_seed("seed", self.seed)
-        check_real("node_timeout", self.node_timeout, low=0.0, low_open=True)
+        keep("temperature", check_real("temperature", self.temperature, low=0.0, low_open=True))
+        keep("correlation", check_real("correlation", self.correlation, low=0.0, high=1.0))
+        keep("seed", check_seed("seed", self.seed))
+        keep("node_timeout", check_real("node_timeout", self.node_timeout, low=0.0, low_open=True))
         if self.round_timeout is not None:
-            check_real("round_timeout", self.round_timeout, low=0.0, low_open=True)
+            keep("round_timeout", check_real("round_timeout", self.round_timeout, low=0.0, low_open=True))
         if self.batch_size is not None:
-            check_int("batch_size", self.batch_size, 1)
+            keep("batch_size", check_int("batch_size", self.batch_size, 1))
         if self.noise_dtype not in NOISE_DTYPES:
             raise ValueError(f"noise_dtype must be one of {sorted(NOISE_DTYPES)}; got {self.noise_dtype!r}")
         if self.checkpoint is not None:
             check_checkpoint_path(self.checkpoint)
         object.__setattr__(self, "participation", as_participation(self.participation))
+        if self.participation.scheme == "II" and self.participation.num_sampled > self.num_nodes:
+            raise ValueError(f"participation: SchemeII draws S distinct clients of the num_nodes = {self.num_nodes} "
+                             f"nodes (S in [1, {self.num_nodes}]); got num_sampled = {self.participation.num_sampled}")
         schedule = as_schedule(self.step_size)
         check_schedule(schedule, 0, self.rounds * self.local_steps)
 
@@ -246,8 +264,6 @@ def run_server(grid, run: FlowerRun, *, on_round: Callable[[int], None] | None =
     trace (the API of ``FALD.run``'s). ``on_round(j)`` is called after round j's average, before the
     runner keeps it and checkpoints (an exception there stops the run at round j - 1, as a kill)."""
     node_ids, problem = discover(grid, wait_for_nodes(grid, run.num_nodes, run.node_timeout), run.node_timeout)
-    run.participation.validate(problem.weights)
-    problem.check_batch_size(run.batch_size)
     return serve(FlowerExchange(grid, node_ids, problem, run), problem, run, on_round)
 
 

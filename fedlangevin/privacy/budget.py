@@ -28,6 +28,7 @@ from fedlangevin._validation import check_int, check_real
 from fedlangevin.privacy.accountant import (
     MAX_GRID_POINTS,
     NoiseOutOfRange,
+    Z_RANGE,
     _levels_from,
     _rdp_from_levels,
     _tight_with_method,
@@ -75,7 +76,7 @@ class _Budget:
         self.deltas = (delta0, delta1, delta2) if all(given) else None
         self.discretization = discretization
 
-    def evaluate(self, kw: dict, search: bool = False) -> tuple[bool, float, float, tuple | None]:
+    def evaluate(self, kw: dict, search: bool = False, above_range: bool = False) -> tuple[bool, float, float, tuple | None]:
         """(meets the budget, epsilon, delta, paper deltas) for mechanism arguments ``kw``.
 
         ``search``: a step of the solver's search. The tight accountant then answers from the
@@ -83,7 +84,10 @@ class _Budget:
         PLD grid of at most MAX_GRID_POINTS / 16 points unless ``discretization`` was given (a
         coarser grid is still an upper bound, so the solution stays certified; it may be
         slightly below the one of the finest grid).
-        Settings whose noise multiplier is too small for the accountant do not meet the budget.
+        Settings whose noise multiplier is too small for the accountant do not meet the budget;
+        ``above_range``: settings whose noise multiplier is above its range (epsilon below ~1e-7, not
+        computed) count as meeting it in the search (the step-size search then moves to larger, certifiable
+        step sizes; :func:`largest_step_size` refuses an answer that stays there).
         """
         if self.accountant == "tight":
             try:
@@ -91,6 +95,8 @@ class _Budget:
             except NoiseOutOfRange as exc:
                 if search and exc.side == "low":
                     return False, math.inf, self.delta, None
+                if search and above_range and exc.side == "high":
+                    return True, 0.0, self.delta, None
                 raise
             rdp = _rdp_from_levels(levels, self.delta)
             if search and rdp <= self.eps:
@@ -206,10 +212,20 @@ def largest_step_size(*, target_epsilon, target_delta, accountant="tight", tau=1
                                                     num_sampled=kw["num_sampled"], local_steps=kw["local_steps"],
                                                     iterations=kw["iterations"], scheme=kw["scheme"])
         upper = paper_bound(eta=1.0, **kw, delta0=deltas[0], delta1=deltas[1], delta2=deltas[2]).eta_max
-    eta = _largest_real(lambda e: budget.evaluate(dict(kw, eta=e), search=True)[0], 1e-6, upper, rtol)
+    eta = _largest_real(lambda e: budget.evaluate(dict(kw, eta=e), search=True, above_range=True)[0], 1e-6, upper,
+                        rtol)
     if eta is None:
         raise ValueError(_infeasible(budget, kw, "no step size eta > 0"))
-    return budget.solution("eta", eta, dict(kw, eta=eta))
+    try:
+        return budget.solution("eta", eta, dict(kw, eta=eta))
+    except NoiseOutOfRange as exc:
+        if exc.side != "high":
+            raise
+        raise ValueError(
+            f"target_epsilon = {budget.eps:g} (at target_delta = {budget.delta:g}) is below what the "
+            f"{budget.accountant} accountant certifies with these settings: meeting it needs a noise multiplier z "
+            f"above {Z_RANGE[1]:g}, whose epsilon (below ~1e-7) it does not compute; ask for a larger "
+            "target_epsilon") from None
 
 
 def largest_correlation(*, target_epsilon, target_delta, accountant="tight", eta, tau=1.0, gamma, sensitivity, p_min,

@@ -149,13 +149,13 @@ def _grouped(eta, log_scale: float, gamma: float, k: int, t: int, q: float, step
     constant step size, else by their largest (``direction="up"``; smallest: "down") step size
     on a geometric grid of ratio ``step_size_ratio``."""
     etas = _step_sizes(eta, t)
+    ratio = check_real("step_size_ratio", step_size_ratio, low=1.0, low_open=True)  # also where it is unused
     rounds = t // k
     _check_noise(log_scale - 0.5 * math.log(float(etas.max())), log_scale - 0.5 * math.log(float(etas.min())),
                  formula, names)
     scale = math.exp(log_scale)
     if etas.size == 1:
         return _Levels((scale / math.sqrt(etas[0]),), (rounds,), gamma, k, q)
-    ratio = check_real("step_size_ratio", step_size_ratio, low=1.0, low_open=True)
     per_round = etas.reshape(rounds, k)
     per_round = per_round.max(1) if direction == "up" else per_round.min(1)
     top = float(per_round.max())

@@ -12,10 +12,16 @@ import math
 
 import numpy as np
 
-from fedlangevin.privacy.levels import _MAX_LEVELS_CHECKS, _coarsen, _Levels
+from fedlangevin.privacy.levels import _coarsen, _Levels
 from fedlangevin.privacy.pld import _dp
 
-__all__ = ["RDP_ORDERS"]
+__all__ = ["MAX_RDP_LEVELS", "RDP_ORDERS"]
+
+#: noise levels the RDP cross-check computes: dp-accounting's bound for fixed-size sampling costs about
+#: a second per level (O(alpha^2) work per integer order up to 256), so the rounds of more step sizes
+#: (an adapted run has one per round) are grouped into this many, z rounded down (more loss: the RDP
+#: epsilon stays an upper bound, a little looser than with every level)
+MAX_RDP_LEVELS = 4
 
 #: RDP orders of the cross-check (fractional orders use the WBK interpolation, Cor. 10).
 RDP_ORDERS = tuple([1.0 + x / 10.0 for x in range(1, 40)] + [5.0 + x / 2.0 for x in range(0, 22)]
@@ -29,9 +35,9 @@ def _rdp_step(gamma: float, z: float, orders: tuple) -> tuple:
     return tuple(float(x) for x in rdp._compute_rdp_sample_wor_gaussian(gamma, z, list(orders)))  # noqa: SLF001
 
 
-def _rdp_from_levels(levels: _Levels, delta: float, orders=RDP_ORDERS) -> float:
+def _rdp_from_levels(levels: _Levels, delta: float, orders=RDP_ORDERS, max_levels: int = MAX_RDP_LEVELS) -> float:
     *_, rdp = _dp()
-    levels = _coarsen(levels, _MAX_LEVELS_CHECKS, conservative=True)
+    levels = _coarsen(levels, max_levels, conservative=True)
     a = np.asarray(orders, dtype=np.float64)
     total = np.zeros_like(a)
     for z, rounds in zip(levels.z, levels.rounds):

@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from fedlangevin._validation import check_int, check_real
-from fedlangevin.privacy.accountant import Accounting, _account_levels, _client_levels, _levels
+from fedlangevin.privacy.accountant import Accounting, NoiseOutOfRange, _account_levels, _client_levels, _levels
 from fedlangevin.privacy.paper import PaperBound, paper_bound, paper_delta_split
 
 __all__ = ["PrivacyReport", "trace_privacy"]
@@ -292,7 +292,7 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
                          "(the least private noise; for scheme I also the largest inclusion probability)")
         # client level z_c^2 is proportional to 1 / q_c (q = p for eq. 10's noise): least noise at the largest q_c
         args = (eta_arg, tau, rho, sensitivity, float(noise_w.max()), n, s, k, t, scheme, inclusion, step_size_ratio)
-        up, down = _client_levels(*args, "up"), _client_levels(*args, "down")
+        up, down = _clip_named(settings if private else None, _client_levels, args)
         notes.append("client level: each local step is a Gaussian mechanism of noise multiplier "
                      "z = sqrt(2 tau (1 - rho^2) / (p_max eta)) / (2C) (fedlangevin.privacy.client_account); the "
                      "paper's Thm 6.1/G.3 is record-level and is not reported")
@@ -306,7 +306,7 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
             notes.append("unequal clients: the tight accountant uses the smallest noise multiplier and the largest "
                          "batch fraction over clients (conservative)")
         args = (eta_arg, tau, rho, gamma, sensitivity, p_eff, n, s, k, t, scheme, inclusion, step_size_ratio)
-        up, down = _levels(*args, "up"), _levels(*args, "down")
+        up, down = _clip_named(settings if private else None, _levels, args)
     tight = _account_levels(up.scaled(r), down.scaled(r), delta, discretization)
 
     eta_max = float(etas.max())
@@ -378,6 +378,21 @@ def _noise_weights(settings: Any, weights: np.ndarray) -> np.ndarray:
     s = int(settings.num_sampled)
     rule = SchemeI(s) if settings.scheme == "I" else SchemeII(s, allow_unbalanced=True)
     return rule.noise_weights(torch.from_numpy(np.asarray(weights, dtype=np.float64))).numpy()
+
+
+def _clip_named(settings: Any, levels: Any, args: tuple) -> tuple:
+    """The "up" and "down" levels of ``levels(*args, direction)``; for a private run (``settings``), a noise
+    multiplier outside the accountant's range is refused naming the run's ``clip`` (which sets the
+    sensitivity, 2C: a private run refuses to be given one), with the advice in its terms."""
+    try:
+        return levels(*args, "up"), levels(*args, "down")
+    except NoiseOutOfRange as exc:
+        if settings is None:
+            raise
+        clip = float(settings.clip)
+        text = str(exc).replace("a larger sensitivity", "a larger clip").replace("a smaller sensitivity", "a smaller clip")
+        raise NoiseOutOfRange(f"clip: the run's clip C = {clip:g} ({settings.privacy}) sets the sensitivity 2C = "
+                              f"{2 * clip:g}; {text}", exc.side) from None
 
 
 def _clients_sampled(scheme: str, s: int, n: int) -> str:

@@ -34,7 +34,7 @@ import torch
 
 from fedlangevin._validation import check_bool, check_index_parts, check_int, check_real, check_tensor
 from fedlangevin.problems.base import FederatedProblem, check_client_indices, check_count_fits
-from fedlangevin.problems.private import clip_factor
+from fedlangevin.problems.private import _scaled
 
 __all__ = ["LogisticRegression"]
 
@@ -270,9 +270,12 @@ class LogisticRegression(FederatedProblem):
             xb, yb = self._rows(rows)
         s = self._residuals(theta, xb, yb)
         if clip is not None:
-            # ||s - e_y|| as a sum of squares (entries in [-1, 1]; vector_norm over the class axis is ~20x slower)
-            norms = (s * s).sum(-2).sqrt_() * torch.linalg.vector_norm(xb, dim=-1)  # (R, N, B)
-            s.mul_(clip_factor(norms, clip).unsqueeze(-2))
+            # ||s - e_y|| as a sum of squares (entries in [-1, 1]; vector_norm over the class axis is ~20x slower);
+            # ||x|| as m ||x / m||, m = max |x_j| (safe_norm: squares of a record's features can overflow); the
+            # factor min(1, C / (||s|| ||x||)) as ((C / m) / ||x / m||) / ||s||, finite for every finite record
+            top, unit = _scaled(xb)
+            per_x = (clip / top.squeeze(-1)) / torch.linalg.vector_norm(unit, dim=-1)  # (R, N, B) or (1, N, B)
+            s.mul_((per_x / (s * s).sum(-2).sqrt_()).clamp_(max=1.0).unsqueeze(-2))
         if rows is None:
             s.mul_(self.mask.unsqueeze(1))
         return torch.matmul(s, xb).reshape(r, n, self.dim)

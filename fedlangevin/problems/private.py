@@ -19,24 +19,38 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["check_rows", "clip_factor", "clip_norms", "rows_without_replacement", "summed_per_example"]
+__all__ = ["check_rows", "clip_norms", "rows_without_replacement", "safe_norm", "summed_per_example"]
 
 #: entries of the per-example gradients (chains x clients x rows x d) materialised at once by the
 #: generic clipped sum (64 MiB in float64); larger batches are summed in chunks of rows
 MAX_ELEMENTS = 2**23
 
 
-def clip_factor(norms: torch.Tensor, clip: float) -> torch.Tensor:
-    """min(1, C / ||g||) for the norms ||g||: 1 for a zero gradient, NaN for a NaN norm (a
-    non-finite gradient stays non-finite, it is not hidden by the clipping)."""
-    return (clip / norms).clamp(max=1.0)
+def _scaled(g: torch.Tensor, dim: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+    """(m, g / m) with m = max |g_i| along ``dim`` (kept), 1 where that is 0 or not finite: the
+    entries of g / m are in [-1, 1], so their squares neither overflow nor (for the largest) underflow."""
+    top = g.abs().amax(dim=dim, keepdim=True)
+    top = torch.where((top > 0) & torch.isfinite(top), top, torch.ones_like(top))
+    return top, g / top
+
+
+def safe_norm(g: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """||g|| along ``dim`` (kept) without overflow or underflow in the squares (``torch.linalg.vector_norm``
+    squares the entries: a finite vector of norm above ~1.3e154 gets inf): max|g_i| ||g / max|g_i|||.
+    Inf only where the norm itself exceeds the float range; NaN for a NaN entry."""
+    top, unit = _scaled(g, dim)
+    return top * torch.linalg.vector_norm(unit, dim=dim, keepdim=True)
 
 
 def clip_norms(g: torch.Tensor, clip: float) -> torch.Tensor:
     """clip_C(g) = g min(1, C / ||g||) along the last axis: every vector of norm at most C (to
-    rounding, a few units in the last place), vectors already within C unchanged."""
-    norms = torch.linalg.vector_norm(g, dim=-1, keepdim=True)
-    return g * clip_factor(norms, clip)
+    rounding, a few units in the last place), vectors already within C unchanged. Any finite vector
+    is clipped (its norm is computed on g / max|g_i|, and a vector over C is returned as
+    (g / max|g_i|) C / ||g / max|g_i|||: no overflow); a non-finite one stays non-finite."""
+    top, unit = _scaled(g)
+    unit_norm = torch.linalg.vector_norm(unit, dim=-1, keepdim=True)
+    over = top * unit_norm > clip  # False for a NaN norm: g (NaN) returned as it is
+    return torch.where(over, unit * (clip / unit_norm), g)
 
 
 def rows_without_replacement(sizes: torch.Tensor, chains: int, batch_size: int, generator, device, *,

@@ -16,16 +16,17 @@ __all__ = ["create_store", "leftover_store", "same_mechanism"]
 
 def leftover_store(store: Path, checkpoint: Any) -> bool:
     """Whether ``store`` holds only what a run killed before its first checkpoint left: a sample
-    store with no committed draws (draws are committed at checkpoints), for a ``checkpoint``
-    path that does not exist yet. Rerunning that run (the resume recipe of docs/long-runs.md,
+    store with no committed draws (draws are committed at checkpoints), or the empty data files of
+    a store whose creation was killed before its ``meta.json`` (:meth:`SampleStore.created_partly`),
+    for a ``checkpoint`` path that does not exist yet. Rerunning that run (the resume recipe of docs/long-runs.md,
     after a kill at any moment) then starts afresh in the same folder instead of stopping at
     "not empty". A run still writing the store holds the store's lock (whatever its checkpoint
     path), so :func:`create_store` takes that lock and checks again before it clears the folder: a
     store a running process holds is never cleared."""
     if not isinstance(checkpoint, (str, os.PathLike)) or Path(checkpoint).exists():
         return False
-    if not (Path(store) / "meta.json").is_file():
-        return False
+    if not (Path(store) / "meta.json").is_file():  # a store killed in its creation, before meta.json
+        return SampleStore.created_partly(store)
     try:
         old = SampleStore.open(store)
     except ValueError:  # not a store, or a damaged one: never cleared

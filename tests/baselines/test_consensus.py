@@ -202,11 +202,33 @@ def test_bad_arguments_are_refused_before_any_sampling(kwargs, match):
     assert calls == []
 
 
+@pytest.mark.parametrize("scale", [1e-200, 1e150, 1e200, 1e300])
+def test_combine_is_equivariant_under_a_scale_of_the_draws_to_the_ends_of_float64(scale):
+    """Combining draws x s gives the combination of x, times s (Scott et al.'s average is linear in the
+    draws and W_c scales as 1/s^2, a common factor it does not depend on): finite and equal to
+    rounding also where the draws' squares overflow (s = 1e200) or underflow (1e-200)."""
+    x = np.random.default_rng(3).normal(size=(3, 2, 20, 2)) * np.array([1.0, 3.0])
+    base, w0 = combine(x)
+    combined, w = combine(x * scale)
+    assert np.isfinite(combined).all() and np.isfinite(w).all()
+    np.testing.assert_allclose(combined, base * scale, rtol=1e-12, atol=0)
+    # the W_c used: the inverse sample covariances up to one common factor (1/s^2 where float64 holds it)
+    np.testing.assert_allclose(w / w[0, 0, 0], w0 / w0[0, 0, 0], rtol=1e-12, atol=0)
+    given = np.linalg.inv(np.stack([np.cov(c.reshape(-1, 2), rowvar=False) for c in x]))
+    combined, used = combine(x * scale, given * 1e290)  # exact weights of any common scale
+    np.testing.assert_array_equal(used, given * 1e290)
+    np.testing.assert_allclose(combined, base * scale, rtol=1e-12, atol=0)
+
+
 def test_bad_inputs_to_combine_and_sub_posterior():
     with pytest.raises(ValueError, match="client_draws must have shape"):
         combine(np.zeros((3, 10, 2)))
     with pytest.raises(ValueError, match="client_draws must be finite"):
         combine(np.full((2, 1, 5, 2), np.nan))
+    with pytest.raises(ValueError, match="client_draws must hold real numbers"):  # was: could not convert string
+        combine("abc")
+    with pytest.raises(ValueError, match="weights must hold real numbers"):
+        combine(np.zeros((2, 1, 5, 2)), [[["1", "0"], ["0", "1"]]] * 2)
     with pytest.raises(ValueError, match="chains x draws >= d \\+ 1"):
         combine(np.zeros((2, 1, 2, 2)))
     with pytest.raises(ValueError, match="singular sample covariance"):

@@ -183,12 +183,41 @@ def test_round_counter_sums_the_clients_answers():
     ({"dense_mass": "yes"}, "dense_mass"),
     ({"init": [0.0, 0.0, 0.0]}, r"init must have shape \(d,\) = \(2,\)"),
     ({"init": [math.nan, 0.0]}, "init must be finite"),
+    ({"draws": 10**12}, "chains, draws: keeping 4 chains x 1000000000000 draws"),  # ran until killed
+    ({"chains": 10**9}, "chains, draws: keeping 1000000000 chains"),
 ])
 def test_bad_arguments_are_refused_before_any_round(kwargs, match):
     problem = Counting(_gaussian())
     with pytest.raises(ValueError, match=match):
         federated_nuts(problem, **kwargs)
     assert problem.grads == [] and problem.energies == 0
+
+
+def test_a_start_where_the_energy_is_not_finite_is_refused_naming_init():
+    """U(1e300, 0) overflows: Pyro failed inside its first trajectory with a raw RuntimeError. Pyro's
+    first round of a chain is at its start: the run stops there."""
+    problem = Counting(_gaussian())
+    with pytest.raises(ValueError, match="init: the energy or its gradient at the start of chain 0 is not finite"):
+        federated_nuts(problem, chains=2, draws=5, warmup=5, init=[1e300, 0.0])
+    assert len(problem.grads) == 1
+    with pytest.raises(ValueError, match="init: the energy or its gradient at the start of chain 1 is not finite"):
+        federated_nuts(_gaussian(), chains=2, draws=5, warmup=5, init=[[0.0, 0.0], [1e300, 0.0]])
+
+
+def test_a_single_draw_per_chain_is_a_result():
+    """draws=1: Pyro's diagnostics (an ESS) need two draws; the divergences are read without them."""
+    one = federated_nuts(_gaussian(), chains=2, draws=1, warmup=5, seed=3)
+    more = federated_nuts(_gaussian(), chains=2, draws=3, warmup=5, seed=3)
+    assert one.samples.shape == (2, 1, 2) and len(one.divergences) == 2
+    np.testing.assert_array_equal(one.samples[:, 0], more.samples[:, 0])  # the same chain, cut after one draw
+
+
+def test_round_counter_refuses_a_theta_of_another_size_by_name():
+    counter = RoundCounter(_gaussian())
+    for theta in (torch.zeros(3, dtype=torch.float64), torch.zeros(2, 2, dtype=torch.float64), [0.0, 0.0]):
+        with pytest.raises(ValueError, match="theta must be a tensor of d = 2 entries"):
+            counter.query(theta)
+    assert counter.rounds == 0
 
 
 def test_a_problem_without_energies_is_refused():

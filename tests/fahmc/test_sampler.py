@@ -114,6 +114,26 @@ def test_a_diverged_chain_is_dropped_with_its_momentum_row():
     assert bool(torch.isfinite(trace.samples).all())
 
 
+def test_a_nan_gradient_is_named_as_the_cause_not_the_step_size():
+    """The problem's gradient is NaN at every theta with a coordinate above 0.5 (chain 1 starts there):
+    the error says the gradient was NaN at finite, moderate parameters, not that the step size was too large."""
+    class NaNAbove(type(heterogeneous())):
+        def grad(self, theta, *, batch_size=None, generator=None):
+            g = super().grad(theta, batch_size=batch_size, generator=generator)
+            return torch.where((theta > 0.5).any(-1, keepdim=True), torch.full_like(g, math.nan), g)
+
+    problem = heterogeneous()
+    problem.__class__ = NaNAbove
+    init = torch.zeros(2, 2, dtype=torch.float64)
+    init[1] = 1.0
+    with pytest.raises(fl.DivergenceError) as err:
+        fl.FAHMC(problem, 0.01, chains=2, init=init, seed=0).run(3)
+    message = str(err.value)
+    assert "gradient was NaN/inf at finite, moderate parameters" in message and "chain(s) [1]" in message
+    assert "smaller step_size" not in message
+    assert err.value.causes == {1: "gradient"}
+
+
 class Counting(QuadraticProblem):
     """Counts gradient evaluations: a refused argument must come before any."""
 

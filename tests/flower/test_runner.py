@@ -248,6 +248,37 @@ def test_flower_run_refuses_bad_settings_before_any_work(tmp_path):
         _serve(_run(init=torch.zeros(PROBLEM.dim + 1)))
 
 
+@pytest.mark.parametrize("kw, match", [(dict(participation=SchemeII(4)), "num_sampled .*N=3"),
+                                       (dict(batch_size=11), "batch_size")])
+def test_serve_refuses_what_the_federation_cannot_run_before_any_round(kw, match):
+    """Scheme II with S = 4 of N = 3 nodes (weights summing to 3/4: theta shrinks every round) and a
+    minibatch larger than a client are refused by the server itself, as in process, before a message."""
+    # (a run told of 5 nodes: the federation that answered has 3)
+    run = _run(**kw) if "batch_size" in kw else FlowerRun(rounds=ROUNDS, step_size=ETA, num_nodes=5, **kw)
+    exchange = LocalExchange(run)
+    with pytest.raises(ValueError, match=match):
+        serve(exchange, FED, run)
+    assert exchange.calls == 0
+    with pytest.raises(ValueError, match="participation: SchemeII .*num_nodes = 3"):  # known at construction
+        _run(participation=SchemeII(4))
+
+
+@pytest.mark.parametrize("kw, match", [(dict(local_steps=10**9), "local_steps must be at most 16777216"),
+                                       (dict(chains=10**12), "chains: the server's iterate and average of")])
+def test_flower_run_refuses_a_k_or_chains_it_cannot_send_or_hold(kw, match):
+    with pytest.raises(ValueError, match=match):
+        FlowerRun(rounds=ROUNDS, step_size=ETA, num_nodes=N, **kw)
+
+
+def test_serve_refuses_chains_whose_round_does_not_fit_in_memory(monkeypatch):
+    monkeypatch.setattr("fedlangevin._validation.memory_bytes", lambda device="cpu": 4 * 2**20)
+    run = FlowerRun(rounds=ROUNDS, step_size=ETA, num_nodes=N, chains=10**5)  # 1.6 MB at d = 1 passes; the round's states at N = 3, d = 2 need 11 MB
+    exchange = LocalExchange(run)
+    with pytest.raises(ValueError, match="chains: a round's states of 100000 chains x 3 clients"):
+        serve(exchange, FED, run)
+    assert exchange.calls == 0
+
+
 # -- FA-HMC on the same server (FlowerRun(sampler="fahmc")) -------------------------------------------
 THETA0 = [1.0, -1.0]  # the start of tests/fahmc/test_client.per_client_rounds (the velocity starts at 0)
 

@@ -156,6 +156,34 @@ def test_varying_step_sizes_are_bracketed_by_the_constant_extremes():
     assert tight_epsilon(**dict(WORKED, eta=np.full(1000, 1e-6)), delta=1e-5) == tight_epsilon(**WORKED, delta=1e-5)
 
 
+def test_the_rdp_check_of_many_step_sizes_computes_a_few_levels_and_stays_an_upper_bound(monkeypatch):
+    """An adapted run has a step size per round: its rounds fell into 9 noise levels, each costing dp-accounting's
+    fixed-size RDP bound about a second (a 60-round run's report took 13-23 s). The cross-check computes at most
+    MAX_RDP_LEVELS of them, z rounded down: its epsilon is at least the one of every level (an upper bound still),
+    and the tight epsilon stays below it."""
+    from fedlangevin.privacy import levels as lv
+    from fedlangevin.privacy import rdp as rd
+
+    etas = np.repeat(np.geomspace(2e-6, 5e-7, 9), 10 * 7)[:630]  # 63 rounds of K = 10 in 9 levels
+    kw = dict(WORKED, eta=etas, iterations=630)
+    levels = lv._levels_from(kw)
+    assert len(levels.z) == 9
+    seen = set()
+    step = rd._rdp_step
+
+    def counted(gamma, z, orders):
+        seen.add(z)
+        return step(gamma, z, orders)
+
+    monkeypatch.setattr(rd, "_rdp_step", counted)
+    coarse = rd._rdp_from_levels(levels, 1e-5)
+    assert len(seen) <= rd.MAX_RDP_LEVELS
+    fine = rd._rdp_from_levels(levels, 1e-5, max_levels=9)
+    assert len(seen) > rd.MAX_RDP_LEVELS  # the fine one did compute every level
+    assert fine <= coarse < 1.5 * fine
+    assert tight_epsilon(**kw, delta=1e-5) <= coarse
+
+
 _D = 2e-4  # one grid for both sides of each comparison (monotone under a common grid)
 mech = st.fixed_dictionaries({
     "eta": st.floats(1e-8, 1e-5),
@@ -203,6 +231,8 @@ def test_tight_epsilon_is_monotone(m, factor):
     (dict(eta=-1e-6), "eta"),
     (dict(iterations=1001), "iterations"),
     (dict(inclusion_probability=1.5), "inclusion_probability"),
+    (dict(step_size_ratio=0.5), "step_size_ratio"),  # checked with a constant eta too (where it is unused)
+    (dict(step_size_ratio="1.05"), "step_size_ratio"),
 ])
 def test_invalid_mechanism_names_the_argument(change, name):
     with pytest.raises(ValueError, match=name):

@@ -145,3 +145,27 @@ def test_largest_step_size_when_the_first_candidate_is_over_budget(tau):
     assert 2.5e-7 <= sol.value < 1e-6 and sol.epsilon <= 1.0
     over = tight_epsilon(**dict(MECH, tau=0.05), eta=sol.value * (1 + 2e-3), delta=1e-5, discretization=D)
     assert over > 1.0
+
+
+def test_a_first_candidate_beyond_the_accountants_range_moves_the_search_up():
+    """With sensitivity 1e-9 the first candidate (eta = 1e-6) has a noise multiplier above 1e4, whose epsilon
+    (below ~1e-7) the accountant does not compute: the solver stopped there with "use a larger eta", the value
+    it solves for; such a candidate meets any budget it can certify, so the search goes up."""
+    mech = dict(MECH, sensitivity=1e-9)
+    sol = largest_step_size(**TARGET, **mech, rtol=1e-3, discretization=D)
+    assert tight_epsilon(**mech, eta=sol.value, delta=1e-5, discretization=D) <= 0.5
+    assert tight_epsilon(**mech, eta=sol.value * 1.002, delta=1e-5, discretization=D) > 0.5
+
+
+@pytest.mark.parametrize("solve", ["eta", "rho"])
+def test_a_target_below_what_the_accountant_certifies_says_so(solve):
+    """target_epsilon = 1e-12 needs a noise multiplier above the accountant's range: the message says what is
+    needed (a larger target_epsilon), not "use a larger eta"."""
+    mech = dict(MECH, sensitivity=1e-9)
+    with pytest.raises(ValueError, match=r"target_epsilon = 1e-12 .*above 10000.*larger target_epsilon") as err:
+        if solve == "eta":
+            largest_step_size(target_epsilon=1e-12, target_delta=1e-5, **mech, discretization=D)
+        else:
+            largest_correlation(target_epsilon=1e-12, target_delta=1e-5, eta=1e-6,
+                                **{k: v for k, v in mech.items() if k != "rho"}, discretization=D)
+    assert "larger eta" not in str(err.value)

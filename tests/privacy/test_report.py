@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
@@ -26,6 +27,18 @@ def _run(problem, **kw):
     args = dict(step_size=1e-6, local_steps=5, chains=2, seed=0)
     args.update(kw)
     return fl.FALD(problem, **args).run(20)
+
+
+@pytest.mark.parametrize("privacy, advice", [(RecordLevel(clip=1e-320), "a larger clip"),
+                                             (ClientLevel(clip=1e-320), "a larger clip"),
+                                             (RecordLevel(clip=1e300), "a smaller clip")], ids=["record", "client", "huge"])
+def test_a_clip_beyond_the_accountants_range_is_named(problem, privacy, advice):
+    """clip = 1e-320 (noise multiplier ~1e321) was refused naming "sensitivity", which a private run refuses to be
+    given: the run's clip is what sets it."""
+    trace = _run(problem, batch_size=2, privacy=privacy)
+    with pytest.raises(ValueError, match=re.escape(f"clip: the run's clip C = {privacy.clip:g} ") + f".*{advice}") as err:
+        trace.privacy(delta=1e-5)
+    assert "larger sensitivity" not in str(err.value) and "smaller sensitivity" not in str(err.value)
 
 
 def test_report_matches_the_accountants_on_the_run_settings(problem):

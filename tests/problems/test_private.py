@@ -234,6 +234,58 @@ def test_client_level_bounds_the_change_of_a_clients_data_term_by_twice_the_clip
     assert float(torch.linalg.vector_norm(outlier.grad(theta) - plain.grad(theta), dim=-1)[:, 0].min()) > 1e3
 
 
+# a record whose gradient's squared norm overflows float64 (||g|| ~ 1e160 where g is linear in the record;
+# custom and pyro: y x 1e100, whose gradient in log sigma is ~ r^2 ~ 1e200)
+HUGE = {"logistic": 1e160, "gaussian": 1e160, "custom": 1e100, "pyro": 1e100}
+
+
+@pytest.mark.parametrize("name", list(HUGE))
+@pytest.mark.parametrize("privacy", [RecordLevel(clip=0.1), ClientLevel(clip=0.1)], ids=["record", "client"])
+def test_any_finite_record_is_clipped_to_the_clip_like_a_moderate_outlier(name, privacy):
+    """Clipping is robust to any finite record: the private gradient with an outlier whose gradient norm
+    squared overflows is finite, within the derived bound of the data without it, and equal (to the
+    direction's change, 1e-5 of the bound) to the gradient with a 1e6 outlier, which the clipping also
+    scales to norm C: the norms are computed without overflow (they were inf, and 0 x inf made NaN)."""
+    case = Case(name)
+    plain, moderate, huge = case.build(), case.build(outlier=1e6), case.build(outlier=HUGE[name])
+    theta = case.far(_theta(plain, scale=0.3))
+    a, b, c = (p.private_grad(theta, privacy) for p in (plain, moderate, huge))
+    assert bool(torch.isfinite(c).all())
+    bound = privacy.sensitivity * (float(1.0 / plain.weights[0]) if privacy.adjacency == "record" else 1.0)
+    assert float(torch.linalg.vector_norm(c - a, dim=-1)[:, 0].max()) <= bound * (1 + 1e-12)
+    torch.testing.assert_close(c, b, rtol=0.0, atol=1e-5 * bound)
+    assert float(torch.linalg.vector_norm(c - a, dim=-1)[:, 0].min()) > 1e-3 * bound  # the record does count
+
+
+@pytest.mark.parametrize("privacy", [RecordLevel(clip=0.1), ClientLevel(clip=0.1)], ids=["record", "client"])
+def test_a_huge_record_that_the_softmax_saturates_at_gives_a_finite_gradient(privacy):
+    """Where softmax(W x + b) saturates at a huge x (s - e_y = 0 exactly in some chain), the old norm
+    ||s - e_y|| ||x|| was 0 x inf = NaN and the run stopped; the gradient is finite, within the bound."""
+    case = Case("logistic")
+    plain, huge = case.build(), case.build(outlier=1e160)
+    theta = _theta(plain, scale=1.0)
+    a, c = plain.private_grad(theta, privacy), huge.private_grad(theta, privacy)
+    assert bool(torch.isfinite(c).all())
+    bound = privacy.sensitivity * (float(1.0 / plain.weights[0]) if privacy.adjacency == "record" else 1.0)
+    assert float(torch.linalg.vector_norm(c - a, dim=-1)[:, 0].max()) <= bound * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-200, 1e200, 1e307])
+def test_clip_norms_scales_any_finite_vector_to_norm_at_most_the_clip(scale):
+    g = torch.tensor([[3.0, 4.0], [0.0, 0.0], [1e-3, 0.0]], dtype=F64) * scale
+    out = private.clip_norms(g, 1.0)
+    assert bool(torch.isfinite(out).all())
+    # norms 5 s, 0 and 1e-3 s: a row above C = 1 is scaled to norm 1, the others are unchanged
+    expected = g.clone()
+    if 5 * scale > 1:
+        expected[0] = torch.tensor([0.6, 0.8], dtype=F64)
+    if 1e-3 * scale > 1:
+        expected[2] = torch.tensor([1.0, 0.0], dtype=F64)
+    torch.testing.assert_close(out, expected, rtol=1e-14, atol=0.0)
+    bad = private.clip_norms(torch.tensor([[float("nan"), 1.0], [float("inf"), 1.0]], dtype=F64), 1.0)
+    assert not bool(torch.isfinite(bad).all(dim=-1).any())  # a non-finite gradient stays non-finite
+
+
 def test_the_logistic_closed_form_clipping_equals_clipping_each_example():
     """S - Y scaled column by column (norm ||s - e_y|| ||x||) = the generic chunked per-example sum."""
     problem = Case("logistic").build()

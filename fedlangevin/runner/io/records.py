@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from fedlangevin.runner.io.encoding import CheckpointError, Entries, decode
 
 __all__ = ["RECORD_KIND", "RECORD_VERSION", "RUNNER_KIND", "RUNNER_VERSION", "check_fald_record", "check_runner_record"]
@@ -20,6 +22,9 @@ RECORD_VERSION = 2
 #: entries (as FA-LD's, without participation, preconditioner, adaptation, correction), the kernel
 #: state's further fields (``state``: name -> tensor with a chain axis, or None) and ``kernel``,
 #: the kernel's ``record()`` (None without one)
+#: the largest round or step count a checkpoint may hold (the runner keeps them in int64 arrays)
+MAX_COUNT = 2**62
+
 RUNNER_KIND = "fedlangevin.Runner"
 RUNNER_VERSION = 1
 
@@ -37,7 +42,7 @@ _RUN_INTS = {"rounds": 1, "done": 0, "warmup": 0, "thin": 1, "start_round": 0, "
 def check_fald_record(record: dict, used: Path) -> dict:
     """Check that ``record`` (read from ``used``) is an FA-LD checkpoint record of a known version
     (1 or 2) with valid entries; returns its decoded settings. A ``CheckpointError`` naming the
-    file and the entry otherwise. What is checked: ``round`` and ``step`` (integers >= 0), ``theta`` (chains x d,
+    file and the entry otherwise. What is checked: ``round`` and ``step`` (integers in [0, MAX_COUNT]), ``theta`` (chains x d, finite,
     floating point) and ``active`` (one integer per chain), the random stream, the settings
     (present, of their types and ranges), the problem's description, the stored schedule and
     participation entries, the ledger and the unfinished run's plan and draws. The objects
@@ -82,8 +87,8 @@ def _check_common(record: dict, used: Path, kind: str, latest: int, what: str, k
             "active", "generator", "ledger", "run") + keys
     e.dict("the record", record, keys)
     e.int("version", record["version"], 1, latest)
-    e.int("round", record["round"])
-    e.int("step", record["step"])
+    e.int("round", record["round"], 0, MAX_COUNT)
+    e.int("step", record["step"], 0, MAX_COUNT)
     settings = decode(e.dict("settings", record["settings"]))
     e.dict("settings", settings, tuple(_SETTINGS))
     for name, (kind, args) in _SETTINGS.items():
@@ -95,6 +100,9 @@ def _check_common(record: dict, used: Path, kind: str, latest: int, what: str, k
     if "adapt" in settings:
         e.bool("settings['adapt']", settings["adapt"])
     theta = e.tensor("theta", record["theta"], 2, "float")
+    bad = (~torch.isfinite(theta).all(dim=1)).nonzero().flatten().tolist() if theta.numel() else []
+    if bad:  # a diverged round is never checkpointed: these were written by hand
+        e.fail(f"theta holds non-finite values (chain row {bad[0]}); a run checkpoints only finite parameters")
     active = e.tensor("active", record["active"], 1, "int")
     if active.numel() != theta.shape[0] or theta.shape[1] != settings["dim"]:
         e.fail(f"theta has shape {tuple(theta.shape)}; with {active.numel()} active chains and d = {settings['dim']} "

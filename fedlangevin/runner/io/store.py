@@ -180,6 +180,20 @@ class SampleStore:
     FILES = frozenset({_META, _SAMPLES, _ROUNDS, _META + ".tmp", _LOCK})
 
     @classmethod
+    def created_partly(cls, path: str | os.PathLike) -> bool:
+        """Whether ``path`` holds what a :meth:`create` killed before ``meta.json`` left: no ``meta.json``,
+        and nothing but the empty data files (and a ``meta.json.tmp``), plain files. Such a folder holds
+        no draws (none is written before ``meta.json`` exists), so a restarted run may clear it."""
+        path = Path(path)
+        if not path.is_dir() or path.is_symlink() or (path / _META).exists():
+            return False
+        entries = list(path.iterdir())
+        if not entries or not {p.name for p in entries} <= cls.FILES - {_META}:
+            return False
+        plain = all(p.is_file() and not p.is_symlink() for p in entries)
+        return plain and all(p.stat().st_size == 0 for p in entries if p.name in (_SAMPLES, _ROUNDS))
+
+    @classmethod
     def discard(cls, path: str | os.PathLike, lock: StoreLock) -> None:
         """Delete a store's files (only those: the folder and anything else in it stay), under its
         ``lock`` (held by the caller: a store another run holds is never discarded). The lock file
