@@ -277,7 +277,7 @@ NOT_IN_TABLE = {
                               "max_evaluations": "local='nuts' only: tests/baselines/test_consensus.py"},
     "FlowerRun": {"step_size": "the schedule's checks, as FALD's (as_schedule)", "participation": _OBJECT,
                   "noise_dtype": _CHOICE, "init": _ARRAY, "checkpoint": _PATH, "sampler": _CHOICE,
-                  "splitting": _CHOICE},
+                  "splitting": _CHOICE, "kernels": _OBJECT},
     "RecordLevel": {}, "ClientLevel": {},
 }
 
