@@ -199,7 +199,7 @@ def test_a_single_private_chain_keeps_its_public_step_and_adapts_m():
 
 # -- what a private run released over its life, and what a resume may change --------------------------------------
 def _private(**kw):
-    args = dict(step_size=1e-6, local_steps=5, chains=2, seed=0, batch_size=2, participation=fl.SchemeII(4),
+    args = dict(step_size=1e-6, local_steps=5, chains=2, seed=0, batch_size=2, participation=fl.SchemeII(4, noise="paper"),
                 privacy=RecordLevel(clip=0.5))
     args.update(kw)
     problem = fl.problems.GaussianSimulation(num_clients=10, samples_per_client=20, seed=0)
