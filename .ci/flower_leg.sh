@@ -13,5 +13,5 @@ python3 -m venv "$VENV"
 "$VENV/bin/pip" install "torch==2.13.0" -e ".[all,flower,test]"
 echo "flower leg install: $(( $(date +%s) - start )) s"
 start=$(date +%s)
-"$VENV/bin/python" -m pytest -q tests/flower tests/fald/core/test_streams.py
+"$VENV/bin/python" -m pytest -q tests/flower tests/federation/test_streams.py
 echo "flower leg tests: $(( $(date +%s) - start )) s"
