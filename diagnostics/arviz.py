@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -467,6 +468,24 @@ def _values(result) -> np.ndarray:
     return np.asarray(result["x"].transpose("entry").values, dtype=np.float64)
 
 
+@contextmanager
+def _numba_off(az):
+    """ArviZ 0.x's ``mcse(method="sd")`` with Numba installed ends in ``float()`` of a one-element
+    array, which NumPy >= 2.4 refuses (TypeError: only 0-dimensional arrays can be converted to
+    Python scalars); its NumPy branch computes the same square root. So the flag is off for that
+    call and restored after it (ArviZ 1.x has no such flag)."""
+    numba = getattr(az, "Numba", None)
+    flag = getattr(numba, "numba_flag", False)
+    if not flag:
+        yield
+        return
+    numba.numba_flag = False
+    try:
+        yield
+    finally:
+        numba.numba_flag = flag
+
+
 def _diagnostic(x: np.ndarray, what: str, prob: tuple[float, float] | None = None) -> np.ndarray:
     """One ArviZ diagnostic of the k entries of x (chains, draws, k), identical in both families."""
     az = _arviz()
@@ -482,7 +501,8 @@ def _diagnostic(x: np.ndarray, what: str, prob: tuple[float, float] | None = Non
         if what == "mcse_mean":
             return _values(az.mcse(ds, method="mean"))
         if what == "mcse_sd":
-            return _values(az.mcse(ds, method="sd"))
+            with _numba_off(az):
+                return _values(az.mcse(ds, method="sd"))
         if what == "hdi":
             if arviz_family() == 0:
                 res = az.hdi(ds, hdi_prob=prob)

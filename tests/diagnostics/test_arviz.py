@@ -389,3 +389,18 @@ def test_four_chains_do_not_warn():
         warnings.simplefilter("error", UserWarning)
         dg.rhat(x)
         dg.summary(x)
+
+
+def test_mcse_sd_works_where_arviz_would_use_numba(monkeypatch):
+    """ArviZ 0.x with Numba installed computes mcse_sd through float() of a one-element array, which
+    NumPy >= 2.4 refuses (seen on a GPU machine's image: every summary failed). The flag is switched
+    off for that call only: the same numbers as without Numba, and the flag is back afterwards."""
+    az = pytest.importorskip("arviz")
+    if not hasattr(az, "Numba"):
+        pytest.skip("ArviZ 1.x has no Numba flag")
+    x = np.random.default_rng(0).standard_normal((4, 100, 3))
+    plain = dg.summary(x)["mcse_sd"].to_numpy()
+    monkeypatch.setattr(az.Numba, "numba_flag", True)  # as ArviZ sets it where numba imports
+    with_flag = dg.summary(x)["mcse_sd"].to_numpy()
+    np.testing.assert_array_equal(with_flag, plain)
+    assert az.Numba.numba_flag is True
