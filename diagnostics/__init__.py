@@ -36,7 +36,7 @@ from diagnostics.calibration import (
     rms_calibration_error,
 )
 from diagnostics.plots import rank_plot, trace_plot
-from diagnostics.projections import (
+from diagnostics.large_d import (
     Convergence,
     functional_summary,
     functionals,

@@ -26,6 +26,8 @@ The tight accountant needs the ``privacy`` extra (``pip install 'fedlangevin[pri
 the paper's formulas do not.
 """
 
+from typing import TYPE_CHECKING
+
 from fedlangevin.privacy.accountant import (
     Accounting,
     account,
@@ -55,6 +57,9 @@ from fedlangevin.privacy.paper import (
     paper_step_size_limit,
 )
 from fedlangevin.privacy.report import PrivacyReport, trace_privacy
+
+if TYPE_CHECKING:  # for static tools (the API reference); at run time they load on first use, below
+    from fedlangevin.privacy.canary import AuditResult, AuditSetting, audit, epsilon_lower_bound
 
 __all__ = [
     "Accounting", "AuditResult", "AuditSetting", "BudgetSolution", "ClientLevel", "PaperBound",

@@ -1,4 +1,4 @@
-"""Convergence at large d (diagnostics.projections): R-hat / ESS of random projections, of
+"""Convergence at large d (diagnostics.large_d): R-hat / ESS of random projections, of
 scalar functionals, and every coordinate's classic split R-hat; numpy only (no torch).
 
 Tolerances. For iid draws split into m halves of n draws, the split R-hat is about
