@@ -27,7 +27,7 @@ import torch
 
 from fedlangevin.federation.preconditioning import is_identity, placed
 
-__all__ = ["LANCZOS_ITERATIONS", "POWER_ITERATIONS", "curvature_at", "diagonal_of", "extreme_curvatures",
+__all__ = ["LANCZOS_ITERATIONS", "POWER_ITERATIONS", "client_hessian_diagonals", "curvature_at", "diagonal_of", "extreme_curvatures",
            "gradient_difference", "max_curvature", "mean_hessian"]
 
 #: power-iteration sweeps per step-size estimate
@@ -105,6 +105,27 @@ def mean_hessian(problem, theta: torch.Tensor) -> torch.Tensor:
                        * weights[None, :, None]).sum(1) for i in range(0, r * d, HESSIAN_CHUNK)]).reshape(r, d, d)
     hess = (diff / (2 * h[:, :, None])).mean(0)
     return 0.5 * (hess + hess.T)
+
+
+def client_hessian_diagonals(problem, theta: torch.Tensor) -> torch.Tensor:
+    """The diagonals (N, d) of the client Hessians of f^c at one point theta (d,): the problem's own
+    ``client_hessian_diagonal(theta)`` when it has one (logistic regression, analytic), else central
+    differences of the gradients coordinate by coordinate (2 d gradient evaluations, in blocks of at
+    most 2^24 numbers: memory bounded, no (N, d, d) array)."""
+    own = getattr(problem, "client_hessian_diagonal", None)
+    if own is not None:
+        return own(theta)
+    n, d = problem.num_clients, problem.dim
+    out = torch.empty(n, d, dtype=theta.dtype, device=theta.device)
+    block = max(1, min(d, (1 << 24) // max(1, n * d)))
+    for start in range(0, d, block):
+        idx = torch.arange(start, min(d, start + block), device=theta.device)
+        h = 1e-5 * (1.0 + theta[idx].abs())
+        step = torch.zeros(len(idx), d, dtype=theta.dtype, device=theta.device)
+        step[torch.arange(len(idx)), idx] = h
+        diff = gradient_difference(problem, theta[None, None, :], step[:, None, :]) / (2 * h[:, None, None])  # (j, N, d)
+        out[:, idx] = diff[torch.arange(len(idx)), :, idx].T
+    return out
 
 
 def diagonal_of(pre, dim: int) -> torch.Tensor | None:
