@@ -27,7 +27,7 @@ import torch
 
 from fedlangevin._validation import check_int, check_real
 from fedlangevin.warmup.adaptation import DENSE_MAX_DIM
-from fedlangevin.warmup.curvature import gradient_difference
+from fedlangevin.warmup.curvature import client_hessian_diagonals
 from fedlangevin.warmup.mode import client_derivatives, find_map, global_energy
 
 __all__ = ["SetupCost", "check_fraction", "check_rounds", "client_curvature", "client_gradients", "find_reference"]
@@ -74,20 +74,7 @@ def client_curvature(problem, theta: torch.Tensor, dense: bool) -> torch.Tensor:
     """
     if dense:
         return client_derivatives(problem, theta, True)[1]
-    own = getattr(problem, "client_hessian_diagonal", None)
-    if own is not None:
-        return own(theta)
-    n, d = problem.num_clients, problem.dim
-    out = torch.empty(n, d, dtype=theta.dtype, device=theta.device)
-    block = max(1, min(d, (1 << 24) // max(1, n * d)))
-    for start in range(0, d, block):
-        idx = torch.arange(start, min(d, start + block), device=theta.device)
-        h = 1e-5 * (1.0 + theta[idx].abs())
-        step = torch.zeros(len(idx), d, dtype=theta.dtype, device=theta.device)
-        step[torch.arange(len(idx)), idx] = h
-        diff = gradient_difference(problem, theta[None, None, :], step[:, None, :]) / (2 * h[:, None, None])  # (j, N, d)
-        out[:, idx] = diff[torch.arange(len(idx)), :, idx].T
-    return out
+    return client_hessian_diagonals(problem, theta)
 
 
 def find_reference(problem, reference: Any = None, max_rounds: int = 50,

@@ -68,7 +68,9 @@ whatever d, and on another posterior h shrinks where the energy error is larger.
 **The friction** (at the start of phase 2, and again with the window's M): gamma = omega_min /
 sqrt(2), clipped to [GAMMA_MIN, GAMMA_MAX], with omega_min^2 = lambda_min(M H) of the chains' mean
 Hessian H there
-(each client returns its Hessian, summed over the chains: d (d + 1) / 2 floats, counted). On a
+(each client returns its Hessian, summed over the chains: d (d + 1) / 2 floats, counted; above the dense
+limit, with M diagonal, lambda_min comes from LANCZOS_ITERATIONS Lanczos steps on Hessian-vector
+products instead, d floats per client and step, and no d x d matrix is formed). On a
 Gaussian mode of frequency omega the integrated autocorrelation time of theta is 2 gamma / omega^2
 time units and that of theta^2 (what the sds need) about 1 / gamma (underdamped); the slowest
 direction sets both, and gamma = omega_min / sqrt(2) makes them equal (sqrt(2) / omega_min): a
@@ -102,12 +104,12 @@ from fedlangevin.warmup.acceptance import (
     SD_EXCESS, DualAveraging, da_final, da_init, da_update, energy_function, excess_step, log_acceptance,
     matrix_growth, mean_acceptance,
 )
-from fedlangevin.warmup.adaptation import Adapter, regularised_covariance
-from fedlangevin.warmup.curvature import mean_hessian
+from fedlangevin.warmup.adaptation import DENSE_MAX_DIM, Adapter, regularised_covariance
+from fedlangevin.warmup.curvature import LANCZOS_ITERATIONS, diagonal_of, extreme_curvatures, mean_hessian
 from fedlangevin.warmup.iterates import Scatter
 
 __all__ = ["GAMMA_MAX", "GAMMA_MIN", "KEEP", "SHARE", "Changes", "HMCAdapter", "energy_error", "final",
-           "friction_rule", "gaussian_energy_acceptance", "init", "update"]
+           "friction_from_curvature", "friction_rule", "gaussian_energy_acceptance", "init", "update"]
 
 #: the share of the warm-up run underdamped (phase 2), and the share of phase 2 that is its slow window
 #: (module docstring)
@@ -218,8 +220,15 @@ class HMCAdapter:
             self.friction = float(self.given_friction)
         else:
             n, r, d = self.problem.num_clients, x.shape[0], self.problem.dim
-            self.floats_up += n * d * (d + 1) / 2 / r  # each client's Hessian, summed over the chains
-            self.friction = friction_rule(preconditioner_matrix(self.preconditioner, d), mean_hessian(self.problem, x))
+            diagonal = diagonal_of(self.preconditioner, d) if d > DENSE_MAX_DIM else None
+            if diagonal is None:
+                self.floats_up += n * d * (d + 1) / 2 / r  # each client's Hessian, summed over the chains
+                self.friction = friction_rule(preconditioner_matrix(self.preconditioner, d), mean_hessian(self.problem, x))
+            else:  # above the dense limit: Lanczos on Hessian-vector products, no d x d matrix
+                self.floats_up += n * d * LANCZOS_ITERATIONS / r  # each client's H_c v per product, summed over chains
+                gen = torch.Generator().manual_seed((self.seed * 1_000_003 + 7919 * self.done + 31) % 2**63)
+                lam, _ = extreme_curvatures(self.problem, x, diagonal, generator=gen)
+                self.friction = friction_from_curvature(lam)
         if not self.given_target:
             self.target = gaussian_energy_acceptance(math.sqrt(2.0 * excess_step(SD_EXCESS)), self.problem.dim,
                                                      self.friction, self.splitting)
@@ -393,7 +402,13 @@ def friction_rule(matrix: torch.Tensor, hessian: torch.Tensor) -> float:
     m = matrix.to(torch.float64)
     chol = torch.linalg.cholesky(0.5 * (m + m.T))
     inner = chol.T @ hessian.to(torch.float64) @ chol  # A^T H A: the spectrum of M H
-    lam = float(torch.linalg.eigvalsh(0.5 * (inner + inner.T)).min())
+    return friction_from_curvature(float(torch.linalg.eigvalsh(0.5 * (inner + inner.T)).min()))
+
+
+def friction_from_curvature(lam: float) -> float:
+    """gamma = sqrt(lam / 2) clipped to [GAMMA_MIN, GAMMA_MAX] for lam = lambda_min(M H) (exact below
+    the dense limit, a Lanczos estimate from above beyond it: :func:`~fedlangevin.warmup.curvature.
+    extreme_curvatures`); a non-finite or non-positive lam gives GAMMA_MIN."""
     if not math.isfinite(lam) or lam <= 0:
         return GAMMA_MIN
     return min(GAMMA_MAX, max(GAMMA_MIN, math.sqrt(lam / 2.0)))

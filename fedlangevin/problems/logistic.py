@@ -211,29 +211,59 @@ class LogisticRegression(FederatedProblem):
         c, p1 = self.num_classes, self._p1
         w = theta.view(r, n_clients, c, p1)
         if batch_size is None:
-            xb = self.features.unsqueeze(0)  # (1, N, n_max, p1), broadcast over chains
-            yb = self.labels.unsqueeze(0).expand(r, -1, -1)
-            scale = self._client_scale
-        else:
-            b = batch_size
-            sizes = self.client_sizes
-            n_max = self.features.shape[1]
-            u = torch.rand(r, self._draw_clients, b, generator=generator, device=theta.device, dtype=torch.float64)
-            if self._held is not None:
-                u = u.index_select(1, self._held)
-            idx = (u * sizes[None, :, None]).long().minimum(sizes[None, :, None] - 1)
-            flat = (idx + (torch.arange(n_clients, device=theta.device) * n_max)[None, :, None]).reshape(-1)
-            xb = self.features.view(-1, p1).index_select(0, flat).view(r, n_clients, b, p1)
-            yb = self.labels.view(-1).index_select(0, flat).view(r, n_clients, b)
-            scale = self.num_data / b  # (1 / p_c)(n_c / b) = n / b for every client
+            s = self._full_residuals(w)  # (N, R, C, n_max), masked
+            g = self._full_product(s)  # (R, N, C, p1)
+            g.mul_(self._client_scale)
+            g.add_(w, alpha=self.prior_precision)
+            return g.reshape(r, n_clients, d)
+        b = batch_size
+        sizes = self.client_sizes
+        n_max = self.features.shape[1]
+        u = torch.rand(r, self._draw_clients, b, generator=generator, device=theta.device, dtype=torch.float64)
+        if self._held is not None:
+            u = u.index_select(1, self._held)
+        idx = (u * sizes[None, :, None]).long().minimum(sizes[None, :, None] - 1)
+        flat = (idx + (torch.arange(n_clients, device=theta.device) * n_max)[None, :, None]).reshape(-1)
+        xb = self.features.view(-1, p1).index_select(0, flat).view(r, n_clients, b, p1)
+        yb = self.labels.view(-1).index_select(0, flat).view(r, n_clients, b)
+        scale = self.num_data / b  # (1 / p_c)(n_c / b) = n / b for every client
         s = torch.softmax(torch.matmul(w, xb.transpose(-1, -2)), dim=-2)  # (R, N, C, b)
         s.scatter_add_(-2, yb.unsqueeze(-2), torch.full_like(s[..., :1, :], -1.0))  # S - Y
-        if batch_size is None:
-            s.mul_(self.mask.unsqueeze(1))
         g = torch.matmul(s, xb)  # (R, N, C, p1): the gradient (S - Y) X_b
         g.mul_(scale)
         g.add_(w, alpha=self.prior_precision)
         return g.view(r, n_clients, d)
+
+    # -- the full-data path: chains folded into the class axis --------------------------------
+    # All chains share the clients' features, so the weights of the B chains are stacked along
+    # the class axis ((N, B C, p1)) and each client's logits and gradient are one matmul
+    # against its (n_max, p1) features: no per-chain copy of the features (a broadcast batched
+    # matmul over (B, N) would expand and copy them B times), extra memory O(B N C n_max) for the
+    # logits. The sums differ from the per-chain matmul's in the last ulp only.
+    def _full_logits(self, w: torch.Tensor) -> torch.Tensor:
+        """Logits (N, B, C, n_max) of every client's data for the weights w (B, N, C, p1)."""
+        b, n, c, p1 = w.shape
+        x = self.features.to(w)
+        folded = w.transpose(0, 1).reshape(n, b * c, p1)
+        return torch.matmul(folded, x.transpose(-1, -2)).view(n, b, c, x.shape[1])
+
+    def _full_labels(self, like: torch.Tensor) -> torch.Tensor:
+        """The labels as an index (N, B, 1, n_max) along the class axis of ``like`` (N, B, C, n_max)."""
+        n, b, _, m = like.shape
+        return self.labels.to(like.device)[:, None, None, :].expand(n, b, 1, m)
+
+    def _full_residuals(self, w: torch.Tensor) -> torch.Tensor:
+        """S - Y (N, B, C, n_max) on every client's data, padding columns zeroed."""
+        s = torch.softmax(self._full_logits(w), dim=-2)
+        s.scatter_add_(-2, self._full_labels(s), torch.full_like(s[..., :1, :], -1.0))
+        s.mul_(self.mask.to(s)[:, None, None, :])
+        return s
+
+    def _full_product(self, s: torch.Tensor) -> torch.Tensor:
+        """(S - Y) X per chain and client, (B, N, C, p1), from S - Y (N, B, C, n_max)."""
+        n, b, c, m = s.shape
+        x = self.features.to(s)
+        return torch.matmul(s.reshape(n, b * c, m), x).view(n, b, c, x.shape[-1]).transpose(0, 1)
 
     # -- the private gradient (FederatedProblem.private_grad) ---------------------------------
     # Per example, grad l(theta; x, y) = (s - e_y) x^T (C x p1), whose Frobenius norm is
@@ -265,9 +295,15 @@ class LogisticRegression(FederatedProblem):
     def _nll_grad(self, theta, rows, clip):
         r, n, _ = theta.shape
         if rows is None:
-            xb, yb = self.features.unsqueeze(0), self.labels.unsqueeze(0).expand(r, -1, -1)
-        else:
-            xb, yb = self._rows(rows)
+            s = self._full_residuals(theta.reshape(r, n, self.num_classes, self._p1))  # (N, R, C, n_max)
+            if clip is not None:
+                # as the minibatch path below: the factor min(1, C / (||s|| ||x||)) from x / max|x_j| (safe for
+                # any finite record); s is (N, R, C, n_max) here, the features (N, n_max, p1)
+                top, unit = _scaled(self.features.to(s))
+                per_x = (clip / top.squeeze(-1)) / torch.linalg.vector_norm(unit, dim=-1)  # (N, n_max)
+                s.mul_((per_x[:, None, :] / (s * s).sum(-2).sqrt_()).clamp_(max=1.0).unsqueeze(-2))
+            return self._full_product(s).reshape(r, n, self.dim)
+        xb, yb = self._rows(rows)
         s = self._residuals(theta, xb, yb)
         if clip is not None:
             # ||s - e_y|| as a sum of squares (entries in [-1, 1]; vector_norm over the class axis is ~20x slower);
@@ -276,8 +312,6 @@ class LogisticRegression(FederatedProblem):
             top, unit = _scaled(xb)
             per_x = (clip / top.squeeze(-1)) / torch.linalg.vector_norm(unit, dim=-1)  # (R, N, B) or (1, N, B)
             s.mul_((per_x / (s * s).sum(-2).sqrt_()).clamp_(max=1.0).unsqueeze(-2))
-        if rows is None:
-            s.mul_(self.mask.unsqueeze(1))
         return torch.matmul(s, xb).reshape(r, n, self.dim)
 
     def prior_grad(self, theta):
@@ -313,12 +347,11 @@ class LogisticRegression(FederatedProblem):
 
     def _client_nll(self, theta: torch.Tensor) -> torch.Tensor:
         """sum_{i in client c} l(theta[..., c, :]; x_ci, y_ci) for theta (..., N or 1, d) -> (..., N)."""
-        w = theta.reshape(*theta.shape[:-1], self.num_classes, self._p1)
-        x = self.features.to(theta)
-        logp = torch.log_softmax(torch.matmul(w, x.transpose(-1, -2)), dim=-2)  # (..., N, C, n_max)
-        labels = self.labels.to(theta.device).expand(*logp.shape[:-3], -1, -1).unsqueeze(-2)
-        picked = logp.gather(-2, labels).squeeze(-2)
-        return -(picked * self.mask.to(theta)).sum(-1)
+        lead, n = theta.shape[:-2], self.num_clients
+        w = theta.expand(*lead, n, self.dim).reshape(-1, n, self.num_classes, self._p1)  # (B, N, C, p1)
+        logp = torch.log_softmax(self._full_logits(w), dim=-2)  # (N, B, C, n_max), no per-draw copy of the data
+        picked = logp.gather(-2, self._full_labels(logp)).squeeze(-2)  # (N, B, n_max)
+        return -(picked * self.mask.to(theta)[:, None, :]).sum(-1).transpose(0, 1).reshape(*lead, n)
 
     def energy(self, theta: torch.Tensor) -> torch.Tensor:
         """Global energy f(theta) = NLL + ||theta||^2 / (2 sigma^2) (negative log posterior + const)."""

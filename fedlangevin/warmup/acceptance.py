@@ -48,6 +48,7 @@ import torch
 
 from fedlangevin._validation import check_real
 from fedlangevin.federation.preconditioning import preconditioner_matrix
+from fedlangevin.warmup.curvature import diagonal_of
 
 __all__ = [
     "SD_EXCESS", "AutoStep", "DualAveraging", "da_final", "da_init", "da_update", "energy_and_gradient",
@@ -229,6 +230,9 @@ def matrix_growth(old, new, dim: int) -> float:
     stretched direction. The step divided by it keeps eta lambda_max(M H) from growing when M
     changes (lambda_max(M_new H) <= lambda_max(M_old^-1 M_new) lambda_max(M_old H)), so a restart
     after a new M is as stable as the step before it."""
+    da, db = diagonal_of(old, dim), diagonal_of(new, dim)
+    if da is not None and db is not None:  # both diagonal: O(d), no d x d matrix
+        return float((db / da).max())
     a = preconditioner_matrix(old, dim).to(torch.float64)
     b = preconditioner_matrix(new, dim).to(torch.float64)
     chol = torch.linalg.cholesky(0.5 * (a + a.T))

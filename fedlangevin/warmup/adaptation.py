@@ -52,7 +52,8 @@ from dataclasses import dataclass
 
 import torch
 
-from fedlangevin.warmup.curvature import max_curvature, mean_hessian
+from fedlangevin.warmup.curvature import diagonal_of, max_curvature, mean_hessian
+from fedlangevin.federation.extensions import IdentityPreconditioner
 from fedlangevin.federation.preconditioning import (
     as_preconditioner, is_identity, placed, preconditioner_from_record, preconditioner_matrix, preconditioner_record,
 )
@@ -171,7 +172,7 @@ class Adapter:
         self.dense = problem.dim <= dense_max_dim
         # a private run adapts from the first round (its first step is only a public guess)
         self.windows = warmup_windows(self.warmup) if privacy is None else private_windows(self.warmup)
-        self.preconditioner = as_preconditioner(torch.eye(problem.dim)) if preconditioner is None else preconditioner
+        self.preconditioner = IdentityPreconditioner() if preconditioner is None else preconditioner
         self.step_size = fixed_step
         self.done = 0  # warm-up rounds observed
         self.estimates = 0  # step-size estimates made (seeds the power iteration)
@@ -268,7 +269,8 @@ class Adapter:
         elif self.fixed_step is None and self.privacy is None:
             self._estimate(theta)
         elif self.fixed_step is None and spread is not None:  # a private step follows the new M's spread
-            matrix = preconditioner_matrix(self.preconditioner, self.dim)
+            diagonal = diagonal_of(self.preconditioner, self.dim) if spread.dim() == 1 else None
+            matrix = preconditioner_matrix(self.preconditioner, self.dim) if diagonal is None else diagonal
             eta = step_from_spread(spread, matrix, self.temperature, SAFETY)
             self.step_size = min(eta, GROWTH * self.step_size)
             self.estimates += 1

@@ -11,6 +11,11 @@ sum over clients, or not, in their own order): the step-size rule's power iterat
 Laplace start of M (:mod:`fedlangevin.warmup.adaptation`), the client Hessians of the MAP search
 (:mod:`fedlangevin.warmup.mode`) and of the drift corrections' surrogates
 (:mod:`fedlangevin.corrections.base`).
+
+Above the dense limit (d > :data:`~fedlangevin.warmup.adaptation.DENSE_MAX_DIM`) no default path
+forms a d x d matrix: :func:`extreme_curvatures` gives the extreme eigenvalues of the chains' mean
+preconditioned Hessian by Lanczos on Hessian-vector products (2 gradient calls per product, for all
+chains and clients at once), O(d) memory per chain and client.
 """
 
 from __future__ import annotations
@@ -22,10 +27,15 @@ import torch
 
 from fedlangevin.federation.preconditioning import is_identity, placed
 
-__all__ = ["POWER_ITERATIONS", "curvature_at", "gradient_difference", "max_curvature", "mean_hessian"]
+__all__ = ["LANCZOS_ITERATIONS", "POWER_ITERATIONS", "client_hessian_diagonals", "curvature_at", "diagonal_of", "extreme_curvatures",
+           "gradient_difference", "max_curvature", "mean_hessian"]
 
 #: power-iteration sweeps per step-size estimate
 POWER_ITERATIONS = 20
+#: Lanczos steps (Hessian-vector products) of :func:`extreme_curvatures`
+LANCZOS_ITERATIONS = 40
+#: displaced points per ``grad`` call in :func:`mean_hessian` (its memory is that of one call)
+HESSIAN_CHUNK = 512
 
 
 def gradient_difference(problem, points: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
@@ -83,14 +93,92 @@ def curvature_at(problem, theta: torch.Tensor, preconditioner: Any, seed: int, *
 def mean_hessian(problem, theta: torch.Tensor) -> torch.Tensor:
     """The global Hessian sum_c p_c H_c averaged over the iterates ``theta`` (R, d), (d, d), from
     central gradient differences along the d coordinate axes (2 d gradient calls per chain,
-    batched); ``problem`` in float64."""
+    batched HESSIAN_CHUNK displaced points at a time); ``problem`` in float64. A dense-limit tool:
+    the callers above the limit use :func:`extreme_curvatures`."""
     r, d = theta.shape
     weights = problem.weights.to(device=theta.device, dtype=theta.dtype)
     h = 1e-5 * (1.0 + theta.abs())  # (R, d) per-coordinate step
     eye = torch.eye(d, dtype=theta.dtype, device=theta.device)
-    step = h[:, :, None] * eye  # (R, d, d): row j moves coordinate j
-    base = theta[:, None, :].expand(r, d, d)
-    diff = gradient_difference(problem, base.reshape(r * d, 1, d), step.reshape(r * d, 1, d))
-    diff = (diff * weights[None, :, None]).sum(1).reshape(r, d, d)
+    step = (h[:, :, None] * eye).reshape(r * d, 1, d)  # row (chain, j) moves coordinate j
+    base = theta[:, None, :].expand(r, d, d).reshape(r * d, 1, d)
+    diff = torch.cat([(gradient_difference(problem, base[i:i + HESSIAN_CHUNK], step[i:i + HESSIAN_CHUNK])
+                       * weights[None, :, None]).sum(1) for i in range(0, r * d, HESSIAN_CHUNK)]).reshape(r, d, d)
     hess = (diff / (2 * h[:, :, None])).mean(0)
     return 0.5 * (hess + hess.T)
+
+
+def client_hessian_diagonals(problem, theta: torch.Tensor) -> torch.Tensor:
+    """The diagonals (N, d) of the client Hessians of f^c at one point theta (d,): the problem's own
+    ``client_hessian_diagonal(theta)`` when it has one (logistic regression, analytic), else central
+    differences of the gradients coordinate by coordinate (2 d gradient evaluations, in blocks of at
+    most 2^24 numbers: memory bounded, no (N, d, d) array)."""
+    own = getattr(problem, "client_hessian_diagonal", None)
+    if own is not None:
+        return own(theta)
+    n, d = problem.num_clients, problem.dim
+    out = torch.empty(n, d, dtype=theta.dtype, device=theta.device)
+    block = max(1, min(d, (1 << 24) // max(1, n * d)))
+    for start in range(0, d, block):
+        idx = torch.arange(start, min(d, start + block), device=theta.device)
+        h = 1e-5 * (1.0 + theta[idx].abs())
+        step = torch.zeros(len(idx), d, dtype=theta.dtype, device=theta.device)
+        step[torch.arange(len(idx)), idx] = h
+        diff = gradient_difference(problem, theta[None, None, :], step[:, None, :]) / (2 * h[:, None, None])  # (j, N, d)
+        out[:, idx] = diff[torch.arange(len(idx)), :, idx].T
+    return out
+
+
+def diagonal_of(pre, dim: int) -> torch.Tensor | None:
+    """M's diagonal (d,) float64 when M is the identity (``None`` too) or diagonal, else None (no
+    d x d matrix is formed)."""
+    if is_identity(pre):
+        return torch.ones(dim, dtype=torch.float64)
+    values = getattr(pre, "diagonal", None)
+    if isinstance(values, torch.Tensor) and values.dim() == 1 and values.numel() == dim:
+        return values.detach().to(device="cpu", dtype=torch.float64)
+    return None
+
+
+def extreme_curvatures(problem, theta: torch.Tensor, diagonal: torch.Tensor | None = None, *,
+                       iterations: int = LANCZOS_ITERATIONS,
+                       generator: torch.Generator | None = None) -> tuple[float, float]:
+    """(lambda_min, lambda_max) of M H_bar, H_bar = the chains' mean global Hessian
+    mean_r sum_c p_c H_c(theta_r) at the iterates ``theta`` (R, d), M = diag(``diagonal``) (None: I).
+
+    Lanczos (with full reorthogonalisation) on the symmetric A H_bar A, A = M^(1/2), whose spectrum is
+    M H_bar's: ``iterations`` products H_bar v, each from central gradient differences at all chains
+    and clients at once (2 ``grad`` calls of R x N points), so memory O(iterations d + R N d) and no
+    d x d matrix. The extremes are those of the Krylov space's Ritz values: lambda_max from below and
+    lambda_min from above, exact once the space holds every distinct eigenvalue (a matrix with at most
+    ``iterations`` of them) and converging fastest for well separated extremes. ``problem`` in float64."""
+    r, d = theta.shape
+    weights = problem.weights.to(device=theta.device, dtype=theta.dtype)
+    root = (torch.ones(d, dtype=theta.dtype) if diagonal is None else diagonal.to(theta.dtype)).sqrt().to(theta.device)
+    scale = 1e-5 * (1.0 + torch.linalg.vector_norm(theta, dim=-1))[:, None, None]  # (R, 1, 1)
+
+    def product(u: torch.Tensor) -> torch.Tensor:  # A H_bar A u
+        hu = gradient_difference(problem, theta[:, None, :], scale * (root * u)) / (2 * scale)  # (R, N, d)
+        return root * (weights[None, :, None] * hu).sum(1).mean(0)
+
+    q = torch.randn(d, generator=generator, dtype=theta.dtype).to(theta.device)
+    q = q / torch.linalg.vector_norm(q)
+    basis, alphas, betas = [q], [], []
+    for j in range(min(iterations, d)):
+        w = product(basis[-1])
+        alphas.append(float(w @ basis[-1]))
+        stack = torch.stack(basis)
+        for _ in range(2):  # full reorthogonalisation, twice (Kahan-Parlett)
+            w = w - stack.T @ (stack @ w)
+        beta = float(torch.linalg.vector_norm(w))
+        if not math.isfinite(beta) or j == min(iterations, d) - 1 or beta <= 1e-12 * max(abs(a) for a in alphas):
+            break
+        betas.append(beta)
+        basis.append(w / beta)
+    tri = torch.diag(torch.tensor(alphas, dtype=torch.float64))
+    if betas:
+        off = torch.tensor(betas, dtype=torch.float64)
+        tri = tri + torch.diag(off, 1) + torch.diag(off, -1)
+    if not bool(torch.isfinite(tri).all()):
+        return math.nan, math.nan
+    ritz = torch.linalg.eigvalsh(tri)
+    return float(ritz[0]), float(ritz[-1])

@@ -135,9 +135,9 @@ class Across:
 
 def step_from_spread(spread: torch.Tensor, matrix: torch.Tensor, temperature: float, safety: float) -> float:
     """Eq. (1): ``safety`` / (tau lambda_max(M S^{-1})) for the regularised covariance S ((d, d), or the
-    (d,) variances) and M ((d, d) float64)."""
+    (d,) variances) and M ((d, d) float64, or its diagonal (d,) with the variances)."""
     if spread.dim() == 1:
-        lam = float((torch.diagonal(matrix) / spread).max())
+        lam = float(((matrix if matrix.dim() == 1 else torch.diagonal(matrix)) / spread).max())
     else:
         chol = torch.linalg.cholesky(spread)
         half = torch.linalg.solve_triangular(chol, matrix, upper=False)  # L^{-1} M

@@ -30,7 +30,7 @@ import torch
 
 from fedlangevin.warmup.acceptance import energy_function
 from fedlangevin.warmup.adaptation import DENSE_MAX_DIM
-from fedlangevin.warmup.curvature import gradient_difference
+from fedlangevin.warmup.curvature import client_hessian_diagonals, gradient_difference
 
 __all__ = ["MapResult", "client_derivatives", "find_map", "global_energy", "resolve_init"]
 
@@ -52,13 +52,13 @@ def client_derivatives(problem, theta: torch.Tensor, dense: bool) -> tuple[torch
     """Per-client gradients (N, d) and Hessians (N, d, d) or diagonals (N, d) at theta (d,)."""
     n, d = problem.num_clients, problem.dim
     grad = problem.grad(theta.expand(1, n, d).clone())[0]
+    if not dense:  # no (N, d, d) array: the problem's own diagonals, or blocks of central differences
+        return grad, client_hessian_diagonals(problem, theta)
     h = 1e-5 * (1.0 + theta.abs())  # (d,)
     step = torch.diag(h)  # row j moves coordinate j
     diff = gradient_difference(problem, theta[None, None, :], step[:, None, :]) / (2 * h[:, None, None])  # (d_j, N, d)
     hess = diff.permute(1, 0, 2)  # (N, j, i): d grad_i / d theta_j
-    if dense:
-        return grad, 0.5 * (hess + hess.transpose(1, 2))
-    return grad, torch.diagonal(hess, dim1=1, dim2=2)
+    return grad, 0.5 * (hess + hess.transpose(1, 2))
 
 
 def global_energy(problem):
