@@ -45,7 +45,7 @@ class FlowerRun:
     rounds : communication rounds T >= 1; step_size : eta (a number, a sequence or a
     callable k -> eta_k, as :class:`fedlangevin.FALD`); local_steps : K; temperature : tau;
     correlation : rho; participation : Full (default), SchemeI(S) or SchemeII(S); chains :
-    R; seed : of the server's streams (round seeds, participation); warmup, thin : which
+    R (default 4, as :class:`fedlangevin.FALD`: R-hat needs several chains); seed : of the server's streams (round seeds, participation); warmup, thin : which
     rounds' iterates are kept (as ``FALD.run``); batch_size : per client and step (None:
     full gradients); noise_dtype : "float32" or "float64"; init : theta_0, (d,) or (R, d)
     (default zeros); num_nodes : N, the nodes to wait for; node_timeout : seconds to wait
@@ -71,7 +71,7 @@ class FlowerRun:
     temperature: float = 1.0
     correlation: float = 0.0
     participation: Participation | None = None
-    chains: int = 1
+    chains: int = 4
     seed: int = 0
     warmup: int = 0
     thin: int = 1
