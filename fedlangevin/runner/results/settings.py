@@ -50,7 +50,10 @@ class Settings(Mapping):
     and ``trace.local_step_bias``); check_local_bias : a fixed K > 1 is measured against K = 1 in
     warm-up (:mod:`fedlangevin.warmup.local_steps`); participation_noise : the participation
     rule's injected-noise rule, ``"calibrated"`` or ``"paper"`` (:mod:`fedlangevin.federation.participation`;
-    ``"paper"``, eq. 10, for full participation and for records written before it was a setting).
+    ``"paper"``, eq. 10, for full participation and for records written before it was a setting);
+    splitting, friction : FA-HMC's local-step splitting ("BAOAB" or "OBABO") and its friction gamma
+    (the current one; "" and ``None`` for FA-LD and records written before they were settings): a
+    private FA-HMC run is accounted from them (:mod:`fedlangevin.privacy.hmc`).
     """
 
     local_steps: int
@@ -83,6 +86,8 @@ class Settings(Mapping):
     auto_local_steps: bool = False
     check_local_bias: bool = False
     participation_noise: str = "paper"
+    splitting: str = ""
+    friction: float | None = None
 
     def __getitem__(self, key: str) -> Any:
         if key not in MAPPING_KEYS:
