@@ -124,6 +124,8 @@ class FAHMC(Runner):
 
     #: the family as a transport with remote clients runs it (:mod:`fedlangevin.federation.nodes`)
     node = NODE
+    #: the mechanism a canary audit runs (:func:`fedlangevin.privacy.audit`'s ``sampler=``)
+    privacy_family = "FA-HMC"
 
     # The state FA-HMC adds to the runner's (fedlangevin.runner.base.Runner): its settings, and
     # what the warm-up changes (M, h through the schedule, gamma), applied in one place (_apply).
