@@ -1,5 +1,5 @@
 """FA-HMC's mechanism as the accountants see it: each local step is FA-LD's Gaussian mechanism at an
-equivalent step size (``docs/fahmc.md``, "Private FA-HMC", eqs. P1-P5).
+equivalent step size (``docs/fahmc.md``, "Private FA-HMC", eqs. P1-P3).
 
 A private FA-HMC run (``FAHMC(..., privacy=..., splitting="OBABO")``) takes, on client c, the local
 step B(h/2) O B(h/2) A(h) of :mod:`fedlangevin.fahmc.kernel` on the clipped gradient

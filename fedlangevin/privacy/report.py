@@ -1,5 +1,9 @@
 """What an FA-LD run spent: both accountants applied to a :class:`~fedlangevin.Trace`.
 
+A private FA-HMC run (OBABO) is accounted by the same tight accountant, every local step at its
+equivalent FA-LD step size h^2 / (2 tanh(gamma h / 2)) (:mod:`fedlangevin.privacy.hmc`); the
+paper's bound is FA-LD's and is not reported for it.
+
 :func:`trace_privacy` (also ``trace.privacy(...)``) reads the run's settings — step sizes of
 every local step, temperature, correlation, participation rule, number of clients, client
 weights p_c and data sizes n_c, minibatch size — and reports the paper's bound (Thm 6.1 / G.3)

@@ -41,7 +41,7 @@ class Settings(Mapping):
     correction_releases : what the correction releases besides FA-LD's uploads ("" when nothing:
     none, or switched off); privacy accounting refuses a run where it is not empty; sampler : the
     sampler family ("FA-LD"; a kernel of your own run by :class:`~fedlangevin.runner.base.Runner`
-    gives its ``name``): privacy accounting is FA-LD's and refuses any other; privacy : the
+    gives its ``name``): privacy accounting covers FA-LD and private FA-HMC and refuses any other; privacy : the
     mechanism's repr (``"RecordLevel(clip=1.0)"``), "none" for a run that clips nothing (its
     sensitivity can only be assumed); adjacency : the mechanism's "record" or "client" ("" when
     not private); clip : its C (``None`` when not private) — what the accounting and a resume
