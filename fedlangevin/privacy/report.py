@@ -104,7 +104,8 @@ class PrivacyReport:
                "refresh (a = exp(-gamma h))" if hmc else
                f"sqrt(2 eta tau (1 - rho^2) / {'q_c' if m.get('calibrated') else 'p_c'})") + " protects its data",
             f"sampling: {m.get('sampling', '')}",
-            f"released: {rounds} rounds x {m['chains']} chain(s) x {m.get('dim', '?')} floats broadcast (warm-up "
+            f"released: {rounds} rounds x {m['chains']} chain(s) x "
+            f"{'2 x ' if hmc else ''}{m.get('dim', '?')} floats broadcast{' (theta and v)' if hmc else ''} (warm-up "
             "rounds included; thinning does not reduce the cost)",
             f"tight accountant (PLD): epsilon = {t.epsilon:.4g} at delta = {self.delta:.3g}   [RDP: "
             f"{t.rdp_epsilon:.4g}, lower bound: {t.lower_epsilon:.4g}; z = {t.noise_multiplier:.4g}, q = {t.q:.4g}, "

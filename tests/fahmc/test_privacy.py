@@ -105,6 +105,7 @@ def test_epsilon_is_the_gaussian_mechanism_of_eq_p2_computed_independently():
     assert report.epsilon == pytest.approx(exact, rel=2e-3)  # the PLD grid's pessimism is < 0.1 %
     assert report.paper is None and report.mechanism["sampler"] == "FA-HMC"
     assert "FA-HMC run" in report.summary() and "momentum refresh" in report.summary()
+    assert "x 2 x 2 floats broadcast (theta and v)" in report.summary()
 
 
 def test_epsilon_is_fald_accountants_at_the_equivalent_step_size():

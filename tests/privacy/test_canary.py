@@ -205,6 +205,8 @@ def test_epsilon_lower_bound_of_gaussian_scores_is_below_the_gaussian_epsilon():
     (dict(step_size=1e300), "step_size, temperature, privacy .clip.: this setting cannot be accounted"),
     (dict(step_size=1e-300), "step_size, temperature, privacy .clip.: this setting cannot be accounted"),
     (dict(sampler="FALD"), "sampler must be a sampler factory"),
+    (dict(friction=0.0), "friction"),
+    (dict(friction=float("inf")), "friction"),
 ])
 def test_bad_arguments_are_refused_before_any_run(kwargs, match, monkeypatch):
     import fedlangevin.privacy.canary as mod
