@@ -253,7 +253,7 @@ class FAHMCKernel:
                     participation_noise=str(getattr(rule, "noise", "calibrated")),
                     noise_dtype=str(self.noise_dtype or self.dtype).replace("torch.", ""),
                     preconditioner="none" if self.preconditioner is None else repr(self.preconditioner),
-                    sampler=self.name)
+                    sampler=self.name, splitting=self.splitting, friction=float(self.friction))
 
     def record(self) -> dict:
         """Plain values that a checkpoint stores and a resume compares: the family's settings that

@@ -20,13 +20,14 @@ from fedlangevin._validation import (
 )
 from fedlangevin.fahmc import auto as hauto
 from fedlangevin.fahmc import local_bias as hcheck
+from fedlangevin.fahmc import private as hprivate
 from fedlangevin.fahmc import warmup as fahmc_warmup
 from fedlangevin.fahmc.kernel import DEFAULT_FRICTION, SPLITTINGS, FAHMCKernel, as_fahmc_preconditioner, assemble, checked_arguments
 from fedlangevin.fahmc.node import NODE
 from fedlangevin.federation.contracts import TRANSPORT, check_conforms
 from fedlangevin.federation.participation import Participation, as_participation
 from fedlangevin.federation.preconditioning import (
-    broadcast_floats, is_identity, preconditioner_from_record, preconditioner_record,
+    broadcast_floats, is_identity, spectral_norm, preconditioner_from_record, preconditioner_record,
 )
 from fedlangevin.runner.io import checkpoint as ckpt
 from fedlangevin.runner.io.records import check_runner_record
@@ -98,8 +99,14 @@ class FAHMC(Runner):
         after the all-reduce, and the whole problem, so every rank computes the same M, h and gamma (as
         FALD's warm-up; each rank then reads every client's energy, gradient and Hessian in the warm-up).
         ``None`` (default): one process, every client.
-    correction, privacy : refused (``None`` only): drift corrections and privacy accounting of
-        FA-HMC are not built yet.
+    correction : refused (``None`` only): drift corrections of FA-HMC are not built yet.
+    privacy : :class:`fedlangevin.privacy.RecordLevel` or :class:`~fedlangevin.privacy.ClientLevel`
+        (``docs/fahmc.md``, "Private FA-HMC"): every local step's likelihood gradient is clipped as
+        FALD's (:class:`fedlangevin.problems.clipped.Clipped`), and ``trace.privacy(delta=...)``
+        accounts each OBABO step as FA-LD's Gaussian mechanism at the equivalent step size
+        h^2 / (2 tanh(gamma h / 2)) (:mod:`fedlangevin.privacy.hmc`). Needs ``splitting="OBABO"`` (a
+        BAOAB upload reveals the noiseless kick), a numeric step size and K, ``check_local_bias=False``
+        for K > 1 and no transport (:mod:`fedlangevin.fahmc.private` refuses the rest before any work).
     check_local_bias : with a fixed K > 1 (default True, chains >= 2), R companion chains of FA-HMC at
         K = 1 with the same h run beside the sampler's (their own generator: the sampler's draws are the
         same bits), and the end of every run warns where the K chains' means or sds differ from theirs by
@@ -111,12 +118,14 @@ class FAHMC(Runner):
     Every argument is checked before any work (``ValueError`` naming it). Communication per
     client and round: 2 d floats up (theta and v) and 2 d down (``trace.communication`` counts
     them), and in warm-up what its statistics read (the clients' energies and gradients, their
-    Hessians for the Laplace M and the friction). ``trace.privacy`` refuses an FA-HMC trace (its
-    accountant is FA-LD's).
+    Hessians for the Laplace M and the friction). ``trace.privacy`` accounts a private run
+    (``privacy=``) and refuses any other FA-HMC trace.
     """
 
     #: the family as a transport with remote clients runs it (:mod:`fedlangevin.federation.nodes`)
     node = NODE
+    #: the mechanism a canary audit runs (:func:`fedlangevin.privacy.audit`'s ``sampler=``)
+    privacy_family = "FA-HMC"
 
     # The state FA-HMC adds to the runner's (fedlangevin.runner.base.Runner): its settings, and
     # what the warm-up changes (M, h through the schedule, gamma), applied in one place (_apply).
@@ -134,6 +143,7 @@ class FAHMC(Runner):
     adapted: bool                      #: the warm-up has finished (M, h and gamma frozen)
     check_local_bias: bool             #: a fixed K > 1 is checked by K = 1 companions (fahmc.local_bias)
     auto_local_steps: AutoLocalSteps | None = None  #: local_steps="auto"'s rule (None: a fixed K)
+    privacy: Any = None                #: RecordLevel / ClientLevel, None: not private (fahmc.private)
     _companion_kernel: Any = None      #: the companions' (or candidates') kernel, built once on first use
 
     def __init__(
@@ -162,7 +172,7 @@ class FAHMC(Runner):
         check_local_bias: bool = True,
     ) -> None:
         check_problem(problem)
-        _refuse_unbuilt(step_size, init, correction, privacy)
+        _refuse_unbuilt(step_size, init, correction)
         self.check_local_bias = check_bool("check_local_bias", check_local_bias)
         self.transport = None if transport is None else check_conforms(transport, TRANSPORT, "transport")
         self.given_friction = None if _is_auto(friction) else check_real("friction", friction, low=0.0, low_open=True)
@@ -194,6 +204,10 @@ class FAHMC(Runner):
         device = check_device("device", device)
         seed = self._seeded(seed)
         self.splitting = check_choice("splitting", splitting, SPLITTINGS)
+        self.privacy = hprivate.check_private(
+            problem, privacy, step_size=step_size, local_steps=local_steps,
+            auto_local_steps=self.auto_local_steps is not None, splitting=self.splitting, transport=self.transport,
+            check_local_bias=self.check_local_bias)
         self.preconditioner = as_fahmc_preconditioner(preconditioner, problem.dim)
         itemsize = torch.empty(0, dtype=dtype).element_size()
         check_fits("chains", 2 * chains * problem.num_clients * problem.dim * itemsize, device,
@@ -201,7 +215,8 @@ class FAHMC(Runner):
                    f"d = {problem.dim}", "use fewer chains")
         check_init(init, chains, problem.dim, dtype, device)
         self.friction = DEFAULT_FRICTION if self.given_friction is None else self.given_friction
-        kernel = assemble(problem, temperature=temperature, correlation=self.correlation, rule=self.participation,
+        kernel = assemble(hprivate.kernel_problem(problem, self.privacy), temperature=temperature,
+                          correlation=self.correlation, rule=self.participation,
                           batch_size=self.batch_size, friction=self.friction, splitting=self.splitting, dtype=dtype,
                           device=device, noise_dtype=self.noise_dtype, preconditioner=self.preconditioner,
                           transport=self.transport)
@@ -220,7 +235,12 @@ class FAHMC(Runner):
         own.update(preconditioner="none" if pre is None else repr(pre), adapt=bool(getattr(self, "adapt_matrix", False)),
                    auto_step_size=bool(getattr(self, "adapt_step", False)),
                    check_local_bias=bool(getattr(self, "check_local_bias", False)),
-                   auto_local_steps=getattr(self, "auto_local_steps", None) is not None)
+                   auto_local_steps=getattr(self, "auto_local_steps", None) is not None,
+                   friction=float(getattr(self, "friction", own.get("friction", 1.0))))
+        private = getattr(self, "privacy", None)
+        if private is not None:  # what the accounting and a resume rebuild the mechanism from
+            own.update(privacy=repr(private), adjacency=private.adjacency, clip=float(private.clip),
+                       preconditioner_norm=spectral_norm(pre, self.problem.dim))
         return own
 
     def _fixed_uploads(self) -> float | None:
@@ -234,6 +254,8 @@ class FAHMC(Runner):
         at the round's start (finite parameters below sqrt(max float), where no smooth energy's gradient
         overflows): then the gradient is named as the cause, not the step size."""
         steps, causes, detail = super()._diagnose(state, gen_state, etas, bad_rows)
+        if getattr(self, "privacy", None) is not None:  # no noiseless gradient of the data in a private run
+            return steps, causes, detail
         theta = self.state.theta[torch.as_tensor(bad_rows, dtype=torch.long, device=self.state.theta.device)]
         n = self.problem.num_clients
         grad = self.problem.to(device=self.device, dtype=self.dtype).grad(
@@ -383,10 +405,15 @@ class FAHMC(Runner):
             own = ckpt.decode(record["fahmc"])
             _, new_device = rs.resume_device(settings, device)
         with rs.reading(used, values=True):
+            privacy = rs.mechanism(settings)  # a private run's mechanism, rebuilt from its clip
+        if privacy is not None and (transport is not None or isinstance(step_size, str)):
+            raise ValueError(f"privacy: the checkpoint holds a private run ({privacy!r}), which resumes without a "
+                             "transport and with a numeric step_size or none (fedlangevin.fahmc.private)")
+        with rs.reading(used, values=True):
             rule = _stored_rule(stored["participation"], participation)
             pre = (None if stored["preconditioner"] is None
                    else preconditioner_from_record(stored["preconditioner"], preconditioner))
-            kernel = assemble(problem, **checked_arguments(
+            kernel = assemble(hprivate.kernel_problem(problem, privacy), **checked_arguments(
                 problem, stored["temperature"], stored["correlation"], rule, stored["batch_size"], stored["friction"],
                 splitting=stored["splitting"], dtype=settings["dtype"], device=new_device,
                 noise_dtype=_dtype(stored["noise_dtype"])), preconditioner=pre, transport=transport)
@@ -407,6 +434,7 @@ class FAHMC(Runner):
             sampler.step_rule = AutoStep(own["target"]) if sampler.adapt_step else None
             sampler.adapt_matrix, sampler.adapted = bool(own["adapt_matrix"]), bool(own["adapted"])
             sampler.transport = transport
+            sampler.privacy = privacy
             stored_check = own.get("local_bias")  # None: a checkpoint written before the check (it ran without)
             sampler.check_local_bias = bool(stored_check is not None and stored_check["check"])
             Runner.__init__(sampler, kernel, problem, schedule, **kwargs)
@@ -457,7 +485,7 @@ def _check_auto(local_steps: int, participation: Participation) -> None:
                          "then K chosen)")
 
 
-def _refuse_unbuilt(step_size: Any, init: Any, correction: Any, privacy: Any) -> None:
+def _refuse_unbuilt(step_size: Any, init: Any, correction: Any) -> None:
     """What FA-HMC does not do yet, refused before any work with the reason."""
     if isinstance(step_size, str) and not _is_auto(step_size):
         raise ValueError(f"step_size must be 'auto', a number, a sequence or a callable k -> h_k for FA-HMC; got "
@@ -468,6 +496,4 @@ def _refuse_unbuilt(step_size: Any, init: Any, correction: Any, privacy: Any) ->
     if correction is not None:
         raise ValueError("correction: drift corrections for FA-HMC are not built yet (a control variate would add "
                          "to the force of every kick; its set-up and accounting are FA-LD's only); use correction=None")
-    if privacy is not None:
-        raise ValueError("privacy: privacy accounting of FA-HMC's momentum noise is not built yet (FA-LD's "
-                         "accountant covers its Langevin noise only); use privacy=None")
+

@@ -66,6 +66,7 @@ import torch
 
 from fedlangevin._validation import check_bool, check_int, check_real, check_seed
 from fedlangevin.federation.participation import Participation, SchemeII, as_participation
+from fedlangevin.privacy.hmc import equivalent_step_size
 from fedlangevin.privacy.mechanism import RecordLevel, check_privacy
 from fedlangevin.problems.base import check_count_fits
 
@@ -99,6 +100,8 @@ class AuditSetting:
     temperature : tau > 0.
     dim : d >= 1, the length of theta.
     canary : the canary direction u, shape (d,), nonzero (normalised here); default e_1.
+    friction : gamma > 0 of an FA-HMC audit (``audit(..., sampler=fedlangevin.FAHMC)``; its step_size
+        is then h); unused for FA-LD.
     """
 
     privacy: Any = field(default_factory=lambda: RecordLevel(clip=1.0))
@@ -113,9 +116,11 @@ class AuditSetting:
     temperature: float = 1.0
     dim: int = 1
     canary: Any = None
+    friction: float = 1.0
 
     def __post_init__(self) -> None:
         s = object.__setattr__
+        s(self, "friction", check_real("friction", self.friction, low=0.0, low_open=True))
         s(self, "privacy", check_privacy(self.privacy))
         s(self, "step_size", check_real("step_size", self.step_size, low=0.0, low_open=True))
         s(self, "local_steps", check_int("local_steps", self.local_steps, 1))
@@ -178,13 +183,14 @@ class _Watched(Participation):
     weights: the attacker knows who uploaded."""
 
     def __init__(self, rule: Participation) -> None:
-        self.rule, self.last = rule, None
+        self.rule, self.last, self.history = rule, None, []
 
     def validate(self, weights):
         return self.rule.validate(weights)
 
     def weights(self, p, chains, generator):
         self.last = self.rule.weights(p, chains, generator)
+        self.history.append(self.last)  # every round's weights (the FA-HMC attack reads who uploaded)
         return self.last
 
     scheme = property(lambda self: self.rule.scheme)
@@ -240,6 +246,11 @@ def default_sampler():
     return fedlangevin.FALD
 
 
+def _is_hmc(sampler) -> bool:
+    """The factory runs FA-HMC (its class says so: ``privacy_family = "FA-HMC"``)."""
+    return getattr(sampler, "privacy_family", "FA-LD") == "FA-HMC"
+
+
 def _world(setting: AuditSetting, world: str, replicates: int, seed: int, progress, sampler):
     """One world's run with the sampler factory: (scores (R,), trace)."""
     from fedlangevin.problems.custom import CustomProblem
@@ -249,6 +260,8 @@ def _world(setting: AuditSetting, world: str, replicates: int, seed: int, progre
 
     problem = CustomProblem(energy, setting.data(world), dim=setting.dim, rowwise=True)
     watched = _Watched(setting.participation)
+    if _is_hmc(sampler):
+        return _hmc_world(setting, problem, watched, replicates, seed, progress, sampler)
     attacker = _Attacker(setting, watched, replicates)
     run = sampler(problem, step_size=setting.step_size, local_steps=setting.local_steps,
                   temperature=setting.temperature, correlation=setting.correlation, participation=watched,
@@ -256,6 +269,32 @@ def _world(setting: AuditSetting, world: str, replicates: int, seed: int, progre
                   privacy=setting.privacy)
     trace = run.run(setting.rounds, progress=progress, keep_samples=False)
     return attacker.score.numpy().copy(), trace
+
+
+def _hmc_world(setting: AuditSetting, problem, watched: _Watched, replicates: int, seed: int, progress, sampler):
+    """One world of a private FA-HMC run (OBABO): (scores (R,), trace). The attacker reads the broadcast
+    theta of every round (the average of the uploads: post-processing of what the threat model
+    releases, so a valid, if for N > 1 weaker, attack). K = 1: theta_t - theta_{t-1} = h v_t, and the
+    innovation v_t - a v_{t-1} = (1 + a)(h / 2) (force) + noise (eq. P1) carries the canary's shift in
+    every round client 0 uploads: the score sums <v_t - a v_{t-1}, u> over those rounds (with full
+    batches and N = 1 the likelihood-ratio statistic of the whole transcript). K > 1: the total
+    displacement <theta_T - theta_0, u>."""
+    run = sampler(problem, step_size=setting.step_size, friction=setting.friction, splitting="OBABO",
+                  local_steps=setting.local_steps, temperature=setting.temperature, correlation=setting.correlation,
+                  participation=watched, chains=replicates, batch_size=setting.batch_size, seed=seed,
+                  privacy=setting.privacy, check_local_bias=False)
+    trace = run.run(setting.rounds, warmup=0, thin=1, progress=progress, keep_samples=True)
+    u = torch.as_tensor(setting.canary, dtype=torch.float64)
+    theta = torch.cat([torch.zeros(replicates, 1, setting.dim, dtype=torch.float64),
+                       torch.as_tensor(trace.samples, dtype=torch.float64)], 1) @ u      # (R, T + 1), theta_0 = 0
+    if setting.local_steps > 1:
+        return (theta[:, -1] - theta[:, 0]).numpy().copy(), trace
+    h, a = setting.step_size, math.exp(-setting.friction * setting.step_size)
+    v = torch.diff(theta, dim=1) / h                                                     # v_1..v_T (v_0 = 0)
+    innovation = v - a * torch.cat([torch.zeros(replicates, 1, dtype=torch.float64), v[:, :-1]], 1)
+    n = setting.num_clients
+    up = torch.stack([(w.cpu() > 0).expand(replicates, n)[:, 0] for w in watched.history], 1).to(torch.float64)
+    return (innovation * up).sum(1).numpy().copy(), trace
 
 
 def _upper(errors: np.ndarray, n: int, level: float) -> np.ndarray:
@@ -379,10 +418,12 @@ class AuditResult:
         part = "full participation" if s.participation.scheme == "full" else \
             f"scheme {s.participation.scheme}, S = {s.participation.num_sampled}"
         batch = "full batches" if s.batch_size is None else f"b = {s.batch_size} of n_c = {s.rows}"
+        hmc = self.report.mechanism.get("sampler") == "FA-HMC"
+        step = f"FA-HMC (OBABO) h = {s.step_size:g}, friction = {s.friction:g}" if hmc else f"eta = {s.step_size:g}"
         verdict = ("consistent: the audit stays below the accounted epsilon" if self.consistent else
                    "VIOLATION: the audited lower bound exceeds the accounted epsilon — the accounting or the code is wrong")
         return "\n".join([
-            f"canary audit: {s.privacy.adjacency} level, clip C = {s.privacy.clip:g}, eta = {s.step_size:g}, "
+            f"canary audit: {s.privacy.adjacency} level, clip C = {s.privacy.clip:g}, {step}, "
             f"K = {s.local_steps}, {s.rounds} round(s), rho = {s.correlation:g}, N = {s.num_clients}, {part}, {batch}, "
             f"d = {s.dim}",
             f"replicates: {self.replicates} per world (half choose the test, half bound it), confidence "
@@ -397,23 +438,24 @@ class AuditResult:
         ])
 
 
-def _check_accountable(setting: AuditSetting) -> None:
+def _check_accountable(setting: AuditSetting, hmc: bool = False) -> None:
     """The accountant's noise-multiplier range (:data:`~fedlangevin.privacy.levels.Z_RANGE`) for this
     setting, checked before the runs (the report of the "in" run would otherwise refuse it after both):
     the run's own reductions for equal clients, p_c = 1/N, gamma = b / n_c, sensitivity 2C."""
     from fedlangevin.privacy.levels import _client_levels, _levels
 
     n, rule = setting.num_clients, setting.participation
+    eta = setting.step_size if not hmc else equivalent_step_size(setting.step_size, setting.friction)
     scheme, s = ("II", n) if rule.scheme == "full" else (rule.scheme, int(rule.num_sampled))
     k, t = setting.local_steps, setting.local_steps * setting.rounds
     common = (setting.temperature, setting.correlation)
     try:
         if setting.privacy.adjacency == "client":
-            _client_levels(setting.step_size, *common, setting.privacy.sensitivity, 1.0 / n, n, s, k, t, scheme,
+            _client_levels(eta, *common, setting.privacy.sensitivity, 1.0 / n, n, s, k, t, scheme,
                            None, 1.05)
         else:
             gamma = 1.0 if setting.batch_size is None else setting.batch_size / setting.rows
-            _levels(setting.step_size, *common, gamma, setting.privacy.sensitivity, 1.0 / n, n, s, k, t, scheme,
+            _levels(eta, *common, gamma, setting.privacy.sensitivity, 1.0 / n, n, s, k, t, scheme,
                     None, 1.05)
     except ValueError as exc:
         raise ValueError(f"step_size, temperature, privacy (clip): this setting cannot be accounted: {exc}") from None
@@ -436,6 +478,10 @@ def audit(setting: AuditSetting | None = None, *, replicates: int = 10_000, delt
     its ``run(rounds, progress=, keep_samples=False)`` returns a trace with ``privacy(delta=, chains=)``.
     The attacker reads the uploads through ``upload`` and the participation draw through
     ``participation``, so the audited sampler must route every release through both.
+    ``sampler=fedlangevin.FAHMC`` (a factory whose ``privacy_family`` is ``"FA-HMC"``) audits private
+    FA-HMC (OBABO at the setting's ``friction``, step size h = ``step_size``): called with
+    ``friction=, splitting="OBABO", check_local_bias=False`` in place of ``upload=, adapt=``, its
+    attacker reads the broadcast theta of every round (:func:`_hmc_world`).
     """
     if setting is None:
         setting = AuditSetting(**kwargs)
@@ -454,7 +500,7 @@ def audit(setting: AuditSetting | None = None, *, replicates: int = 10_000, delt
     elif not callable(sampler):
         raise ValueError(f"sampler must be a sampler factory (a callable such as fedlangevin.FALD); got "
                          f"{type(sampler).__name__}")
-    _check_accountable(setting)
+    _check_accountable(setting, _is_hmc(sampler))
     scores_in, trace = _world(setting, "in", replicates, seed, progress, sampler)
     scores_out, _ = _world(setting, "out", replicates, (seed + 1) % 2**64, progress, sampler)  # any seed check_seed takes
     report = trace.privacy(delta=delta, chains=1)

@@ -1,5 +1,9 @@
 """What an FA-LD run spent: both accountants applied to a :class:`~fedlangevin.Trace`.
 
+A private FA-HMC run (OBABO) is accounted by the same tight accountant, every local step at its
+equivalent FA-LD step size h^2 / (2 tanh(gamma h / 2)) (:mod:`fedlangevin.privacy.hmc`); the
+paper's bound is FA-LD's and is not reported for it.
+
 :func:`trace_privacy` (also ``trace.privacy(...)``) reads the run's settings — step sizes of
 every local step, temperature, correlation, participation rule, number of clients, client
 weights p_c and data sizes n_c, minibatch size — and reports the paper's bound (Thm 6.1 / G.3)
@@ -56,6 +60,7 @@ import numpy as np
 
 from fedlangevin._validation import check_int, check_real
 from fedlangevin.privacy.accountant import Accounting, NoiseOutOfRange, _account_levels, _client_levels, _levels
+from fedlangevin.privacy.hmc import equivalent_step_size
 from fedlangevin.privacy.paper import PaperBound, paper_bound, paper_delta_split
 
 __all__ = ["PrivacyReport", "trace_privacy"]
@@ -85,22 +90,30 @@ class PrivacyReport:
         lower / paper epsilons, one statement per line, then the notes."""
         m, t = self.mechanism, self.tight
         rounds = m["iterations"] // m["local_steps"]
+        hmc = m.get("sampler") == "FA-HMC"
+        step = (f"h <= {m['step_size_max']:.4g}, friction = {m['friction']:g} (eta_eq <= {m['eta_max']:.4g})" if hmc
+                else f"eta <= {m['eta_max']:.4g}")
         lines = [
-            f"FA-LD run: {m['chains']} chain(s) x {m['iterations']} local steps (K = {m['local_steps']}, {rounds} "
-            f"rounds), {m['participation']}, eta <= {m['eta_max']:.4g}, tau = {m['tau']:g}, rho = {m['rho']:g}, "
+            f"{m.get('sampler', 'FA-LD')} run: {m['chains']} chain(s) x {m['iterations']} local steps (K = {m['local_steps']}, {rounds} "
+            f"rounds), {m['participation']}, {step}, tau = {m['tau']:g}, rho = {m['rho']:g}, "
             f"sensitivity = {m['sensitivity']:g} ({m.get('sensitivity_basis', 'given')})",
             "adjacency: " + _ADJACENCY[m.get("adjacency", "")].format(clip=m.get("clip")),
             "threat model: the server sees every upload (each participating client's state after its K local steps, "
             "every round and chain); the shared noise of rho > 0 is public, only each client's private noise "
-            f"sqrt(2 eta tau (1 - rho^2) / {'q_c' if m.get('calibrated') else 'p_c'}) protects its data",
+            + (f"sqrt(tau (1 - a^2) (1 - rho^2) / {'q_c' if m.get('calibrated') else 'p_c'}) in every momentum "
+               "refresh (a = exp(-gamma h))" if hmc else
+               f"sqrt(2 eta tau (1 - rho^2) / {'q_c' if m.get('calibrated') else 'p_c'})") + " protects its data",
             f"sampling: {m.get('sampling', '')}",
-            f"released: {rounds} rounds x {m['chains']} chain(s) x {m.get('dim', '?')} floats broadcast (warm-up "
+            f"released: {rounds} rounds x {m['chains']} chain(s) x "
+            f"{'2 x ' if hmc else ''}{m.get('dim', '?')} floats broadcast{' (theta and v)' if hmc else ''} (warm-up "
             "rounds included; thinning does not reduce the cost)",
             f"tight accountant (PLD): epsilon = {t.epsilon:.4g} at delta = {self.delta:.3g}   [RDP: "
             f"{t.rdp_epsilon:.4g}, lower bound: {t.lower_epsilon:.4g}; z = {t.noise_multiplier:.4g}, q = {t.q:.4g}, "
             f"gamma = {t.gamma:.4g}]",
         ]
-        if self.paper is None and self.mechanism.get("adjacency") == "client":
+        if self.paper is None and hmc:
+            lines.append("paper (Thm 6.1/G.3): does not apply (the theorem is FA-LD's; this run is FA-HMC's)")
+        elif self.paper is None and self.mechanism.get("adjacency") == "client":
             lines.append("paper (Thm 6.1/G.3): does not apply (the theorem is record-level; this run is client-level)")
         elif self.paper is None:
             lines.append("paper (Thm 6.1/G.3): does not apply (the theorem assumes eq. 10's private noise; this run's "
@@ -193,9 +206,13 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
         raise ValueError("trace.settings must be the run's Settings record (with its participation scheme); "
                          f"got {type(settings).__name__}")
     family = getattr(settings, "sampler", "FA-LD")
-    if family != "FA-LD":
-        raise ValueError(f"trace.privacy accounts FA-LD's Langevin noise (Thm 6.1/G.3); this trace is of the sampler "
-                         f"{family!r}, whose mechanism it does not know, so no epsilon is reported")
+    hmc = family == "FA-HMC"
+    if hmc:
+        _check_hmc(settings)
+    elif family != "FA-LD":
+        raise ValueError(f"trace.privacy accounts FA-LD's Langevin noise (Thm 6.1/G.3) and private FA-HMC's momentum "
+                         f"noise; this trace is of the sampler {family!r}, whose mechanism it does not know, so no "
+                         "epsilon is reported")
     releases = getattr(settings, "correction_releases", "")
     if releases:
         raise ValueError(
@@ -227,6 +244,13 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
             "numeric local_steps")
     notes: list[str] = []
     etas, t = _whole_life(trace, etas, t, k, rounds, notes)
+    step_max = float(etas.max())
+    if hmc:  # every OBABO step is FA-LD's Gaussian mechanism at eta_eq(h, gamma) (fedlangevin.privacy.hmc, eq. P3)
+        etas = np.atleast_1d(equivalent_step_size(etas, float(settings.friction)))
+        notes.append(f"FA-HMC (OBABO, friction gamma = {float(settings.friction):g}): each local step is FA-LD's "
+                     "Gaussian mechanism at the equivalent step size eta_eq = h^2 / (2 tanh(gamma h / 2)) "
+                     f"(docs/fahmc.md, Private FA-HMC), here eta_eq <= {float(etas.max()):.4g} for h <= "
+                     f"{step_max:.4g}; the paper's Thm 6.1/G.3 is FA-LD's and is not reported")
     weights = np.asarray(problem.weights, dtype=np.float64)
     n = weights.size
     scheme, s = _participation(settings, n)
@@ -316,7 +340,7 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
                      f"{step_size_ratio:g} (rounded up)")
     common = dict(tau=tau, rho=rho, sensitivity=sensitivity, num_clients=n, num_sampled=s, local_steps=k,
                   scheme=scheme)
-    paper = None if client or calibrated else _paper(common, gammas, weights, gamma, p_min, eta_max, r * t, delta,
+    paper = None if client or calibrated or hmc else _paper(common, gammas, weights, gamma, p_min, eta_max, r * t, delta,
                                        (delta0, delta1, delta2))
     if r > 1:
         notes.append(f"{r} chains released: composed as {r} runs on the same data")
@@ -329,9 +353,22 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
     mechanism = dict(common, sensitivity_basis=enforced, participation=participation, calibrated=calibrated,
                      gamma=gamma, p_min=p_min,
                      p_max=p_max, eta_max=eta_max, iterations=t, chains=r, adjacency=adjacency, clip=settings.clip,
-                     batch_size=b, dim=int(settings.dim), sampling=sampling, **deltas)
+                     batch_size=b, dim=int(settings.dim), sampling=sampling, sampler=family,
+                     step_size_max=step_max, friction=None if not hmc else float(settings.friction), **deltas)
     return PrivacyReport(delta=delta, epsilon=tight.epsilon, tight=tight, paper=paper, chains=r,
                          mechanism=mechanism, notes=tuple(notes))
+
+
+def _check_hmc(settings: Any) -> None:
+    """An FA-HMC trace is accounted only where its mechanism is the one derived (fedlangevin.privacy.hmc):
+    a private run (its clip enforces the sensitivity) of the OBABO splitting at a recorded friction."""
+    if not getattr(settings, "adjacency", ""):
+        raise ValueError("trace.privacy: this FA-HMC run clipped nothing (it was built without privacy=); only a "
+                         "private FA-HMC run (privacy=RecordLevel(clip=C), splitting='OBABO') is accounted")
+    if getattr(settings, "splitting", "") != "OBABO" or getattr(settings, "friction", None) is None:
+        raise ValueError(f"trace.privacy: this FA-HMC trace records splitting {getattr(settings, 'splitting', '')!r} "
+                         f"and friction {getattr(settings, 'friction', None)!r}; its mechanism is derived for OBABO at "
+                         "a recorded friction (docs/fahmc.md, Private FA-HMC), so no epsilon is reported")
 
 
 def _whole_life(trace: Any, etas: np.ndarray, t: int, k: int, rounds: Any, notes: list) -> tuple[Any, int]:

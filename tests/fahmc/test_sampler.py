@@ -56,8 +56,8 @@ def test_communication_counts_theta_and_momentum_both_ways():
     assert com.floats_up == 20 * 2 * d and com.floats_down == 10 * n * 2 * d
     assert sampler.ledger["steps"] == 30
     assert sampler.communication.floats_down == 10 * n * 2 * d + n * d * (d + 1) // 2
-    with pytest.raises(ValueError, match="FA-LD"):
-        trace.privacy(delta=1e-5, sensitivity=1.0)            # FA-LD's accountant does not cover FA-HMC
+    with pytest.raises(ValueError, match="FA-HMC run clipped nothing"):
+        trace.privacy(delta=1e-5, sensitivity=1.0)            # only a private FA-HMC run is accounted
 
 
 @pytest.mark.parametrize("splitting", ["BAOAB", "OBABO"])
@@ -186,7 +186,7 @@ class _NoStream:
     (dict(step_size=-0.1), "step_size"),
     (dict(step_size=float("nan")), "step_size"),
     (dict(correction="control_variates"), "correction: drift corrections for FA-HMC are not built yet"),
-    (dict(privacy=object()), "privacy: privacy accounting of FA-HMC"),
+    (dict(privacy=object()), "privacy must be fedlangevin.privacy.RecordLevel"),
     (dict(init="map"), "init='map'"),
     (dict(preconditioner=[[1.0, 2.0], [0.0, 1.0]]), "preconditioner"),
     (dict(preconditioner=[1.0, 0.0]), "preconditioner"),

@@ -205,6 +205,8 @@ def test_epsilon_lower_bound_of_gaussian_scores_is_below_the_gaussian_epsilon():
     (dict(step_size=1e300), "step_size, temperature, privacy .clip.: this setting cannot be accounted"),
     (dict(step_size=1e-300), "step_size, temperature, privacy .clip.: this setting cannot be accounted"),
     (dict(sampler="FALD"), "sampler must be a sampler factory"),
+    (dict(friction=0.0), "friction"),
+    (dict(friction=float("inf")), "friction"),
 ])
 def test_bad_arguments_are_refused_before_any_run(kwargs, match, monkeypatch):
     import fedlangevin.privacy.canary as mod
@@ -247,3 +249,77 @@ def test_the_audit_runs_the_sampler_it_is_given():
     assert built == [3, 4]  # both worlds ran through the factory given
     np.testing.assert_array_equal(given.scores_in, default.scores_in)
     np.testing.assert_array_equal(given.scores_out, default.scores_out)
+
+
+# -- private FA-HMC (sampler=fedlangevin.FAHMC): OBABO, docs/fahmc.md "Private FA-HMC" ---------------------
+def _fahmc():
+    import fedlangevin as fl
+
+    return fl.FAHMC
+
+
+def test_fahmc_scores_are_the_momentum_innovations_shift_of_the_clipped_canary():
+    # N = 1, K = 1, 3 rounds, h = 0.5, gamma = 1, C = 1: each round's innovation v_t - a v_{t-1} has mean
+    # (1 + a)(h/2) C (the canary's clipped gradient, eq. P1) and sd sqrt(tau (1 - a^2))
+    h, gamma = 0.5, 1.0
+    a = math.exp(-gamma * h)
+    result = audit(step_size=h, friction=gamma, rounds=3, replicates=R, seed=1, sampler=_fahmc())
+    _close(result.scores_in, 3 * (1 + a) * h / 2, math.sqrt(3 * (1 - a * a)))
+    _close(result.scores_out, -3 * (1 + a) * h / 2, math.sqrt(3 * (1 - a * a)))
+    assert "FA-HMC (OBABO) h = 0.5, friction = 1" in result.summary()
+
+
+FAHMC_CONFIGS = {
+    "K1 full batch full participation": dict(step_size=0.5, friction=1.0, rounds=3),
+    "K3 minibatch scheme II": dict(step_size=0.3, friction=2.0, local_steps=3, rounds=3, num_clients=3,
+                                   participation=2, rows=4, batch_size=2),
+    "K1 rho0.5 full participation": dict(step_size=0.4, friction=0.5, rounds=2, correlation=0.5, num_clients=2),
+    "client level K2": dict(privacy=ClientLevel(clip=1.0), step_size=0.3, friction=1.0, local_steps=2, rounds=2,
+                            num_clients=2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAHMC_CONFIGS))
+def test_fahmc_audited_lower_bound_stays_below_the_accounted_epsilon(name):
+    result = audit(**FAHMC_CONFIGS[name], replicates=R, seed=11, sampler=_fahmc())
+    assert result.epsilon_lower <= result.epsilon and result.consistent, result.summary()
+    assert result.report.mechanism["sampler"] == "FA-HMC" and result.report.chains == 1
+
+
+# K = 1, full batch, N = 1, one round: one Gaussian mechanism of mu = (1 + a)(h/2) 2C / sqrt(1 - a^2) ~ 1.42
+FAHMC_TIGHT = dict(step_size=0.5, friction=0.5, rounds=1)
+
+
+@pytest.fixture(scope="module")
+def fahmc_tight():
+    return audit(**FAHMC_TIGHT, replicates=200_000, seed=7, sampler=_fahmc())
+
+
+def _gaussian_epsilon(mu: float, delta: float = 1e-5) -> float:
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    return brentq(lambda e: norm.cdf(-e / mu + mu / 2) - math.exp(e) * norm.cdf(-e / mu - mu / 2) - delta, 0, 50)
+
+
+def test_fahmc_accounted_epsilon_is_the_gaussian_mechanisms_and_the_tight_audit_reaches_half_of_it(fahmc_tight):
+    a = math.exp(-0.5 * 0.5)
+    mu = (1 + a) * 0.25 * 2.0 / math.sqrt(1 - a * a)
+    assert fahmc_tight.epsilon == pytest.approx(_gaussian_epsilon(mu), rel=2e-3)
+    assert fahmc_tight.ratio >= 0.5, fahmc_tight.summary()
+
+
+@pytest.mark.parametrize("wrong", ["momentum ignored (FA-LD at eta = h^2 / 2)", "noise 4x larger"])
+def test_the_audit_catches_a_wrong_fahmc_accounting(wrong, fahmc_tight):
+    """Negative controls on the run of ``fahmc_tight``: accounting it as FA-LD's step of the same
+    displacement noise (eta = h^2 / 2, the infinite-friction limit: the momentum carried in ignored), or
+    claiming 4x the noise, gives an epsilon the audit must exceed."""
+    h = 0.5
+    if wrong.startswith("momentum"):
+        claimed = tight_epsilon(eta=h * h / 2, gamma=1.0, sensitivity=2.0, p_min=1.0, num_clients=1, num_sampled=1,
+                                local_steps=1, iterations=1, scheme="II", delta=1e-5)
+    else:
+        a = math.exp(-0.5 * h)
+        claimed = _gaussian_epsilon((1 + a) * h / 2 * 2.0 / math.sqrt(1 - a * a) / 4)
+    assert claimed < fahmc_tight.epsilon
+    assert fahmc_tight.epsilon_lower > claimed, (wrong, claimed, fahmc_tight.summary())

@@ -41,7 +41,7 @@ class Settings(Mapping):
     correction_releases : what the correction releases besides FA-LD's uploads ("" when nothing:
     none, or switched off); privacy accounting refuses a run where it is not empty; sampler : the
     sampler family ("FA-LD"; a kernel of your own run by :class:`~fedlangevin.runner.base.Runner`
-    gives its ``name``): privacy accounting is FA-LD's and refuses any other; privacy : the
+    gives its ``name``): privacy accounting covers FA-LD and private FA-HMC and refuses any other; privacy : the
     mechanism's repr (``"RecordLevel(clip=1.0)"``), "none" for a run that clips nothing (its
     sensitivity can only be assumed); adjacency : the mechanism's "record" or "client" ("" when
     not private); clip : its C (``None`` when not private) — what the accounting and a resume
@@ -50,7 +50,10 @@ class Settings(Mapping):
     and ``trace.local_step_bias``); check_local_bias : a fixed K > 1 is measured against K = 1 in
     warm-up (:mod:`fedlangevin.warmup.local_steps`); participation_noise : the participation
     rule's injected-noise rule, ``"calibrated"`` or ``"paper"`` (:mod:`fedlangevin.federation.participation`;
-    ``"paper"``, eq. 10, for full participation and for records written before it was a setting).
+    ``"paper"``, eq. 10, for full participation and for records written before it was a setting);
+    splitting, friction : FA-HMC's local-step splitting ("BAOAB" or "OBABO") and its friction gamma
+    (the current one; "" and ``None`` for FA-LD and records written before they were settings): a
+    private FA-HMC run is accounted from them (:mod:`fedlangevin.privacy.hmc`).
     """
 
     local_steps: int
@@ -83,6 +86,8 @@ class Settings(Mapping):
     auto_local_steps: bool = False
     check_local_bias: bool = False
     participation_noise: str = "paper"
+    splitting: str = ""
+    friction: float | None = None
 
     def __getitem__(self, key: str) -> Any:
         if key not in MAPPING_KEYS:

@@ -207,7 +207,10 @@ class Trace:
         ``sensitivity`` (Delta_l of Assumption G.1) is an assumption the report says is not
         enforced; other keywords (delta0/1/2, chains,
         discretization) as :func:`fedlangevin.privacy.trace_privacy`, which documents what is
-        counted. Returns a :class:`fedlangevin.privacy.PrivacyReport` (``.summary()`` prints it).
+        counted. A private FA-HMC run (``FAHMC(..., splitting="OBABO", privacy=...)``) is accounted as
+        FA-LD's mechanism at its equivalent step size (:mod:`fedlangevin.privacy.hmc`); an FA-HMC run
+        without ``privacy=`` is refused. Returns a :class:`fedlangevin.privacy.PrivacyReport`
+        (``.summary()`` prints it).
         """
         from fedlangevin.privacy.report import trace_privacy
 
