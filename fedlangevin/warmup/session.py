@@ -75,7 +75,7 @@ def init(sampler, warmup: int) -> tuple[Adapter, Changes]:
     """Start the adaptive warm-up of ``sampler``'s run (``warmup`` rounds) at its current iterates:
     the adapter, and the first M and eta (read from the sampler: its configuration, state, M)."""
     config = sampler.config
-    per_client = config.local_steps > 1 or config.participation.scheme != "full"
+    per_client = config.local_steps > 1
     fixed = None if config.adapt_step else float(sampler.schedule(sampler.state.step))
     rule = config.step_rule
     target = None if rule is None or fixed is not None or config.privacy is not None else rule.target(sampler.problem.dim)
