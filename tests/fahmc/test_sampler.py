@@ -176,8 +176,7 @@ class _NoStream:
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(step_size="auto", local_steps=2), "step_size='auto' needs local_steps=1 and full participation"),
-    (dict(step_size="auto", participation=fl.SchemeI(2)), "step_size='auto' needs local_steps=1 and full"),
+    (dict(step_size="auto", local_steps=2), r"step_size='auto' needs local_steps=1 or 'auto' \(got local_steps=2\)"),
     (dict(adapt=True), "adapt=True adapts M in the warm-up of step_size='auto'"),
     (dict(adapt="yes"), "adapt"),
     (dict(friction="fast"), "friction"),
@@ -187,7 +186,7 @@ class _NoStream:
     (dict(step_size=float("nan")), "step_size"),
     (dict(correction="control_variates"), "correction: drift corrections for FA-HMC are not built yet"),
     (dict(privacy=object()), "privacy: privacy accounting of FA-HMC"),
-    (dict(init="map"), "init='map'"),
+    (dict(init="mode"), "init must be an array .* or 'map'; got 'mode'"),
     (dict(preconditioner=[[1.0, 2.0], [0.0, 1.0]]), "preconditioner"),
     (dict(preconditioner=[1.0, 0.0]), "preconditioner"),
     (dict(preconditioner=torch.eye(3)), "preconditioner"),
@@ -196,7 +195,8 @@ class _NoStream:
     (dict(chains=True), "chains"),
     (dict(correlation=-0.1), "correlation"),
     (dict(temperature="1"), "temperature"),
-    (dict(participation=fl.SchemeII(2)), "SchemeII assumes balanced"),
+    (dict(participation=fl.SchemeII(1)), r"SchemeII\(1\) on unequal client weights: with S = 1 .* Use SchemeI\(1\)"),
+    (dict(participation=fl.SchemeII(2, noise="paper")), r"noise='paper' is the paper's scheme II .* Use SchemeI\(2\)"),
     (dict(batch_size=2), "batch_size"),
     (dict(init=[1.0, 2.0, 3.0]), "init"),
     (dict(seed=-1), "seed"),
