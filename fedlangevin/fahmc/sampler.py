@@ -58,8 +58,8 @@ class FAHMC(Runner):
     problem : a :class:`~fedlangevin.problems.FederatedProblem`.
     step_size : ``"auto"`` (default) or an :class:`~fedlangevin.AutoStep` (its ``target_accept``):
         M, h and the friction adapted in the first run's warm-up (default ``rounds // 2``) from the
-        start, then frozen (:mod:`fedlangevin.fahmc.warmup`; needs ``local_steps`` 1 or ``"auto"`` and full
-        participation); or h > 0, a sequence (one value per local step) or a callable k -> h_k (as
+        start, then frozen (:mod:`fedlangevin.fahmc.warmup`; needs ``local_steps`` 1 or ``"auto"``; any
+        participation rule and minibatches: the statistic reads the rounds' actual moves); or h > 0, a sequence (one value per local step) or a callable k -> h_k (as
         FALD's numeric step sizes): stable for h < 2 / sqrt(lambda_max(M H)) (H: the clients'
         Hessians); with M the posterior covariance, h = 0.5 is a good start.
     friction : gamma > 0, or ``"auto"`` (default): adapted in the warm-up of ``step_size="auto"``
@@ -77,7 +77,9 @@ class FAHMC(Runner):
         eq. 14); participation : Full (default), SchemeI(S) or
         SchemeII(S) (their refresh noise calibrated to the weights unless ``noise="paper"``, as
         FA-LD's); chains : R >= 1 (default 4, as FALD's: R-hat needs several); batch_size : minibatch size per client and step (None:
-        full gradients); init : theta0, (d,) or (R, d) (default zeros; the momentum starts at 0);
+        full gradients); init : theta0, (d,) or (R, d) (default zeros; the momentum starts at 0), or
+        ``"map"``: the MAP of FALD's federated Newton search (:mod:`fedlangevin.warmup.mode`; its rounds
+        and floats counted in the ledger, ``map_result`` its result);
         device, dtype, seed, noise_dtype : as FALD's.
     preconditioner : M, a (d, d) symmetric positive-definite matrix or a (d,) positive vector
         (diagonal), or a preconditioner object; None: I. M multiplies the force and the velocity's
