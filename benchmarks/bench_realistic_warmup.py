@@ -3,7 +3,7 @@ posteriordb validation set: what ``step_size="auto"`` picks and what it gives.
 
 Per posterior, sampler (FA-LD with ``init="map"``, FA-HMC with ``init="map"``) and setting (``full``:
 every client every round; ``I``: ``SchemeI(5)``; ``II``: ``SchemeII(5)``; ``mb``: minibatches of 10 % of
-each client's records, at least 5), 10 clients, the defaults otherwise (``step_size="auto"``, warm-up
+each client's records, at least 5; not run where a client holds 5 records or fewer), 10 clients, the defaults otherwise (``step_size="auto"``, warm-up
 half the rounds): the adapted step, max |mean error| / sd, the sd ratios, min bulk ESS per chain and
 kept round, and whether the row meets the validation's acceptance (means within 0.1 sd, sds within
 10 %). One row per line, printed as it finishes.
@@ -39,7 +39,10 @@ def setting_arguments(post, setting: str) -> dict:
         sizes = getattr(post.problem, "client_sizes", None)
         if sizes is None:
             return {}
-        return {"batch_size": max(5, int(0.1 * min(int(n) for n in sizes)))}
+        smallest = min(int(n) for n in sizes)
+        if smallest <= 5:  # 10 % but at least 5 records: the whole client (full gradients) here
+            return {}
+        return {"batch_size": max(5, int(0.1 * smallest))}
     return {}
 
 
@@ -47,7 +50,7 @@ def run(post, sampler: str, setting: str, chains: int, rounds: int, seed: int = 
     """One row (markdown) of the table."""
     kwargs = setting_arguments(post, setting)
     if setting == "mb" and not kwargs:
-        return f"| {post.name} | {sampler} | {setting} | - | no per-record data: no minibatches | | | |"
+        return f"| {post.name} | {sampler} | {setting} | - | no minibatches (no per-record data, or 5 records or fewer) | | | |"
     start = time.perf_counter()
     try:
         cls = fl.FALD if sampler == "fald" else fl.FAHMC

@@ -196,7 +196,7 @@ class _NoStream:
     (dict(correlation=-0.1), "correlation"),
     (dict(temperature="1"), "temperature"),
     (dict(participation=fl.SchemeII(1)), r"SchemeII\(1\) on unequal client weights: with S = 1 .* Use SchemeI\(1\)"),
-    (dict(participation=fl.SchemeII(2, noise="paper")), r"noise='paper' is the paper's scheme II .* Use SchemeI\(2\)"),
+    (dict(participation=fl.SchemeII(2, noise="paper")), r"noise='paper' is the paper's scheme II, .* Use SchemeI\(2\)"),
     (dict(batch_size=2), "batch_size"),
     (dict(init=[1.0, 2.0, 3.0]), "init"),
     (dict(seed=-1), "seed"),
