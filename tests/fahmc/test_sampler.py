@@ -86,6 +86,26 @@ def test_checkpoint_kill_resume_is_bit_identical_momentum_included(tmp_path, spl
     assert torch.equal(more.samples, again.samples)
 
 
+def test_a_map_start_is_counted_and_a_run_from_it_resumes_bit_for_bit(tmp_path):
+    """init="map": every chain starts at the MAP of FA-LD's mode search (here the posterior mean, to the
+    search's tolerance), whose rounds and floats are in the ledger; a checkpoint of the run resumes with
+    them and ends on the same draws as an uninterrupted run (the search is not run again)."""
+    problem = heterogeneous()
+    args = dict(friction=0.7, participation=fl.SchemeI(2), chains=4, seed=2, init="map")
+    whole = fl.FAHMC(problem, 0.2, **args)
+    search = whole.map_result
+    torch.testing.assert_close(search.theta, problem.posterior(1.0)[0].double(), rtol=0, atol=1e-6)
+    assert whole.ledger["map_rounds"] == search.rounds and whole.ledger["setup_floats_up"] == search.floats_up
+    torch.testing.assert_close(whole.state.theta, search.theta.expand(4, -1).to(whole.state.theta))
+    whole_trace = whole.run(20)
+    sampler = fl.FAHMC(problem, 0.2, **args)
+    sampler.run(10, checkpoint=tmp_path / "map.ckpt")
+    resumed = fl.FAHMC.resume(tmp_path / "map.ckpt")
+    assert resumed.map_result is None and resumed.ledger["map_rounds"] == search.rounds
+    trace = resumed.run(10)
+    assert torch.equal(trace.samples, whole_trace.samples[:, 10:])
+
+
 def test_resume_needs_what_a_checkpoint_cannot_store_and_refuses_other_samplers(tmp_path):
     problem = OpaqueProblem(heterogeneous())                  # a problem class of your own: not stored
     fl.FAHMC(problem, 0.2, chains=2, seed=0).run(3, checkpoint=tmp_path / "own.ckpt")
