@@ -59,9 +59,9 @@ class FAHMC(Runner):
     step_size : ``"auto"`` (default) or an :class:`~fedlangevin.AutoStep` (its ``target_accept``):
         M, h and the friction adapted in the first run's warm-up (default ``rounds // 2``) from the
         start, then frozen (:mod:`fedlangevin.fahmc.warmup`; needs ``local_steps`` 1 or ``"auto"``; any
-        participation rule and minibatches: the statistic reads the rounds' actual moves); or h > 0, a sequence (one value per local step) or a callable k -> h_k (as
-        FALD's numeric step sizes): stable for h < 2 / sqrt(lambda_max(M H)) (H: the clients'
-        Hessians); with M the posterior covariance, h = 0.5 is a good start.
+        participation rule and minibatches: the statistic reads the rounds' actual moves); or h > 0, a
+        sequence (one value per local step) or a callable k -> h_k (as FALD's numeric step sizes):
+        stable for h < 2 / sqrt(lambda_max(M H)) (H: the clients' Hessians); with M the posterior covariance, h = 0.5 is a good start.
     friction : gamma > 0, or ``"auto"`` (default): adapted in the warm-up of ``step_size="auto"``
         (a number given there is kept), 1.0 with a numeric step size. The momentum is refreshed by
         a = exp(-gamma h) each step. Large gamma approaches overdamped dynamics (OBABO: exactly
@@ -135,7 +135,7 @@ class FAHMC(Runner):
     step_rule: AutoStep | None         #: its target acceptance (None: a given h)
     adapt_matrix: bool                 #: M adapted in that warm-up
     adapted: bool                      #: the warm-up has finished (M, h and gamma frozen)
-    map_result: Any = None             #: init="map"'s mode search (:class:`~fedlangevin.warmup.mode.MapResult`; None otherwise)
+    map_result: Any = None             #: init="map"'s mode search (a MapResult; None otherwise)
     check_local_bias: bool             #: a fixed K > 1 is checked by K = 1 companions (fahmc.local_bias)
     auto_local_steps: AutoLocalSteps | None = None  #: local_steps="auto"'s rule (None: a fixed K)
     _companion_kernel: Any = None      #: the companions' (or candidates') kernel, built once on first use
