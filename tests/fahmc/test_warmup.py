@@ -291,7 +291,8 @@ def test_a_divergent_move_caps_h_and_puts_the_chain_back(monkeypatch):
 def _identical_clients() -> QuadraticProblem:
     """Four clients with one energy (same Hessian and shift) and unequal weights: any participation
     rule's average of their gradients is the global gradient exactly (no client-sampling noise), so
-    with the calibrated noise a K = 1 round of scheme I has full participation's law."""
+    with the calibrated noise a K = 1 round of scheme I has full participation's mean and covariance
+    (its private noise's variance varies from round to round around full participation's)."""
     h, b = torch.tensor([[2.0, 0.6], [0.6, 0.5]], dtype=torch.float64), torch.tensor([1.0, -2.0], dtype=torch.float64)
     return QuadraticProblem(h.expand(4, 2, 2).clone(), b.expand(4, 2).clone(),
                             torch.tensor([0.4, 0.3, 0.2, 0.1], dtype=torch.float64))
@@ -306,8 +307,8 @@ def _one_record_clients():
 @pytest.mark.parametrize("setting", ["scheme I", "minibatch"])
 def test_auto_and_map_start_under_partial_participation_and_minibatches_sample_the_posterior(setting):
     """FAHMC(step_size="auto", init="map") with SchemeI(2) or batch_size=1, where the round's drift is
-    the global gradient exactly (the problems above), so the law is full participation's and BAOAB's
-    theta marginal is exact on a Gaussian: the warm-up (300 of 600 rounds) adapts M, h and gamma from
+    the global gradient exactly (the problems above), so the moments are full participation's and
+    BAOAB's theta moments are exact on a Gaussian: the warm-up (300 of 600 rounds) adapts M, h and gamma from
     what the rounds do, with h within h* [sqrt(0.8), sqrt(1.3)] as with full participation (the test
     above), and the last draws of R = 400 independent chains are R posterior draws: each mean within 4
     sd / sqrt(R) and each variance ratio within 4 sqrt(2 / R) of 1 (|z| < 4: a false failure has
