@@ -119,7 +119,8 @@ def participation_moments(p: np.ndarray, participation: Participation | None = N
     ``participation`` (default :class:`~fedlangevin.federation.participation.Full`) is read
     through its ``scheme`` and ``num_sampled``: full (w = p), scheme I (S draws with
     replacement with probabilities p, plain mean: w = counts / S) or scheme II (S of N
-    uniformly without replacement, w = 1/S on them; App. C.1).
+    uniformly without replacement, w = 1/S on them, App. C.1; on nearly balanced clients its
+    corrected weights, :class:`~fedlangevin.federation.participation.SchemeII`).
     """
     rule = _rule(participation)
     p = np.asarray(p, dtype=np.float64)
@@ -131,6 +132,13 @@ def participation_moments(p: np.ndarray, participation: Participation | None = N
         return p.copy(), (s - 1) / s * np.outer(p, p) + np.diag(p) / s
     if s > n:
         raise ValueError(f"num_sampled must be <= N = {n} for scheme II; got {s}")
+    import torch
+
+    from fedlangevin.federation.participation import scheme_ii_moments
+
+    if rule.corrects(torch.from_numpy(p.copy())):  # nearly balanced clients: the weights' moments, enumerated
+        ew, eww = scheme_ii_moments(torch.from_numpy(p.copy()), rule)
+        return ew.numpy(), eww.numpy()
     off = (s - 1) / (s * n * (n - 1)) if n > 1 else 0.0
     m2 = np.full((n, n), off)
     np.fill_diagonal(m2, 1.0 / (s * n))

@@ -21,7 +21,7 @@ __all__ = ["check_private", "kernel_problem"]
 
 
 def check_private(problem: FederatedProblem, privacy: Any, *, step_size: Any, local_steps: int, auto_local_steps: bool,
-                  splitting: str, transport: Any, check_local_bias: bool) -> Any:
+                  splitting: str, transport: Any, check_local_bias: bool, init: Any = None) -> Any:
     """The run's mechanism (``None``: not private), or a ``ValueError`` naming what a private FA-HMC run
     cannot do (module docstring). ``privacy`` is checked by the problem (``problem.check_privacy``:
     ``RecordLevel(clip=C)`` or ``ClientLevel(clip=C)``)."""
@@ -38,6 +38,9 @@ def check_private(problem: FederatedProblem, privacy: Any, *, step_size: Any, lo
                          "clients' exact energies, gradients and Hessians, outside the private mechanism; give a "
                          "numeric step_size (a number, a sequence or a callable k -> h_k), a numeric friction and, "
                          "if wanted, a preconditioner of your own")
+    if isinstance(init, str):
+        raise ValueError(f"privacy: init={init!r} searches the mode with noiseless gradients and Hessians; start "
+                         "from zeros or a value of your own")
     if auto_local_steps:
         raise ValueError("privacy: local_steps='auto' runs candidate chains beside the sampler's on the same "
                          "data, releases the accountant does not cover; give local_steps a number")

@@ -38,6 +38,7 @@ from fedlangevin.federation.schedules import AdaptedSteps
 from fedlangevin.warmup.acceptance import AutoStep
 from fedlangevin.warmup import local_steps as kphase
 from fedlangevin.warmup.local_steps import AutoLocalSteps
+from fedlangevin.warmup.mode import resolve_init
 from fedlangevin.warmup.session import auto_schedule
 from fedlangevin.problems.base import FederatedProblem, check_problem, check_weights
 
@@ -58,10 +59,10 @@ class FAHMC(Runner):
     problem : a :class:`~fedlangevin.problems.FederatedProblem`.
     step_size : ``"auto"`` (default) or an :class:`~fedlangevin.AutoStep` (its ``target_accept``):
         M, h and the friction adapted in the first run's warm-up (default ``rounds // 2``) from the
-        start, then frozen (:mod:`fedlangevin.fahmc.warmup`; needs ``local_steps`` 1 or ``"auto"`` and full
-        participation); or h > 0, a sequence (one value per local step) or a callable k -> h_k (as
-        FALD's numeric step sizes): stable for h < 2 / sqrt(lambda_max(M H)) (H: the clients'
-        Hessians); with M the posterior covariance, h = 0.5 is a good start.
+        start, then frozen (:mod:`fedlangevin.fahmc.warmup`; needs ``local_steps`` 1 or ``"auto"``; any
+        participation rule and minibatches: the statistic reads the rounds' actual moves); or h > 0, a
+        sequence (one value per local step) or a callable k -> h_k (as FALD's numeric step sizes):
+        stable for h < 2 / sqrt(lambda_max(M H)) (H: the clients' Hessians); with M the posterior covariance, h = 0.5 is a good start.
     friction : gamma > 0, or ``"auto"`` (default): adapted in the warm-up of ``step_size="auto"``
         (a number given there is kept), 1.0 with a numeric step size. The momentum is refreshed by
         a = exp(-gamma h) each step. Large gamma approaches overdamped dynamics (OBABO: exactly
@@ -77,7 +78,9 @@ class FAHMC(Runner):
         eq. 14); participation : Full (default), SchemeI(S) or
         SchemeII(S) (their refresh noise calibrated to the weights unless ``noise="paper"``, as
         FA-LD's); chains : R >= 1 (default 4, as FALD's: R-hat needs several); batch_size : minibatch size per client and step (None:
-        full gradients); init : theta0, (d,) or (R, d) (default zeros; the momentum starts at 0);
+        full gradients); init : theta0, (d,) or (R, d) (default zeros; the momentum starts at 0), or
+        ``"map"``: the MAP of FALD's federated Newton search (:mod:`fedlangevin.warmup.mode`; its rounds
+        and floats counted in the ledger, ``map_result`` its result);
         device, dtype, seed, noise_dtype : as FALD's.
     preconditioner : M, a (d, d) symmetric positive-definite matrix or a (d,) positive vector
         (diagonal), or a preconditioner object; None: I. M multiplies the force and the velocity's
@@ -141,6 +144,7 @@ class FAHMC(Runner):
     step_rule: AutoStep | None         #: its target acceptance (None: a given h)
     adapt_matrix: bool                 #: M adapted in that warm-up
     adapted: bool                      #: the warm-up has finished (M, h and gamma frozen)
+    map_result: Any = None             #: init="map"'s mode search (a MapResult; None otherwise)
     check_local_bias: bool             #: a fixed K > 1 is checked by K = 1 companions (fahmc.local_bias)
     auto_local_steps: AutoLocalSteps | None = None  #: local_steps="auto"'s rule (None: a fixed K)
     privacy: Any = None                #: RecordLevel / ClientLevel, None: not private (fahmc.private)
@@ -172,7 +176,7 @@ class FAHMC(Runner):
         check_local_bias: bool = True,
     ) -> None:
         check_problem(problem)
-        _refuse_unbuilt(step_size, init, correction)
+        _refuse_unbuilt(step_size, correction)
         self.check_local_bias = check_bool("check_local_bias", check_local_bias)
         self.transport = None if transport is None else check_conforms(transport, TRANSPORT, "transport")
         self.given_friction = None if _is_auto(friction) else check_real("friction", friction, low=0.0, low_open=True)
@@ -191,7 +195,7 @@ class FAHMC(Runner):
                              "step rule); give step_size='auto', or a preconditioner with a numeric step size")
         self.adapt_matrix = self.adapt_step if adapt is None else adapt
         if self.adapt_step:
-            _check_auto(local_steps, self.participation)
+            _check_auto(local_steps, self.auto_local_steps is not None)
             schedule.symbol = "h"
         why = "" if self.auto_local_steps is None else hcheck.unmeasurable(chains, self.transport, schedule)
         if why:
@@ -207,13 +211,16 @@ class FAHMC(Runner):
         self.privacy = hprivate.check_private(
             problem, privacy, step_size=step_size, local_steps=local_steps,
             auto_local_steps=self.auto_local_steps is not None, splitting=self.splitting, transport=self.transport,
-            check_local_bias=self.check_local_bias)
+            check_local_bias=self.check_local_bias, init=init)
         self.preconditioner = as_fahmc_preconditioner(preconditioner, problem.dim)
         itemsize = torch.empty(0, dtype=dtype).element_size()
         check_fits("chains", 2 * chains * problem.num_clients * problem.dim * itemsize, device,
                    f"the client states (theta and v) of {chains} chains x {problem.num_clients} clients x "
                    f"d = {problem.dim}", "use fewer chains")
-        check_init(init, chains, problem.dim, dtype, device)
+        if isinstance(init, str) and init != "map":
+            raise ValueError(f"init must be an array of shape (d,) or ({chains}, d), None (zeros) or 'map'; got {init!r}")
+        check_init(None if isinstance(init, str) else init, chains, problem.dim, dtype, device)
+        init, self.map_result = resolve_init(init, problem)  # init="map": the federated mode search's MAP
         self.friction = DEFAULT_FRICTION if self.given_friction is None else self.given_friction
         kernel = assemble(hprivate.kernel_problem(problem, self.privacy), temperature=temperature,
                           correlation=self.correlation, rule=self.participation,
@@ -226,6 +233,10 @@ class FAHMC(Runner):
                          dtype=dtype, seed=seed)
         # M is broadcast to every client once (as FALD's given preconditioner)
         self.ledger["setup_floats"] = float(problem.num_clients * broadcast_floats(self.preconditioner, problem.dim))
+        if self.map_result is not None:  # the mode search's rounds and floats (as FALD's init="map")
+            self.ledger["setup_floats"] += self.map_result.floats_down
+            self.ledger["setup_floats_up"] += self.map_result.floats_up
+            self.ledger["map_rounds"] += self.map_result.rounds
 
     # -- the runner's hooks -------------------------------------------------------------------------
     def _kernel_settings(self) -> dict:
@@ -433,7 +444,7 @@ class FAHMC(Runner):
             sampler.adapt_step = isinstance(schedule, AdaptedSteps)
             sampler.step_rule = AutoStep(own["target"]) if sampler.adapt_step else None
             sampler.adapt_matrix, sampler.adapted = bool(own["adapt_matrix"]), bool(own["adapted"])
-            sampler.transport = transport
+            sampler.transport, sampler.map_result = transport, None  # the mode search ran before the checkpoint
             sampler.privacy = privacy
             stored_check = own.get("local_bias")  # None: a checkpoint written before the check (it ran without)
             sampler.check_local_bias = bool(stored_check is not None and stored_check["check"])
@@ -474,25 +485,22 @@ def _is_auto(value: Any) -> bool:
     return isinstance(value, str) and value == "auto"
 
 
-def _check_auto(local_steps: int, participation: Participation) -> None:
-    """step_size="auto" needs a round to be one centralised step (its statistic measures one)."""
-    if local_steps != 1 or participation.scheme != "full":
-        raise ValueError(f"step_size='auto' needs local_steps=1 and full participation (got local_steps={local_steps}, "
-                         f"participation={participation!r}): its statistic, the energy error of a round's integrator "
-                         "step read off the clients' energies, measures one centralised step, which a round is only "
-                         "then; give a numeric step_size (and a preconditioner, e.g. from an FA-HMC or FA-LD run with "
-                         "local_steps=1) for K > 1 or random participation, or local_steps='auto' (adapted at K = 1, "
-                         "then K chosen)")
+def _check_auto(local_steps: int, auto_local_steps: bool) -> None:
+    """step_size="auto" adapts at one local step a round (its statistic reads a round as one step of the
+    integrator on the broadcast iterates); K is then fixed by local_steps="auto" or given as 1."""
+    if local_steps != 1 and not auto_local_steps:
+        raise ValueError(f"step_size='auto' needs local_steps=1 or 'auto' (got local_steps={local_steps}): its "
+                         "statistic, the energy error of a round's move read off the clients' energies, measures one "
+                         "integrator step, which a round is only at K = 1; give local_steps='auto' (M, h and gamma "
+                         "adapted at K = 1, then K chosen against K = 1), or a numeric step_size (and a "
+                         "preconditioner, e.g. from a run with local_steps=1) for a fixed K > 1")
 
 
-def _refuse_unbuilt(step_size: Any, init: Any, correction: Any) -> None:
+def _refuse_unbuilt(step_size: Any, correction: Any) -> None:
     """What FA-HMC does not do yet, refused before any work with the reason."""
     if isinstance(step_size, str) and not _is_auto(step_size):
         raise ValueError(f"step_size must be 'auto', a number, a sequence or a callable k -> h_k for FA-HMC; got "
                          f"{step_size!r} (FA-LD's 'paper' rule is Thm 5.8 of the FA-LD paper, not a rule for FA-HMC)")
-    if isinstance(init, str):
-        raise ValueError(f"init={init!r}: FA-HMC starts from zeros or a given array (d,) or (R, d); the mode search "
-                         "of FALD's init='map' is not built for FA-HMC yet")
     if correction is not None:
         raise ValueError("correction: drift corrections for FA-HMC are not built yet (a control variate would add "
                          "to the force of every kick; its set-up and accounting are FA-LD's only); use correction=None")

@@ -5,9 +5,12 @@ It has the shape of FA-LD's (:mod:`fedlangevin.warmup.session`): :func:`init` st
 the chains' iterates, :func:`update` takes each warm-up round's broadcast iterates and velocities,
 :func:`final` gives the frozen (M, h, gamma); each returns a :class:`Changes` value that the sampler
 applies in one place (``FAHMC._apply``). Nothing here assigns to the sampler. It needs one local
-step per round and full participation (a round is then one step of the centralised integrator,
-which is what its statistic measures); :class:`fedlangevin.FAHMC` refuses ``step_size="auto"``
-otherwise.
+step per round (:class:`fedlangevin.FAHMC` refuses ``step_size="auto"`` with a fixed K > 1). With
+full participation and full gradients a round is one step of the centralised integrator, which is
+what its statistic measures; with random participation or minibatches a round's drift is an
+unbiased, noisy estimate of the gradient, and the statistic, read off the round's actual move from
+the broadcast (theta, v), counts that noise against the target like integration error, so h comes
+out smaller where it is large (measured: ``docs/adaptation.md``).
 
 Two phases
 ----------

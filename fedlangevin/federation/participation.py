@@ -8,8 +8,9 @@ weighted sum over clients, sum_c w_rc beta_rc — the only cross-client operatio
 - :class:`SchemeI` (with replacement): S indices drawn i.i.d. with P(c) = p_c, plain mean
   theta = (1/S) sum_{j} beta_{n_j}, so w_rc = (times c drawn) / S.
 - :class:`SchemeII` (without replacement): S distinct clients drawn uniformly, plain mean,
-  w_rc = 1/S on the chosen clients. Unbiased only for balanced data p_c = 1/N (Lemma C.1);
-  the constructor rule ``allow_unbalanced`` decides what happens otherwise.
+  w_rc = 1/S on the chosen clients, on balanced data p_c = 1/N (unbiased: Lemma C.1); on nearly
+  balanced clients weights that sum to 1 and have E[w_c] = p_c (:class:`SchemeII`), beyond that
+  a refusal naming scheme I (``allow_unbalanced=True``: the paper's plain mean, a warning).
 
 Each chain is an independent replicate and draws its own subset every round.
 
@@ -211,18 +212,28 @@ class SchemeI(Participation):
 
 @dataclass(frozen=True)
 class SchemeII(Participation):
-    """Scheme II: S devices drawn uniformly without replacement; plain mean.
+    """Scheme II: S devices drawn uniformly without replacement.
 
-    The paper's analysis (and the unbiasedness of Lemma C.1) assumes balanced data,
-    p_c = 1/N. With unequal weights the rule targets a different posterior; by default the
-    sampler refuses (``ValueError``); ``allow_unbalanced=True`` runs it with a warning.
-    ``num_sampled``: S, an integer in [1, :data:`MAX_NUM_SAMPLED`] (and at most N, checked
-    against the problem). ``noise``: ``"calibrated"`` (default: E[w_c^2] = 1 / (S N), so client c's
-    private noise variance is 2 eta tau (1 - rho^2) S N p_c, i.e. 2 eta tau (1 - rho^2) S on
-    balanced clients) or ``"paper"`` (2 eta tau (1 - rho^2) / p_c; module docstring). Either way
-    the weights sum to 1, so the shared noise is right; on unbalanced clients (``allow_unbalanced``)
-    the calibrated noise still averages to the target's temperature, but the drift is the plain
-    mean's, a different posterior.
+    On balanced clients (all p_c = 1/N) the weights are the paper's plain mean, 1/S on the S clients
+    drawn (Lemma C.1: E[w_c] = 1/N = p_c). On **nearly balanced** clients (client sizes that differ by
+    a few records) the plain mean would average a different posterior (E[w_c] = 1/N != p_c); with
+    ``noise="calibrated"`` (the default) the drawn clients get instead
+
+        w_c = 1/S + (N - 1) / (S - 1) (e_c - mean_{j drawn} e_j),   e_c = p_c - 1/N,
+
+    which sum to 1 in every round (the shared noise and the average of theta are a mean) and have
+    E[w_c] = p_c exactly (:meth:`weights`; derivation in ``docs/fald.md``), so the drift is the
+    target's, and the calibrated private noise uses their E[w_c^2] (:meth:`mean_square_weights`).
+    Allowed when every such weight is >= 0 whatever the draw, i.e. (N - 1)(max_c p_c - min_c p_c) <= 1
+    (the :data:`NEAR_BALANCED` condition), and S >= 2; otherwise the sampler refuses (``ValueError``)
+    and names :class:`SchemeI` (sampling with probabilities p_c: unbiased for any weights).
+    ``allow_unbalanced=True`` keeps the paper's plain mean on unequal weights, with a warning (a
+    different posterior), as does ``noise="paper"`` (which otherwise refuses unequal weights).
+
+    ``num_sampled``: S, an integer in [1, :data:`MAX_NUM_SAMPLED`] (and at most N, checked against the
+    problem). ``noise``: ``"calibrated"`` (default: client c's private noise variance 2 eta tau (1 -
+    rho^2) p_c / E[w_c^2], i.e. 2 eta tau (1 - rho^2) S on balanced clients, E[w_c^2] = 1 / (S N)) or
+    ``"paper"`` (2 eta tau (1 - rho^2) / p_c; module docstring).
     """
 
     num_sampled: int
@@ -241,9 +252,16 @@ class SchemeII(Participation):
         object.__setattr__(self, "allow_unbalanced", check_bool("allow_unbalanced", self.allow_unbalanced))
         object.__setattr__(self, "noise", check_choice("noise", self.noise, NOISE_RULES))
 
+    def corrects(self, p: torch.Tensor) -> bool:
+        """Whether the weights for client weights ``p`` are the nearly balanced ones (unequal p_c,
+        ``noise="calibrated"``, not ``allow_unbalanced``) rather than the plain mean."""
+        return not (self.allow_unbalanced or self.noise == "paper" or _balanced(p))
+
     def mean_square_weights(self, p):
         p = p.detach().to(device="cpu", dtype=torch.float64)
-        return torch.full_like(p, 1.0 / (self.num_sampled * p.numel()))  # drawn with probability S/N, weight 1/S
+        if not self.corrects(p):
+            return torch.full_like(p, 1.0 / (self.num_sampled * p.numel()))  # drawn with probability S/N, weight 1/S
+        return near_balanced_square_weights(p, min(self.num_sampled, p.numel()))
 
     def _calibrated(self, p):
         return self.mean_square_weights(p) / p
@@ -255,26 +273,114 @@ class SchemeII(Participation):
         n = weights.numel()
         if self.num_sampled > n:
             raise ValueError(f"num_sampled (S) for SchemeII must be in [1, N={n}]; got {self.num_sampled}")
-        balanced = torch.allclose(weights, torch.full_like(weights, 1.0 / n), rtol=1e-9, atol=0)
-        if not balanced:
-            msg = (
-                "SchemeII assumes balanced clients (all weights p_c = 1/N; Lemma C.1); these weights are "
-                "unequal, so the plain mean over sampled clients is a biased synchronisation. Use SchemeI "
-                "(sampling with probabilities p_c) or pass SchemeII(S, allow_unbalanced=True)."
-            )
-            if not self.allow_unbalanced:
-                raise ValueError("participation: " + msg)
-            warnings.warn(msg, stacklevel=3)
+        if _balanced(weights):
+            return
+        plain = ("SchemeII(S, allow_unbalanced=True) runs the paper's plain mean over the sampled clients, a "
+                 "biased synchronisation that averages a different posterior")
+        if self.allow_unbalanced:
+            warnings.warn(f"SchemeII assumes balanced clients (all weights p_c = 1/N; Lemma C.1); these weights are "
+                          f"unequal and {plain}", stacklevel=3)
+            return
+        p = weights.detach().to(device="cpu", dtype=torch.float64)
+        spread = (n - 1) * float(p.max() - p.min())
+        why = None
+        if self.noise == "paper":
+            why = ("noise='paper' is the paper's scheme II, a plain mean over the sampled clients, unbiased only on "
+                   "balanced clients (all p_c = 1/N; Lemma C.1)")
+        elif self.num_sampled == 1 and n > 1:
+            why = "with S = 1 the one client drawn takes weight 1, so E[w_c] = 1/N != p_c on unequal weights"
+        elif spread > NEAR_BALANCED:
+            why = (f"its weights for nearly balanced clients stay unbiased and >= 0 only while (N - 1)(max p_c - "
+                   f"min p_c) <= {NEAR_BALANCED:g}; here it is {spread:.3g}")
+        if why is not None:
+            raise ValueError(f"participation: SchemeII({self.num_sampled}) on unequal client weights: {why}. Use "
+                             f"SchemeI({self.num_sampled}) (S clients drawn with probabilities p_c: unbiased for any "
+                             f"weights), or {plain}.")
 
     def weights(self, p, chains, generator):
         n = p.numel()
-        if self.num_sampled == n:  # every client takes part: the plain mean, no draw needed
+        if self.num_sampled == n and not self.corrects(p):  # every client takes part: the plain mean, no draw needed
             return torch.full_like(p, 1.0 / n)
+        if self.num_sampled >= n:  # every client takes part: the weights are p itself
+            return p
         keys = torch.rand(chains, n, generator=generator, device=p.device)
         idx = keys.argsort(dim=1)[:, : self.num_sampled]
         w = torch.zeros(chains, n, device=p.device, dtype=p.dtype)
-        w.scatter_(1, idx, 1.0 / self.num_sampled)
+        if not self.corrects(p):
+            w.scatter_(1, idx, 1.0 / self.num_sampled)
+            return w
+        s = self.num_sampled
+        e = (p - 1.0 / n)[idx]  # (R, S) the drawn clients' e_c
+        drawn = 1.0 / s + (n - 1) / (s - 1) * (e - e.mean(1, keepdim=True))
+        w.scatter_(1, idx, drawn)
         return w
+
+
+#: scheme II's weights for nearly balanced clients are >= 0 in every draw when (N - 1)(max p_c - min p_c)
+#: is at most this (:class:`SchemeII`); beyond it the sampler refuses and names scheme I
+NEAR_BALANCED = 1.0
+
+
+def _balanced(p: torch.Tensor) -> bool:
+    """All client weights equal (p_c = 1/N), to rounding."""
+    return bool(torch.allclose(p, torch.full_like(p, 1.0 / p.numel()), rtol=1e-9, atol=0))
+
+
+def near_balanced_square_weights(p: torch.Tensor, s: int) -> torch.Tensor:
+    """E[w_c^2] (N,) of :class:`SchemeII`'s weights for nearly balanced clients (float64 ``p``, S = ``s``
+    >= 2): client c is drawn with probability S/N; given that, its weight is 1/S + a ((S - 1) e_c - T) / S
+    with a = (N - 1)/(S - 1) and T the sum of e_j over the S - 1 others drawn, a uniform (S - 1)-subset of
+    the N - 1 other clients (mean -(S - 1) e_c / (N - 1), the finite-population variance), so
+    E[w_c | drawn] = (1 + N e_c) / S and E[w_c^2] = S/N ((1 + N e_c)^2 / S^2 + a^2 Var T / S^2)."""
+    n = p.numel()
+    e = p - 1.0 / n
+    if s >= n:
+        return p * p
+    a = (n - 1) / (s - 1)
+    rest_mean = -e / (n - 1)
+    rest_var = ((e * e).sum() - e * e) / (n - 1) - rest_mean ** 2  # population variance of the other N - 1
+    var_t = (s - 1) * rest_var * (n - s) / (n - 2) if n > 2 else torch.zeros_like(e)
+    return s / n * ((1.0 + n * e) ** 2 + a * a * var_t) / (s * s)
+
+
+def scheme_ii_moments(p: torch.Tensor, rule: "SchemeII") -> tuple[torch.Tensor, torch.Tensor]:
+    """E[w] (N,) and E[w w^T] (N, N) of :class:`SchemeII`'s weights for client weights ``p`` (float64),
+    by enumerating every S-subset (exact; the plain mean's closed form where it applies). ``ValueError``
+    beyond :data:`MAX_SUBSETS` subsets."""
+    from itertools import combinations
+    from math import comb
+
+    p = p.detach().to(device="cpu", dtype=torch.float64)
+    n, s = p.numel(), min(rule.num_sampled, p.numel())
+    if comb(n, s) > MAX_SUBSETS:
+        raise ValueError(f"scheme II's weight moments are enumerated over the C({n}, {s}) = {comb(n, s)} subsets, "
+                         f"more than {MAX_SUBSETS}; use fewer clients")
+    ew, eww = torch.zeros(n, dtype=torch.float64), torch.zeros(n, n, dtype=torch.float64)
+    subsets = list(combinations(range(n), s))
+    for subset in subsets:
+        idx = torch.tensor(subset)
+        w = _subset_weights(p, idx, rule)
+        ew += w
+        eww += torch.outer(w, w)
+    return ew / len(subsets), eww / len(subsets)
+
+
+#: :func:`scheme_ii_moments` enumerates at most this many subsets
+MAX_SUBSETS = 200_000
+
+
+def _subset_weights(p: torch.Tensor, idx: torch.Tensor, rule: "SchemeII") -> torch.Tensor:
+    """Scheme II's weights (N,) when the clients ``idx`` are drawn (:meth:`SchemeII.weights`' rule)."""
+    n, s = p.numel(), idx.numel()
+    w = torch.zeros(n, dtype=torch.float64)
+    if s >= n and rule.corrects(p):
+        return p.clone()
+    if not rule.corrects(p):
+        w[idx] = 1.0 / s
+        return w
+    e = p[idx] - 1.0 / n
+    w[idx] = 1.0 / s + (n - 1) / (s - 1) * (e - e.mean())
+    return w
 
 
 def as_participation(value: Participation | str | None) -> Participation:

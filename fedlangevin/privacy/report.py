@@ -413,7 +413,10 @@ def _noise_weights(settings: Any, weights: np.ndarray) -> np.ndarray:
     from fedlangevin.federation.participation import SchemeI, SchemeII
 
     s = int(settings.num_sampled)
-    rule = SchemeI(s) if settings.scheme == "I" else SchemeII(s, allow_unbalanced=True)
+    # scheme II: the plain mean's weights where the run allowed unbalanced clients (every record written before
+    # the nearly balanced weights existed ran unequal weights only so), else the weights it drew (SchemeII)
+    plain = "allow_unbalanced=True" in str(getattr(settings, "participation", ""))
+    rule = SchemeI(s) if settings.scheme == "I" else SchemeII(s, allow_unbalanced=plain)
     return rule.noise_weights(torch.from_numpy(np.asarray(weights, dtype=np.float64))).numpy()
 
 

@@ -31,9 +31,12 @@ d = 62 for eta = 0.19). A number in (0, 1) is a target acceptance used as given.
 
 Private runs cannot use this rule: the energies and gradients it reads are exact and
 un-noised. They keep the rule of :mod:`fedlangevin.warmup.iterates` (eta from the spread
-of the broadcast iterates alone); runs where a round is not one Langevin step on U (K > 1
-local steps, random participation) and problems without an energy keep the curvature rule
-(``SAFETY / lambda_max``, :mod:`fedlangevin.warmup.adaptation`).
+of the broadcast iterates alone); runs where a round is not one Langevin step (K > 1 local
+steps) and problems without an energy keep the curvature rule (``SAFETY / lambda_max``,
+:mod:`fedlangevin.warmup.adaptation`). With one local step, random participation and minibatch
+gradients use this rule: a round's move is then a Langevin step whose drift is an unbiased, noisy
+estimate of the gradient, and the acceptance of the actual move counts that noise against the
+target like discretisation error (a smaller eta where the drift is noisier).
 
 The dual averaging is a pure ``(init, update, final)`` triple over a frozen state.
 """

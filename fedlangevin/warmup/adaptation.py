@@ -33,8 +33,8 @@ most ``base_window`` rounds) and at the end of warm-up,
 lambda_max being the largest eigenvalue of the preconditioned Hessian M H (the same spectrum
 as A^T H A), maximised over the chains' current iterates. H is the global Hessian sum_c p_c
 H_c when one local step is followed by full participation (the round is then one step on
-f), otherwise each client's H_c (K > 1 local steps or random participation run each client's
-own energy; the maximum over clients). lambda_max comes from power iteration with
+f), otherwise each client's H_c (K > 1 local steps run each client's own energy, and a round of
+random participation a weighted sum of a few; the maximum over clients). lambda_max comes from power iteration with
 Hessian-vector products by central gradient differences (no autodiff needed, so any
 problem's ``grad`` serves). There is no Metropolis step to tune against, so SAFETY sets the
 discretisation bias: for a Gaussian target and a perfect M, Langevin's stationary standard

@@ -20,7 +20,7 @@ from fedlangevin.federation.preconditioning import (
     broadcast_floats, preconditioner_from_record, preconditioner_record, spectral_norm,
 )
 from fedlangevin.federation.schedules import AdaptedSteps, as_schedule, round_step_sizes, step_sizes
-from fedlangevin.warmup.acceptance import AutoStep
+from fedlangevin.warmup.acceptance import AutoStep, energy_function
 from fedlangevin.warmup.adaptation import Adapter
 
 __all__ = ["KEEP", "Changes", "auto_schedule", "default_warmup", "final", "init", "proposed", "restore", "round_etas",
@@ -75,7 +75,10 @@ def init(sampler, warmup: int) -> tuple[Adapter, Changes]:
     """Start the adaptive warm-up of ``sampler``'s run (``warmup`` rounds) at its current iterates:
     the adapter, and the first M and eta (read from the sampler: its configuration, state, M)."""
     config = sampler.config
-    per_client = config.local_steps > 1 or config.participation.scheme != "full"
+    # K > 1 runs each client's energy; random participation at K = 1 keeps the acceptance rule (it reads the
+    # rounds' moves), and the curvature rule of a problem without an energy takes the clients' largest curvature
+    random = config.participation.scheme != "full"
+    per_client = config.local_steps > 1 or (random and energy_function(sampler.problem) is None)
     fixed = None if config.adapt_step else float(sampler.schedule(sampler.state.step))
     rule = config.step_rule
     target = None if rule is None or fixed is not None or config.privacy is not None else rule.target(sampler.problem.dim)

@@ -86,6 +86,26 @@ def test_checkpoint_kill_resume_is_bit_identical_momentum_included(tmp_path, spl
     assert torch.equal(more.samples, again.samples)
 
 
+def test_a_map_start_is_counted_and_a_run_from_it_resumes_bit_for_bit(tmp_path):
+    """init="map": every chain starts at the MAP of FA-LD's mode search (here the posterior mean, to the
+    search's tolerance), whose rounds and floats are in the ledger; a checkpoint of the run resumes with
+    them and ends on the same draws as an uninterrupted run (the search is not run again)."""
+    problem = heterogeneous()
+    args = dict(friction=0.7, participation=fl.SchemeI(2), chains=4, seed=2, init="map")
+    whole = fl.FAHMC(problem, 0.2, **args)
+    search = whole.map_result
+    torch.testing.assert_close(search.theta, problem.posterior(1.0)[0].double(), rtol=0, atol=1e-6)
+    assert whole.ledger["map_rounds"] == search.rounds and whole.ledger["setup_floats_up"] == search.floats_up
+    torch.testing.assert_close(whole.state.theta, search.theta.expand(4, -1).to(whole.state.theta))
+    whole_trace = whole.run(20)
+    sampler = fl.FAHMC(problem, 0.2, **args)
+    sampler.run(10, checkpoint=tmp_path / "map.ckpt")
+    resumed = fl.FAHMC.resume(tmp_path / "map.ckpt")
+    assert resumed.map_result is None and resumed.ledger["map_rounds"] == search.rounds
+    trace = resumed.run(10)
+    assert torch.equal(trace.samples, whole_trace.samples[:, 10:])
+
+
 def test_resume_needs_what_a_checkpoint_cannot_store_and_refuses_other_samplers(tmp_path):
     problem = OpaqueProblem(heterogeneous())                  # a problem class of your own: not stored
     fl.FAHMC(problem, 0.2, chains=2, seed=0).run(3, checkpoint=tmp_path / "own.ckpt")
@@ -176,8 +196,7 @@ class _NoStream:
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(step_size="auto", local_steps=2), "step_size='auto' needs local_steps=1 and full participation"),
-    (dict(step_size="auto", participation=fl.SchemeI(2)), "step_size='auto' needs local_steps=1 and full"),
+    (dict(step_size="auto", local_steps=2), r"step_size='auto' needs local_steps=1 or 'auto' \(got local_steps=2\)"),
     (dict(adapt=True), "adapt=True adapts M in the warm-up of step_size='auto'"),
     (dict(adapt="yes"), "adapt"),
     (dict(friction="fast"), "friction"),
@@ -187,7 +206,7 @@ class _NoStream:
     (dict(step_size=float("nan")), "step_size"),
     (dict(correction="control_variates"), "correction: drift corrections for FA-HMC are not built yet"),
     (dict(privacy=object()), "privacy must be fedlangevin.privacy.RecordLevel"),
-    (dict(init="map"), "init='map'"),
+    (dict(init="mode"), "init must be an array .* or 'map'; got 'mode'"),
     (dict(preconditioner=[[1.0, 2.0], [0.0, 1.0]]), "preconditioner"),
     (dict(preconditioner=[1.0, 0.0]), "preconditioner"),
     (dict(preconditioner=torch.eye(3)), "preconditioner"),
@@ -196,7 +215,8 @@ class _NoStream:
     (dict(chains=True), "chains"),
     (dict(correlation=-0.1), "correlation"),
     (dict(temperature="1"), "temperature"),
-    (dict(participation=fl.SchemeII(2)), "SchemeII assumes balanced"),
+    (dict(participation=fl.SchemeII(1)), r"SchemeII\(1\) on unequal client weights: with S = 1 .* Use SchemeI\(1\)"),
+    (dict(participation=fl.SchemeII(2, noise="paper")), r"noise='paper' is the paper's scheme II, .* Use SchemeI\(2\)"),
     (dict(batch_size=2), "batch_size"),
     (dict(init=[1.0, 2.0, 3.0]), "init"),
     (dict(seed=-1), "seed"),

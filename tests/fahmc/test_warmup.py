@@ -286,3 +286,48 @@ def test_a_divergent_move_caps_h_and_puts_the_chain_back(monkeypatch):
     assert not torch.equal(theta[4], before[4])
     source = [j for j in (0, 1, 2, 3, 5) if torch.equal(theta[j], theta[4])]
     assert len(source) == 1 and torch.equal(momentum[source[0]], momentum[4])
+
+
+def _identical_clients() -> QuadraticProblem:
+    """Four clients with one energy (same Hessian and shift) and unequal weights: any participation
+    rule's average of their gradients is the global gradient exactly (no client-sampling noise), so
+    with the calibrated noise a K = 1 round of scheme I has full participation's mean and covariance
+    (its private noise's variance varies from round to round around full participation's)."""
+    h, b = torch.tensor([[2.0, 0.6], [0.6, 0.5]], dtype=torch.float64), torch.tensor([1.0, -2.0], dtype=torch.float64)
+    return QuadraticProblem(h.expand(4, 2, 2).clone(), b.expand(4, 2).clone(),
+                            torch.tensor([0.4, 0.3, 0.2, 0.1], dtype=torch.float64))
+
+
+def _one_record_clients():
+    """A Gaussian simulation with one record per client: a minibatch of 1 is that record, so the
+    minibatch path runs (its index draws from the round's stream) with no gradient noise."""
+    return fl.problems.GaussianSimulation(num_clients=4, alpha=1.0, samples_per_client=1, prior_precision=1.0, seed=0)
+
+
+@pytest.mark.parametrize("setting", ["scheme I", "minibatch"])
+def test_auto_and_map_start_under_partial_participation_and_minibatches_sample_the_posterior(setting):
+    """FAHMC(step_size="auto", init="map") with SchemeI(2) or batch_size=1, where the round's drift is
+    the global gradient exactly (the problems above), so the moments are full participation's and
+    BAOAB's theta moments are exact on a Gaussian: the warm-up (300 of 600 rounds) adapts M, h and gamma from
+    what the rounds do, with h within h* [sqrt(0.8), sqrt(1.3)] as with full participation (the test
+    above), and the last draws of R = 400 independent chains are R posterior draws: each mean within 4
+    sd / sqrt(R) and each variance ratio within 4 sqrt(2 / R) of 1 (|z| < 4: a false failure has
+    probability < 1e-3). The mode search started every chain at the MAP (the posterior mean here) and
+    its rounds are counted."""
+    problem = _identical_clients() if setting == "scheme I" else _one_record_clients()
+    kwargs = dict(participation=fl.SchemeI(2)) if setting == "scheme I" else dict(batch_size=1)
+    mean, cov = problem.posterior(1.0)
+    chains = 400
+    sampler = fl.FAHMC(problem, chains=chains, seed=1, init="map", **kwargs)
+    assert sampler.map_result.converged
+    torch.testing.assert_close(sampler.map_result.theta, mean.double(), rtol=0, atol=1e-6)
+    assert sampler.ledger["map_rounds"] == sampler.map_result.rounds >= 1
+    trace = sampler.run(600)
+    assert sampler.adapted
+    h = sampler.schedule(sampler.state.step)
+    assert H_STAR * math.sqrt(0.8) <= h <= H_STAR * math.sqrt(1.3), h
+    last = trace.samples[:, -1]
+    z = (last.mean(0) - mean) / (cov.diagonal().sqrt() / math.sqrt(chains))
+    assert bool((z.abs() < 4).all()), z
+    ratio = last.var(0) / cov.diagonal()
+    assert bool(((ratio - 1).abs() < 4 * math.sqrt(2 / chains)).all()), ratio

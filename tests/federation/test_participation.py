@@ -48,6 +48,33 @@ def test_scheme_two_is_biased_for_unequal_weights():
     assert _check_unbiased(fl.SchemeII(2, allow_unbalanced=True), p, _beta(4), 2).max() > 20
 
 
+@pytest.mark.parametrize("s", [2, 3])
+def test_scheme_two_is_unbiased_on_nearly_balanced_weights(s):
+    """Unequal p_c with (N - 1)(max p - min p) = 0.9 <= 1: the drawn clients' weights 1/S + (N - 1)/(S - 1)
+    (e_c - mean of the drawn e) sum to 1 in every round, are >= 0, and E[w_c] = p_c: exactly over all
+    C(N, S) subsets (rounding), and E[theta] = sum_c p_c beta^c over R drawn rounds within 5 Monte Carlo
+    standard errors (a false failure has probability 5.7e-7 per coordinate)."""
+    rule = fl.SchemeII(s)
+    rule.validate(P_UNEQUAL)
+    w = rule.weights(P_UNEQUAL, 1000, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(w.sum(1), torch.ones(1000, dtype=torch.float64), rtol=0, atol=1e-15)
+    assert bool((w >= 0).all()) and bool(((w > 0).sum(1) == s).all())
+    ew, eww = participation.scheme_ii_moments(P_UNEQUAL, rule)
+    torch.testing.assert_close(ew, P_UNEQUAL, rtol=0, atol=1e-15)
+    torch.testing.assert_close(eww.diagonal(), rule.mean_square_weights(P_UNEQUAL), rtol=1e-12, atol=0)
+    assert _check_unbiased(rule, P_UNEQUAL, _beta(4), 3).max() < 5
+
+
+def test_scheme_two_on_balanced_weights_draws_as_before():
+    """Balanced clients keep the paper's plain mean, the same draws bit for bit (1/S on the clients of
+    the same argsort of the same uniform keys)."""
+    p = torch.full((5,), 0.2, dtype=torch.float64)
+    w = fl.SchemeII(2).weights(p, 50, torch.Generator().manual_seed(4))
+    keys = torch.rand(50, 5, generator=torch.Generator().manual_seed(4))
+    expected = torch.zeros(50, 5, dtype=torch.float64).scatter_(1, keys.argsort(dim=1)[:, :2], 0.5)
+    assert torch.equal(w, expected)
+
+
 def test_scheme_two_weights_pick_exactly_s_distinct_clients():
     p = torch.full((6,), 1 / 6, dtype=torch.float64)
     w = fl.SchemeII(4).weights(p, 1000, torch.Generator().manual_seed(0))
@@ -104,8 +131,10 @@ def test_scheme_two_rejects_too_many_clients_and_unbalanced_weights():
     problem = QuadraticProblem(np.eye(2), np.zeros((3, 2)), [0.5, 0.25, 0.25])
     with pytest.raises(ValueError, match="num_sampled"):
         fl.FALD(problem, step_size=0.1, participation=fl.SchemeII(4))
-    with pytest.raises(ValueError, match="balanced"):
-        fl.FALD(problem, step_size=0.1, participation=fl.SchemeII(2))
+    with pytest.raises(ValueError, match=r"SchemeII\(2\) on unequal client weights: .*\(N - 1\)\(max p_c - min p_c\) "
+                                         r"<= 1; here it is 1.4. Use SchemeI\(2\)"):
+        fl.FALD(QuadraticProblem(np.eye(2), np.zeros((3, 2)), [0.8, 0.1, 0.1]), step_size=0.1,
+                participation=fl.SchemeII(2))
     with pytest.warns(UserWarning, match="balanced"):
         fl.FALD(problem, step_size=0.1, participation=fl.SchemeII(2, allow_unbalanced=True))
 
@@ -142,7 +171,8 @@ def _draws_of_w_squared(rule, p, draws=R, seed=1):
 
 @pytest.mark.parametrize("rule,p", [(fl.SchemeI(3), P_UNEQUAL), (fl.SchemeI(1), P_UNEQUAL), (fl.SchemeI(9), P_UNEQUAL),
                                     (fl.SchemeII(2), torch.full((4,), 0.25, dtype=torch.float64)),
-                                    (fl.SchemeII(2, allow_unbalanced=True), P_UNEQUAL)])
+                                    (fl.SchemeII(2, allow_unbalanced=True), P_UNEQUAL), (fl.SchemeII(2), P_UNEQUAL),
+                                    (fl.SchemeII(3), P_UNEQUAL)])
 def test_calibrated_noise_gives_each_client_full_participations_noise_share(rule, p):
     """Client c's private noise of variance 2 eta tau (1 - rho^2) / q_c enters the average as
     E[w_c^2] / q_c times 2 eta tau (1 - rho^2): with q_c = E[w_c^2] / p_c that is p_c, client by

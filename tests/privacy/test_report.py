@@ -15,6 +15,7 @@ from scipy.stats import binom, norm
 import fedlangevin as fl
 from fedlangevin.federation.noise import noise_scales
 from fedlangevin.federation.participation import as_participation
+from fedlangevin.privacy.accountant import client_account
 from fedlangevin.privacy import ClientLevel, RecordLevel, paper_bound, paper_delta_split, tight_epsilon
 
 
@@ -118,6 +119,27 @@ def test_calibrated_participation_is_accounted_with_the_noise_it_ran(problem, ru
     assert report.epsilon > paper_noise.epsilon  # less private noise than eq. 10's (q_c > p_c): more spent
     assert report.paper is None and any("calibrated" in n for n in report.notes)
     assert "assumes eq. 10's private noise" in report.summary()
+
+
+@pytest.mark.filterwarnings("ignore:SchemeII assumes balanced")  # allow_unbalanced=True: the plain mean on purpose
+def test_scheme_two_on_nearly_balanced_clients_is_accounted_with_the_noise_it_ran():
+    """Clients of 19 and 20 records: SchemeII(4)'s nearly balanced weights have their own E[w_c^2], so the
+    run's private noise is 2 eta tau / q_c with their q_c, and the report's tight accountant uses the
+    largest of those q (the least noise); allow_unbalanced=True ran the
+    plain mean's q and is accounted with that one (client level: z at q_max, the run's noise). The two
+    differ (0.00772 against 0.00772 + 2e-6), so the report reads which weights the run drew."""
+    sizes = [19, 20] * 5
+    problem = fl.problems.GaussianSimulation(num_clients=10, samples_per_client=sizes, seed=0)
+    eps = {}
+    for rule in (fl.SchemeII(4), fl.SchemeII(4, allow_unbalanced=True)):
+        trace = _run(problem, participation=rule, privacy=fl.privacy.ClientLevel(clip=0.5))
+        q = rule.noise_weights(problem.weights).double()
+        # sensitivity 2C = 1; iterations as the report counts them (the other tests' 200 for 20 rounds of K = 5)
+        expected = client_account(eta=1e-6, tau=1.0, rho=0.0, sensitivity=1.0, p_max=float(q.max()), num_clients=10,
+                                  num_sampled=4, local_steps=5, iterations=200, scheme="II", delta=1e-5)
+        eps[rule.allow_unbalanced] = trace.privacy(delta=1e-5).epsilon
+        assert eps[rule.allow_unbalanced] == pytest.approx(expected.epsilon, rel=1e-12)
+    assert eps[False] != eps[True]
 
 
 def test_scheme_one_with_unequal_weights_is_conservative():

@@ -18,6 +18,7 @@ from fedlangevin.warmup.acceptance import (
     mean_acceptance, resolve_target,
 )
 from fedlangevin.problems import QuadraticProblem
+from tests.targets import OpaqueProblem
 
 
 def _spd(d, seed, condition=10.0):
@@ -165,3 +166,23 @@ def test_the_warm_up_reaches_the_bulk_from_zeros_on_a_posterior_whose_mode_is_fa
     trace = sampler.run(2000, progress=False)
     row = compare(post, np.asarray(trace.numpy()), 1.0)
     assert row.passes(), row
+
+
+def test_one_local_step_under_random_participation_or_minibatches_adapts_by_acceptance():
+    """With K = 1, scheme I, scheme II and minibatches adapt eta by the acceptance of the rounds' actual
+    moves (the drift's noise counts against the target); K > 1 keeps the curvature rule, and so does a
+    problem without an energy under random participation (the largest client curvature: a round there
+    sums a few clients' energies)."""
+    from fedlangevin.warmup import session
+
+    gauss = fl.problems.GaussianSimulation(num_clients=4, samples_per_client=10, prior_precision=1.0, seed=0)
+    cases = [(gauss, dict(participation=fl.SchemeI(2)), "acceptance", False),
+             (gauss, dict(participation=fl.SchemeII(2)), "acceptance", False),
+             (gauss, dict(batch_size=3), "acceptance", False),
+             (gauss, dict(participation=fl.SchemeI(2), local_steps=2, check_local_bias=False), "curvature", True),
+             (OpaqueProblem(gauss), dict(participation=fl.SchemeI(2)), "curvature", True)]
+    for problem, kwargs, rule, per_client in cases:
+        sampler = fl.FALD(problem, chains=4, seed=0, **kwargs)
+        adapter, _ = session.init(sampler, 100)
+        assert (adapter.rule, adapter.per_client) == (rule, per_client), kwargs
+
