@@ -30,6 +30,7 @@ from fedlangevin.corrections import drift
 from fedlangevin.runner.results.settings import Settings
 from fedlangevin.runner import loop
 from fedlangevin.fald import resume as rs
+from fedlangevin.fald import setting_noise
 from fedlangevin.runner.base import Runner
 from fedlangevin.fald.config import Config
 from fedlangevin.runner.replay import diagnose, where
@@ -147,6 +148,7 @@ class FALD(Runner):
     measurement: Any                   #: the local-step phase in progress (warmup.local_steps), or None
     local_step_bias: Any               #: its record once made (trace.local_step_bias), or None
     companions: Any                    #: a fixed K's companion chains (warmup.companions), or None
+    setting_noise: Any = None          #: the last run's check of its participation / minibatch setting (fald.setting_noise)
     _work_problem: FederatedProblem    #: the problem on the run's device and dtype
 
     def __init__(
@@ -305,6 +307,10 @@ class FALD(Runner):
         """The companions' verdict (and its warning) from everything kept so far."""
         if self.companions is not None and self.companions.rule is None:
             self._apply(session.Changes(local_bias=kcheck.verdict(self.companions)))
+        if run.draws.kind != "none" and (self.participation.scheme != "full" or self.batch_size is not None):
+            draws = run.draws.view()[0]
+            self.setting_noise = setting_noise.check(self, draws)
+            setting_noise.warn(self.setting_noise, self.problem.parameter_names())
 
     def _check_run(self, checkpoint) -> None:
         if checkpoint is not None and self.upload is not None:
