@@ -13,9 +13,10 @@ serve all K local steps, hence K eta) and V_mb = sum_c E[w_c^2] (n_c / p_c)^2 C_
 covariance of client c's per-example gradients; a fresh minibatch every step, hence eta). For
 the linearised dynamics d theta = -M grad f dt + sqrt(2 tau M) dW + M Q^(1/2) dW' the excess
 stationary covariance X solves (M H) X + X (M H)^T = M Q M with H = tau Sigma^-1: it is
-solved for d <= ``DENSE_MAX_DIM`` with Sigma the kept draws' covariance; beyond it on the
-diagonal (X_jj = m_j Q_jj Sigma_jj / (2 tau), O(d) memory). The predicted sd ratio of
-parameter j is sqrt(Sigma_jj / (Sigma_jj - X_jj)).
+solved for d <= ``DENSE_MAX_DIM``, where the kept draws' covariance C = Sigma + X holds the excess
+too (a fixed point Sigma = C - X(Sigma)); the predicted sd ratio of parameter j is
+sqrt(C_jj / Sigma_jj). Beyond ``DENSE_MAX_DIM`` M and H are taken diagonal (O(d) memory):
+the ratio is sqrt(1 + m_j Q_jj / (2 tau)).
 
 :func:`check` measures V_part and V_mb at the chains' last states (every client's full
 gradient once per chain, and up to :data:`ROWS` per-example gradients per client: one round's
@@ -47,6 +48,8 @@ MIN_KEPT = 50
 ROWS = 64
 #: weight vectors drawn to estimate the covariance of a participation rule's weights
 WEIGHT_DRAWS = 4096
+#: iterations of the fixed point Sigma = C - X(Sigma) (:func:`predicted_sd_ratios`)
+FIXED_POINT_ITERATIONS = 50
 
 
 @dataclass(frozen=True)
@@ -126,32 +129,37 @@ def drift_noise(problem, theta: torch.Tensor, rule, batch_size: int | None, *, t
 
 
 def predicted_sd_ratios(extra: torch.Tensor, preconditioner, sigma: np.ndarray, temperature: float) -> np.ndarray:
-    """sqrt(Sigma_jj / (Sigma_jj - X_jj)) (d,) for the extra noise ``extra`` = Q per unit time ((d, d) or its
-    diagonal (d,)), M the preconditioner (None: I) and ``sigma`` the draws' covariance (d, d) or variances (d,)
-    (module docstring); inf where X_jj >= Sigma_jj (the extra noise dominates)."""
+    """The predicted sd ratios (d,) for the extra noise ``extra`` = Q per unit time ((d, d), or its diagonal (d,):
+    then ``sigma`` is not used), M the preconditioner (None: I) and ``sigma`` the draws' covariance C (d, d)
+    (module docstring); inf where no target covariance is left (the excess is as large as the spread)."""
     d = extra.shape[0]
-    if extra.dim() == 2:
-        from scipy.linalg import solve_continuous_lyapunov
-
-        m = preconditioner_matrix(preconditioner, d).numpy()
-        q = extra.numpy()
-        h = temperature * np.linalg.pinv(sigma)
-        a = m @ h
-        x = solve_continuous_lyapunov(a, m @ q @ m)
-        var = np.diag(sigma)
-        xj = np.diag(x)
-    else:
+    if extra.dim() == 1:  # M and H taken diagonal: X_jj / Sigma_jj = m_j Q_jj / (2 tau), Sigma drops out
         if preconditioner is None:
             m = np.ones(d)
         else:
-            mat = getattr(preconditioner, "diagonal", None)
-            m = (np.asarray(torch.as_tensor(mat).to(torch.float64)) if mat is not None
+            diagonal = getattr(preconditioner, "diagonal", None)
+            m = (torch.as_tensor(diagonal).to(torch.float64).numpy() if diagonal is not None
                  else np.diag(preconditioner_matrix(preconditioner, d).numpy()))
-        var = np.asarray(sigma, dtype=np.float64)
-        xj = m * extra.numpy() * var / (2 * temperature)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(xj < var, np.sqrt(var / np.maximum(var - xj, 1e-300)), np.inf)
-    return ratio
+        return np.sqrt(1.0 + m * extra.numpy() / (2 * temperature))
+    from scipy.linalg import solve_continuous_lyapunov
+
+    m = preconditioner_matrix(preconditioner, d).numpy()
+    noise = m @ extra.numpy() @ m
+    observed = np.asarray(sigma, dtype=np.float64)
+    target = observed
+    for _ in range(FIXED_POINT_ITERATIONS):  # Sigma = C - X(Sigma): the draws' covariance C holds the excess too
+        x = solve_continuous_lyapunov(m @ (temperature * np.linalg.inv(target)), noise)
+        # X is homogeneous of degree 1 in Sigma: Sigma = (I + X Sigma^-1)^-1 C is exact where X Sigma^-1 is
+        # a multiple of I (one step), and converges to the fixed point Sigma = C - X(Sigma) near it
+        nxt = np.linalg.solve(np.eye(d) + x @ np.linalg.inv(target), observed)
+        nxt = 0.5 * (nxt + nxt.T)
+        if not np.isfinite(nxt).all() or np.linalg.eigvalsh(nxt).min() <= 0:  # no target covariance is left
+            return np.full(d, np.inf)
+        if np.allclose(nxt, target, rtol=1e-6, atol=0):
+            target = nxt
+            break
+        target = nxt
+    return np.sqrt(np.diag(observed) / np.diag(target))
 
 
 def check(sampler, draws: torch.Tensor | None, generator_seed: int = 0) -> SettingNoise | None:
