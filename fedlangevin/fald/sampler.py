@@ -23,7 +23,7 @@ from fedlangevin.fald.engine import assemble
 from fedlangevin.fald.kernel import FALDState, init_state
 from fedlangevin.fald.node import NODE
 from fedlangevin.federation.noise import NoiseTally
-from fedlangevin.federation.participation import Participation
+from fedlangevin.federation.participation import Full, Participation
 from fedlangevin.federation.preconditioning import broadcast_floats, spectral_norm
 from fedlangevin.fald.per_client import build_per_client
 from fedlangevin.corrections import drift
@@ -307,7 +307,7 @@ class FALD(Runner):
         """The companions' verdict (and its warning) from everything kept so far."""
         if self.companions is not None and self.companions.rule is None:
             self._apply(session.Changes(local_bias=kcheck.verdict(self.companions)))
-        if run.draws.kind != "none" and (self.participation.scheme != "full" or self.batch_size is not None):
+        if run.draws.kind != "none" and (not isinstance(self.participation, Full) or self.batch_size is not None):
             draws = run.draws.view()[0]
             self.setting_noise = setting_noise.check(self, draws)
             setting_noise.warn(self.setting_noise, self.problem.parameter_names())

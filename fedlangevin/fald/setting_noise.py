@@ -19,8 +19,8 @@ sqrt(C_jj / Sigma_jj). Beyond ``DENSE_MAX_DIM`` M and H are taken diagonal (O(d)
 the ratio is sqrt(1 + m_j Q_jj / (2 tau)).
 
 :func:`check` measures V_part and V_mb at the chains' last states (every client's full
-gradient once per chain, and up to :data:`ROWS` per-example gradients per client: one round's
-gradient work or less), with the run's correction (control variates centre both), and
+gradient once per chain, and up to :data:`ROWS` per-example gradients per client for up to
+:data:`MB_CHAINS` chains, at most :data:`PER_EXAMPLE_BYTES` of them: one round's gradient work or less), with the run's correction (control variates centre both), and
 :class:`SettingNoise` warns where a predicted sd ratio exceeds 1 + :data:`TOLERANCE`. Full
 participation with full-batch gradients has Q = 0 and is not checked.
 """
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from fedlangevin.federation.participation import Full
 from fedlangevin.federation.preconditioning import preconditioner_matrix
 from fedlangevin.warmup.adaptation import DENSE_MAX_DIM
 
@@ -44,8 +45,13 @@ __all__ = ["MIN_KEPT", "ROWS", "TOLERANCE", "SettingNoise", "check", "drift_nois
 TOLERANCE = 0.05
 #: kept draws a verdict needs (their covariance stands in for the posterior's)
 MIN_KEPT = 50
+#: the last draws of each chain whose covariance stands in for the posterior's
+MAX_DRAWS = 1000
 #: per-example gradients per client (and chain) that estimate a client's minibatch noise
 ROWS = 64
+#: chains whose states estimate the minibatch noise, and the most bytes their per-example gradients take
+MB_CHAINS = 8
+PER_EXAMPLE_BYTES = 1 << 26
 #: weight vectors drawn to estimate the covariance of a participation rule's weights
 WEIGHT_DRAWS = 4096
 #: iterations of the fixed point Sigma = C - X(Sigma) (:func:`predicted_sd_ratios`)
@@ -83,7 +89,7 @@ class SettingNoise:
 
 def _weight_covariance(rule, p: torch.Tensor) -> torch.Tensor:
     """Cov(w) (N, N) float64 of the rule's weights (a fixed seed: the same estimate every call)."""
-    if rule.scheme == "full":
+    if isinstance(rule, Full):
         return torch.zeros(p.numel(), p.numel(), dtype=torch.float64)
     w = rule.weights(p.to(torch.float64), WEIGHT_DRAWS, torch.Generator().manual_seed(0)).to(torch.float64)
     if w.dim() == 1:
@@ -112,19 +118,20 @@ def drift_noise(problem, theta: torch.Tensor, rule, batch_size: int | None, *, t
     v_mb = torch.zeros_like(v_part)
     if batch_size is not None:
         sizes = work.client_sizes.to(torch.float64)
-        rows_n = min(ROWS, int(sizes.min()))
-        u = torch.rand(r, n, rows_n, generator=generator, dtype=torch.float64)
+        chains = min(r, MB_CHAINS)  # a few chains' states: the per-example gradients stay within PER_EXAMPLE_BYTES
+        rows_n = min(ROWS, int(sizes.min()), max(2, PER_EXAMPLE_BYTES // (8 * chains * n * d)))
+        u = torch.rand(chains, n, rows_n, generator=generator, dtype=torch.float64)
         rows = (u * sizes[None, :, None]).long().minimum(sizes.long()[None, :, None] - 1)
-        per = work._per_example_grads(x, rows)  # (R, N, B, d)
+        per = work._per_example_grads(x[:chains], rows)  # (chains, N, B, d)
         if centre is not None:
-            star = centre.to(torch.float64).expand(r, n, d).contiguous()
+            star = centre.to(torch.float64).expand(chains, n, d).contiguous()
             per = per - work._per_example_grads(star, rows)
         dev = per - per.mean(2, keepdim=True)
         scale = rule.mean_square_weights(p) * (sizes / p) ** 2 / (batch_size * max(rows_n - 1, 1))  # (N,)
         if dense:
-            v_mb = torch.einsum("n,rnbi,rnbj->ij", scale, dev, dev) / r
+            v_mb = torch.einsum("n,rnbi,rnbj->ij", scale, dev, dev) / chains
         else:
-            v_mb = torch.einsum("n,rnbi->i", scale, dev * dev) / r
+            v_mb = torch.einsum("n,rnbi->i", scale, dev * dev) / chains
     return v_part, v_mb
 
 
@@ -166,15 +173,18 @@ def check(sampler, draws: torch.Tensor | None, generator_seed: int = 0) -> Setti
     """The verdict on ``sampler``'s setting after a run whose kept draws are ``draws`` (chains, draws, d);
     ``None`` for full participation with full-batch gradients (nothing to check)."""
     rule, b = sampler.participation, sampler.batch_size
-    if (rule.scheme == "full" and b is None) or sampler.privacy is not None or sampler.streams != "single" \
+    if (isinstance(rule, Full) and b is None) or sampler.privacy is not None or sampler.streams != "single" \
             or sampler.transport is not None:  # nothing to check; a private run reads no noiseless gradient
         return None
+    if b is not None and sampler._work_problem._privacy_refusal("record") is not None:
+        return SettingNoise(False, None, 0.0, 0.0, False, "the minibatch noise needs the problem's per-example "
+                            "gradients (_per_example_grads), which it does not implement")
     d = sampler.problem.dim
     if draws is None or draws.shape[1] < MIN_KEPT:
         kept = 0 if draws is None else draws.shape[1]
         return SettingNoise(False, None, 0.0, 0.0, False, f"{kept} draws kept; the check needs {MIN_KEPT}")
     dense = d <= DENSE_MAX_DIM
-    flat = draws.reshape(-1, d).to(torch.float64)
+    flat = draws[:, -MAX_DRAWS:].reshape(-1, d).to(torch.float64)  # the last draws (a store's stay on disk)
     sigma = torch.cov(flat.T).numpy().reshape(d, d) if dense else flat.var(0).numpy()
     built, cstate = sampler.built_correction, sampler.state.correction
     term, centre = None, None
