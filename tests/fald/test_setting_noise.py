@@ -101,3 +101,20 @@ def test_the_warning_is_silent_on_a_right_setting(kwargs):
         assert sampler.setting_noise.measured and sampler.setting_noise.max_sd_ratio < 1.05
     else:  # full participation with full-batch gradients: nothing to check
         assert sampler.setting_noise is None
+
+
+def test_the_diagonal_path_equals_the_dense_one_where_the_posterior_is_diagonal():
+    # above d = 100 the check keeps O(d) memory: Q's diagonal and M, H taken diagonal; with a diagonal H and
+    # M = I the Lyapunov solution's diagonal is Q_jj / (2 h_j) exactly, so both paths agree
+    problem = GaussianSimulation(num_clients=10, alpha=0.03, samples_per_client=20, cov=torch.diag(torch.tensor(
+        [2.0, 0.5], dtype=torch.float64)), seed=0)
+    eta = _eta(problem)
+    mean, cov = stationary_moments(problem, [eta], participation=fl.SchemeI(3))
+    theta = torch.from_numpy(np.random.default_rng(0).multivariate_normal(mean, cov, size=100))
+    seed = lambda: torch.Generator().manual_seed(0)  # noqa: E731  (the same rows for both paths)
+    dense = predicted_sd_ratios(eta * sum(drift_noise(problem, theta, fl.SchemeI(3), 4, generator=seed())), None, cov,
+                                1.0)
+    diagonal = predicted_sd_ratios(eta * sum(drift_noise(problem, theta, fl.SchemeI(3), 4, dense=False,
+                                                         generator=seed())), None, None, 1.0)
+    # the client data's sample covariance is not exactly diagonal: its off-diagonal terms enter the dense path
+    assert np.allclose(dense, diagonal, rtol=0.02), (dense, diagonal)
