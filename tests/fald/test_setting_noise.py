@@ -14,6 +14,7 @@ import torch
 import fedlangevin as fl
 from fedlangevin.experiments.exact import minibatch_gradient_noise, stationary_moments
 from fedlangevin.fald.setting_noise import drift_noise, predicted_sd_ratios
+from fedlangevin.federation.participation import Participation
 from fedlangevin.problems import GaussianSimulation
 
 
@@ -38,7 +39,7 @@ def test_predicted_sd_ratios_match_the_exact_law(rule, batch, alpha):
     v_part, v_mb = drift_noise(problem, theta, rule, batch, generator=torch.Generator().manual_seed(0))
     predicted = predicted_sd_ratios(eta * (v_part + v_mb), None, cov, 1.0)
     # the prediction is the continuous-time (eta -> 0) excess: it misses O(eta L) = 10 % of the excess
-    # variance (ratio^2 - 1); the weights' covariance is estimated from 4,096 draws (1-2 % of it)
+    # variance (ratio^2 - 1); the weights' covariance is the rules' closed form
     assert np.all(np.abs(predicted**2 - exact**2) <= 0.1 * (exact**2 - 1) + 1e-3), (predicted, exact)
     assert exact.max() > 1.02  # the setting is off the target here
 
@@ -118,3 +119,21 @@ def test_the_diagonal_path_equals_the_dense_one_where_the_posterior_is_diagonal(
                                                          generator=seed())), None, None, 1.0)
     # the client data's sample covariance is not exactly diagonal: its off-diagonal terms enter the dense path
     assert np.allclose(dense, diagonal, rtol=0.02), (dense, diagonal)
+
+
+class _Drawn(Participation):
+    """A rule of one's own (no scheme, no closed form): scheme I's weights."""
+
+    def weights(self, p, chains, generator):
+        return fl.SchemeI(3).weights(p, chains, generator)
+
+
+def test_a_rule_of_ones_own_is_checked_from_its_draws():
+    problem = _problem(0.03)
+    eta = _eta(problem)
+    _, cov = stationary_moments(problem, [eta], participation=fl.SchemeI(3))
+    theta = torch.zeros(4, 2, dtype=torch.float64)
+    closed = predicted_sd_ratios(eta * drift_noise(problem, theta, fl.SchemeI(3), None)[0], None, cov, 1.0)
+    drawn = predicted_sd_ratios(eta * drift_noise(problem, theta, _Drawn(), None)[0], None, cov, 1.0)
+    # 4,096 drawn weight vectors: the covariance's relative standard error is about sqrt(2 / 4096) = 2.2 %
+    assert np.allclose(drawn**2 - 1, closed**2 - 1, rtol=0.1), (drawn, closed)
