@@ -81,7 +81,10 @@ class FALD(Runner):
         warm-up's adaptation from the chains' spread need several; one chain gives a NaN R-hat,
         and diagnostics of fewer than 4 warn, ``docs/adaptation.md``, "How many chains").
         Privacy: every chain is a release (``trace.privacy`` counts them all).
-    batch_size : minibatch size per client and step (``None`` = full gradients).
+    batch_size : minibatch size per client and step (``None`` = full gradients). With random
+        participation or minibatches, the end of every run with 50 or more kept draws measures the
+        noise they add to the averaged drift and warns where it widens a posterior sd by more than
+        5 % (:mod:`fedlangevin.fald.setting_noise`, ``sampler.setting_noise``; ``docs/realistic.md``).
     init : initial global parameter, shape (d,) or (R, d) (e.g. prior draws); default zeros;
         ``"map"``: the MAP of a federated Newton search (:mod:`fedlangevin.warmup.mode`).
     device, dtype : where and in which precision the state lives (float32 or float64).
@@ -106,7 +109,10 @@ class FALD(Runner):
     adapt : adapt M in the first run's warm-up (default ``rounds // 2``), then freeze it (default:
         with ``step_size="auto"`` only, and not with ``streams="per_client"``).
     correction : a drift correction against heterogeneous clients (``docs/drift.md``):
-        ``"control_variates"``, ``"conducive"``, ``"qlsd++"`` or their settings records.
+        ``"control_variates"``, ``"conducive"``, ``"qlsd++"`` or their settings records. Control
+        variates also remove most of the client-sampling noise of random participation and, with
+        ``batch_size``, centre each client's minibatch gradient at the reference point
+        (``docs/realistic.md``).
     check_local_bias : with a fixed K > 1 (default True, chains >= 2), two groups of R K = 1
         companion chains (one step of K eta, two of K eta / 2 per round, coupled to the sampler's
         round noise) run beside the sampler's once M and eta are frozen (after the warm-up, which
