@@ -138,10 +138,3 @@ def test_a_rule_of_ones_own_is_checked_from_its_draws():
     # 4,096 drawn weight vectors: the covariance's relative standard error is about sqrt(2 / 4096) = 2.2 %
     assert np.allclose(drawn**2 - 1, closed**2 - 1, rtol=0.1), (drawn, closed)
 
-
-def test_a_control_variates_record_without_minibatches_resumes_plain():
-    from fedlangevin.corrections.drift import correction_from_record
-
-    old = {"kind": "control_variates", "reference": None, "strength": 1.0, "search_rounds": 50}
-    assert correction_from_record(old).minibatches is False
-    assert correction_from_record(fl.ControlVariates().record()).minibatches is True
