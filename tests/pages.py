@@ -21,3 +21,12 @@ def run_block(code: str, page: Path, namespace: dict | None = None, name: str = 
     with contextlib.redirect_stdout(out):
         exec(compile(code, str(page), "exec"), {"__name__": name} if namespace is None else namespace)
     return out.getvalue()
+
+
+def printed_and_shown(page: Path) -> tuple[list[str], list[str]]:
+    """A page with one python block followed by "prints" and its output indented by four spaces
+    (up to the next ``## `` section): (the lines the block prints, the lines the page shows), stripped."""
+    (code,) = python_blocks(page)
+    printed = [line.strip() for line in run_block(code, page).strip().splitlines()]
+    block = page.read_text().split("prints", 1)[1].split("\n## ", 1)[0]
+    return printed, [line.strip() for line in block.splitlines() if line.startswith("    ")]

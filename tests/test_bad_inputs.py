@@ -152,6 +152,7 @@ ARGS = [
     Arg("memory_rate", lambda v: fl.QLSDPlusPlus(memory_rate=v).memory_rate, "real", 0.5, 0.0, 1.0),
     Arg("search_rounds", lambda v: fl.ControlVariates(search_rounds=v).search_rounds, "int", 5, 1),
     Arg("search_rounds", lambda v: fl.Conducive(search_rounds=v).search_rounds, "int", 5, 1),
+    Arg("minibatches", lambda v: fl.ControlVariates(minibatches=v).minibatches, "bool", False),
     Arg("bias", lambda v: fl.problems.LogisticRegression(LOGREG_CLIENTS, bias=v).dim, "bool", False),
     # the local-step bias's verdicts and plan (issue 27)
     Arg("tolerance", lambda v: lb.exceeds(BIAS, tolerance=v), "real", 0.1, 0.0, None, True),

@@ -1,4 +1,4 @@
-"""docs/drift.md: the example runs as written and prints what the page shows."""
+"""docs/drift.md and docs/realistic.md: each page's example runs as written and prints what the page shows."""
 
 from __future__ import annotations
 
@@ -6,16 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.pages import python_blocks, run_block
+from tests.pages import printed_and_shown
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGE = ROOT / "docs" / "drift.md"
 
 
 @pytest.mark.usefixtures("one_torch_thread")
-def test_example_runs_and_prints_the_page_output():
-    (code,) = python_blocks(PAGE)
-    printed = [line.strip() for line in run_block(code, PAGE).strip().splitlines()]
-    block = PAGE.read_text().split("prints", 1)[1].split("\n## ", 1)[0]
-    shown = [line.strip() for line in block.splitlines() if line.startswith("    ")]
+@pytest.mark.parametrize("page", ["drift.md", "realistic.md"])
+def test_example_runs_and_prints_the_page_output(page):
+    printed, shown = printed_and_shown(ROOT / "docs" / page)
     assert printed == shown

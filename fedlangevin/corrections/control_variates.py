@@ -16,6 +16,13 @@ rounding. What is left of the drift is the curvature difference (H_c - H)(beta -
 Cost: a federated search for theta* (:func:`fedlangevin.corrections.base.find_reference`,
 or theta* given), then once: each client uploads grad f^c(theta*) (d floats), the server
 broadcasts grad f(theta*) (d floats to each client). Nothing per round.
+
+Under partial participation the average of the corrected drifts over the clients drawn,
+sum_c w_c (grad f^c(beta) - grad f^c(theta*)) + grad f(theta*), no longer carries the spread of
+the clients' own gradients grad f^c(theta*) (the client-sampling noise), only that of their
+differences. With minibatches (``batch_size``) each client's minibatch gradient is centred at
+theta* as well (``minibatches=True``, SGLD-CV: :mod:`fedlangevin.problems.centred`), at twice the
+per-example gradient work and one full gradient per client at theta*.
 """
 
 from __future__ import annotations
@@ -25,7 +32,9 @@ from typing import Any, ClassVar
 
 import torch
 
+from fedlangevin._validation import check_bool
 from fedlangevin.corrections.base import SetupCost, check_fraction, check_rounds, client_gradients, find_reference
+from fedlangevin.problems.centred import CentredMinibatches
 
 __all__ = ["ControlVariates"]
 
@@ -38,16 +47,21 @@ class ControlVariates:
     strength : s in [0, 1]: the term is s (grad f(theta*) - grad f^c(theta*)); 1 (default) is
         VR-FALD*, 0 switches the correction off (the samples are FA-LD's, bit for bit).
     search_rounds : at most this many rounds of the federated search for theta* (default 50).
+    minibatches : with ``batch_size``, centre every client's minibatch gradient at theta* too
+        (SGLD-CV, :class:`~fedlangevin.problems.centred.CentredMinibatches`: the minibatch noise is
+        that of g_i(beta) - g_i(theta*)); default True. False: the plain minibatch gradients.
     """
 
     reference: Any = field(default=None, compare=False)
     strength: float = 1.0
     search_rounds: int = 50
+    minibatches: bool = True
     name: ClassVar[str] = "control_variates"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "strength", check_fraction("strength", self.strength))
         object.__setattr__(self, "search_rounds", check_rounds(self.search_rounds))
+        object.__setattr__(self, "minibatches", check_bool("minibatches", self.minibatches))
 
     @property
     def active(self) -> bool:
@@ -62,7 +76,8 @@ class ControlVariates:
 
     def record(self) -> dict:
         ref = None if self.reference is None else torch.as_tensor(self.reference, dtype=torch.float64).tolist()
-        return {"kind": self.name, "reference": ref, "strength": self.strength, "search_rounds": self.search_rounds}
+        return {"kind": self.name, "reference": ref, "strength": self.strength, "search_rounds": self.search_rounds,
+                "minibatches": self.minibatches}
 
     def per_round_floats(self, num_clients: int, dim: int) -> tuple[float, float]:
         """Extra floats (up per upload, down per round) on top of FA-LD's: none."""
@@ -83,6 +98,19 @@ class BuiltControlVariates:
     def __init__(self, settings: ControlVariates, problem, dtype, device) -> None:
         self.settings, self.problem, self.dtype, self.device = settings, problem, dtype, device
         self.cost = SetupCost()
+        self._centred = None  # (theta*, the problem it wraps, CentredMinibatches): built once per reference
+
+    def minibatch_problem(self, work, state: dict):
+        """What the clients' minibatch gradients come from: ``work`` (the kernel's problem), its
+        minibatches centred at the state's theta* (:class:`CentredMinibatches`) unless
+        ``minibatches=False`` or the problem has no per-example gradients."""
+        if not self.settings.minibatches or work._privacy_refusal("record") is not None or work.client_sizes is None:
+            return work
+        ref = state["reference"]
+        cached = self._centred
+        if cached is None or cached[1] is not work or not torch.equal(cached[0], ref):
+            cached = self._centred = (ref.clone(), work, CentredMinibatches(work, ref))
+        return cached[2]
 
     def init(self, theta: torch.Tensor, mode: torch.Tensor | None = None) -> dict:
         work = self.problem.to(device="cpu", dtype=torch.float64)

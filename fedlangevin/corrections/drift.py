@@ -66,6 +66,8 @@ def correction_from_record(stored: dict | None, given: Any = None):
     if not isinstance(kind, str):  # a malformed record (the reader makes this a CheckpointError naming the file)
         raise TypeError(f"the correction's settings record names no kind: {dict(stored)!r}")
     if kind in CORRECTIONS:
+        if kind == "control_variates":  # a checkpoint written before minibatches were centred ran them plain
+            fields.setdefault("minibatches", False)
         return CORRECTIONS[kind](**fields)
     if given is None:
         raise ValueError(f"correction: the checkpoint ran with a drift correction of your own ({kind!r}); give it "

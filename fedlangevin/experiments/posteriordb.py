@@ -411,6 +411,17 @@ class Recipe:
     label: str = "FA-LD"
     correction: str | None = None
     correlation: float = 0.0
+    participation: Any = None
+    batch_fraction: float | None = None
+
+    def batch_size(self, problem) -> int | None:
+        """``FALD(batch_size=)`` of this recipe on ``problem``: ``batch_fraction`` of the smallest
+        client's records (at least 5, at most that client's), ``None`` for full gradients."""
+        if self.batch_fraction is None:
+            return None
+        sizes = getattr(problem, "client_sizes", None)
+        smallest = int(min(sizes)) if sizes is not None else 5
+        return max(1, min(smallest, max(5, round(self.batch_fraction * smallest))))
 
 
 RECIPES = {"defaults": Recipe(), "corrected": Recipe("FA-LD+CV rho=1", "control_variates", 1.0)}
@@ -462,7 +473,8 @@ def validate(post: Posterior, *, local_steps: int = 1, rounds: int = 2000, chain
         raise ValueError(f"recipe must be a Recipe, e.g. RECIPES['corrected'] (one of {', '.join(RECIPES)}); got {recipe!r}")
     start = time.perf_counter()
     sampler = fl.FALD(post.problem, local_steps=local_steps, chains=chains, seed=seed, init="map",
-                      correction=recipe.correction, correlation=recipe.correlation)
+                      correction=recipe.correction, correlation=recipe.correlation,
+                      participation=recipe.participation, batch_size=recipe.batch_size(post.problem))
     trace = sampler.run(rounds, thin=thin, progress=False)
     seconds = time.perf_counter() - start
     return compare(post, np.asarray(trace.numpy()), seconds, local_steps=local_steps, rounds=rounds,

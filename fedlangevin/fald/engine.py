@@ -228,10 +228,13 @@ def assemble(
         else:
             beta = theta.unsqueeze(1).expand(r, work.num_clients, d).clone()  # broadcast
             own = None if own_stream is None else own_stream(generator)
+            grads = work  # a correction may centre the minibatch gradients (control variates: SGLD-CV)
+            if batch_size is not None and callable(getattr(correction, "minibatch_problem", None)):
+                grads = correction.minibatch_problem(work, state.correction)
             for i, eta in enumerate(step_sizes):
                 term = None if correction is None else correction.term(state.correction, beta)
                 if own is None:
-                    local_step(beta, work, float(eta), scales, generator, batch_size, clients=held,
+                    local_step(beta, grads, float(eta), scales, generator, batch_size, clients=held,
                                preconditioner=pre, correction=term, tally=tally, normals=normals)
                 else:
                     local_step(beta, work, float(eta), scales, own, batch_size, preconditioner=pre,

@@ -23,13 +23,14 @@ from fedlangevin.fald.engine import assemble
 from fedlangevin.fald.kernel import FALDState, init_state
 from fedlangevin.fald.node import NODE
 from fedlangevin.federation.noise import NoiseTally
-from fedlangevin.federation.participation import Participation
+from fedlangevin.federation.participation import Full, Participation
 from fedlangevin.federation.preconditioning import broadcast_floats, spectral_norm
 from fedlangevin.fald.per_client import build_per_client
 from fedlangevin.corrections import drift
 from fedlangevin.runner.results.settings import Settings
 from fedlangevin.runner import loop
 from fedlangevin.fald import resume as rs
+from fedlangevin.fald import setting_noise
 from fedlangevin.runner.base import Runner
 from fedlangevin.fald.config import Config
 from fedlangevin.runner.replay import diagnose, where
@@ -80,7 +81,10 @@ class FALD(Runner):
         warm-up's adaptation from the chains' spread need several; one chain gives a NaN R-hat,
         and diagnostics of fewer than 4 warn, ``docs/adaptation.md``, "How many chains").
         Privacy: every chain is a release (``trace.privacy`` counts them all).
-    batch_size : minibatch size per client and step (``None`` = full gradients).
+    batch_size : minibatch size per client and step (``None`` = full gradients). With random
+        participation or minibatches, the end of every run with 50 or more kept draws measures the
+        noise they add to the averaged drift and warns where it widens a posterior sd by more than
+        5 % (:mod:`fedlangevin.fald.setting_noise`, ``sampler.setting_noise``; ``docs/realistic.md``).
     init : initial global parameter, shape (d,) or (R, d) (e.g. prior draws); default zeros;
         ``"map"``: the MAP of a federated Newton search (:mod:`fedlangevin.warmup.mode`).
     device, dtype : where and in which precision the state lives (float32 or float64).
@@ -105,7 +109,10 @@ class FALD(Runner):
     adapt : adapt M in the first run's warm-up (default ``rounds // 2``), then freeze it (default:
         with ``step_size="auto"`` only, and not with ``streams="per_client"``).
     correction : a drift correction against heterogeneous clients (``docs/drift.md``):
-        ``"control_variates"``, ``"conducive"``, ``"qlsd++"`` or their settings records.
+        ``"control_variates"``, ``"conducive"``, ``"qlsd++"`` or their settings records. Control
+        variates also remove most of the client-sampling noise of random participation and, with
+        ``batch_size``, centre each client's minibatch gradient at the reference point
+        (``docs/realistic.md``).
     check_local_bias : with a fixed K > 1 (default True, chains >= 2), two groups of R K = 1
         companion chains (one step of K eta, two of K eta / 2 per round, coupled to the sampler's
         round noise) run beside the sampler's once M and eta are frozen (after the warm-up, which
@@ -147,6 +154,7 @@ class FALD(Runner):
     measurement: Any                   #: the local-step phase in progress (warmup.local_steps), or None
     local_step_bias: Any               #: its record once made (trace.local_step_bias), or None
     companions: Any                    #: a fixed K's companion chains (warmup.companions), or None
+    setting_noise: Any = None          #: the last run's check of its participation / minibatch setting (fald.setting_noise)
     _work_problem: FederatedProblem    #: the problem on the run's device and dtype
 
     def __init__(
@@ -305,6 +313,10 @@ class FALD(Runner):
         """The companions' verdict (and its warning) from everything kept so far."""
         if self.companions is not None and self.companions.rule is None:
             self._apply(session.Changes(local_bias=kcheck.verdict(self.companions)))
+        if run.draws.kind != "none" and (not isinstance(self.participation, Full) or self.batch_size is not None):
+            draws = run.draws.view()[0]
+            self.setting_noise = setting_noise.check(self, draws)
+            setting_noise.warn(self.setting_noise, self.problem.parameter_names())
 
     def _check_run(self, checkpoint) -> None:
         if checkpoint is not None and self.upload is not None:

@@ -1,12 +1,14 @@
 """Federated problems: per-client energies f^c = (1/p_c) * NLL_c + prior share."""
 
 from fedlangevin.problems.base import FederatedProblem, QuadraticForm, check_weights
+from fedlangevin.problems.centred import CentredMinibatches
 from fedlangevin.problems.custom import CustomProblem
 from fedlangevin.problems.gaussian import PAPER_COV, CurvatureSimulation, GaussianSimulation, QuadraticProblem
 from fedlangevin.problems.logistic import LogisticRegression
 from fedlangevin.problems.pyro import PyroProblem
 
 __all__ = [
+    "CentredMinibatches",
     "CurvatureSimulation",
     "CustomProblem",
     "FederatedProblem",

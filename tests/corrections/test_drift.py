@@ -217,3 +217,11 @@ def test_privacy_accounting_refuses_what_a_correction_releases(name):
     assert off.settings.correction_releases == ""
     plain = fl.FALD(problem, step_size=1e-4, local_steps=2, chains=2, seed=0, check_local_bias=False).run(3)
     assert off.privacy(delta=1e-5, sensitivity=1.0).epsilon == plain.privacy(delta=1e-5, sensitivity=1.0).epsilon
+
+
+def test_a_control_variates_record_without_minibatches_resumes_plain():
+    from fedlangevin.corrections.drift import correction_from_record
+
+    old = {"kind": "control_variates", "reference": None, "strength": 1.0, "search_rounds": 50}
+    assert correction_from_record(old).minibatches is False
+    assert correction_from_record(fl.ControlVariates().record()).minibatches is True

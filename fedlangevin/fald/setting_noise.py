@@ -1,0 +1,217 @@
+"""Is a run's participation or minibatch setting measurably off the target? Checked at a run's end.
+
+With S of N clients a round (schemes I, II, a rule of your own) or minibatch gradients, the
+injected noise is calibrated (:mod:`fedlangevin.federation.participation`), but the averaged
+drift is itself random: sum_c w_c grad f^c(theta) scatters around grad f(theta) (client
+sampling) and each client's minibatch estimate around grad f^c (minibatch noise). That extra
+noise widens the samples. Per unit of Langevin time (K eta a round) it is
+
+    Q = K eta V_part + eta V_mb,
+
+V_part = Cov_w(sum_c w_c g_c) (the weights' covariance over the rule's draws; the same weights
+serve all K local steps, hence K eta) and V_mb = sum_c E[w_c^2] (n_c / p_c)^2 C_c / b (C_c the
+covariance of client c's per-example gradients; a fresh minibatch every step, hence eta). For
+the linearised dynamics d theta = -M grad f dt + sqrt(2 tau M) dW + M Q^(1/2) dW' the excess
+stationary covariance X solves (M H) X + X (M H)^T = M Q M with H = tau Sigma^-1: it is
+solved for d <= ``DENSE_MAX_DIM``, where the kept draws' covariance C = Sigma + X holds the excess
+too (a fixed point Sigma = C - X(Sigma)); the predicted sd ratio of parameter j is
+sqrt(C_jj / Sigma_jj). Beyond ``DENSE_MAX_DIM`` M and H are taken diagonal (O(d) memory):
+the ratio is sqrt(1 + m_j Q_jj / (2 tau)).
+
+:func:`check` measures V_part and V_mb at the chains' last states (every client's full
+gradient once per chain, and up to :data:`ROWS` per-example gradients per client for up to
+:data:`MB_CHAINS` chains, at most :data:`PER_EXAMPLE_BYTES` of them: one round's gradient work or less), with the run's correction (control variates centre both), and
+:class:`SettingNoise` warns where a predicted sd ratio exceeds 1 + :data:`TOLERANCE`. Full
+participation with full-batch gradients has Q = 0 and is not checked.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fedlangevin.federation.participation import Full, SchemeI, SchemeII
+from fedlangevin.federation.preconditioning import preconditioner_matrix
+from fedlangevin.warmup.adaptation import DENSE_MAX_DIM
+
+__all__ = ["MIN_KEPT", "ROWS", "TOLERANCE", "SettingNoise", "check", "drift_noise", "predicted_sd_ratios"]
+
+#: a predicted sd inflation above this share warns (the validation's acceptance is 10 %, of which
+#: the discretisation takes 1-4 %)
+TOLERANCE = 0.05
+#: kept draws a verdict needs (their covariance stands in for the posterior's)
+MIN_KEPT = 50
+#: the last draws of each chain whose covariance stands in for the posterior's
+MAX_DRAWS = 1000
+#: per-example gradients per client (and chain) that estimate a client's minibatch noise
+ROWS = 64
+#: chains whose states estimate the minibatch noise, and the most bytes their per-example gradients take
+MB_CHAINS = 8
+PER_EXAMPLE_BYTES = 1 << 26
+#: weight vectors drawn to estimate the covariance of a participation rule's weights
+WEIGHT_DRAWS = 4096
+#: iterations of the fixed point Sigma = C - X(Sigma) (:func:`predicted_sd_ratios`)
+FIXED_POINT_ITERATIONS = 50
+
+
+@dataclass(frozen=True)
+class SettingNoise:
+    """The check's record: ``sd_ratios`` predicted per parameter (None: not measured, ``note`` says
+    why), the largest share of the extra variance due to client sampling (``participation``) and to
+    minibatches (``minibatch``), and whether the largest ratio exceeds 1 + :data:`TOLERANCE`."""
+
+    measured: bool
+    sd_ratios: tuple | None
+    participation: float
+    minibatch: float
+    exceeds: bool
+    note: str = ""
+
+    @property
+    def max_sd_ratio(self) -> float:
+        return max(self.sd_ratios) if self.sd_ratios else math.nan
+
+    def message(self, names) -> str:
+        j = int(np.argmax(self.sd_ratios))
+        ratio = self.sd_ratios[j]
+        size = "more than doubles" if not math.isfinite(ratio) else f"widens by {100 * (ratio - 1):.0f} %"
+        source = ("client sampling" if self.participation >= self.minibatch else "minibatch gradients")
+        return (f"the setting is off the target: the noise of the averaged drift ({source}; measured at the chains' "
+                f"last states) {size} the posterior sd of {names[j]} (predicted sd ratio "
+                f"{ratio:.3g}, tolerance {1 + TOLERANCE:g}). Control variates remove most of it "
+                "(correction='control_variates': they centre the clients' gradients and minibatches at the mode); "
+                "or use larger minibatches, more clients per round, a smaller step size. See docs/realistic.md")
+
+
+def _weight_covariance(rule, p: torch.Tensor) -> torch.Tensor:
+    """Cov(w) (N, N) float64 of the rule's weights: closed forms for schemes I and II, else estimated from
+    :data:`WEIGHT_DRAWS` draws with a fixed seed (the same estimate every call)."""
+    if isinstance(rule, Full):
+        return torch.zeros(p.numel(), p.numel(), dtype=torch.float64)
+    if isinstance(rule, (SchemeI, SchemeII)):  # closed forms (a large S would make the draws costly)
+        from fedlangevin.experiments.exact import participation_moments
+
+        ew, eww = participation_moments(p.detach().cpu().to(torch.float64).numpy(), rule)
+        return torch.from_numpy(eww - np.outer(ew, ew))
+    w = rule.weights(p.to(torch.float64), WEIGHT_DRAWS, torch.Generator().manual_seed(0)).to(torch.float64)
+    if w.dim() == 1:
+        return torch.zeros(p.numel(), p.numel(), dtype=torch.float64)
+    return torch.cov(w.T)
+
+
+def drift_noise(problem, theta: torch.Tensor, rule, batch_size: int | None, *, term=None, centre=None,
+                generator: torch.Generator | None = None, dense: bool = True):
+    """(V_part, V_mb) at the chains' states ``theta`` (R, d), float64: (d, d) when ``dense``, else their
+    diagonals (d,). ``term``: a correction's term added to every client's gradient ((N, d) or
+    (R, N, d)); ``centre``: theta* (d,) whose per-example gradients are subtracted (centred minibatches)."""
+    r, d = theta.shape
+    n = problem.num_clients
+    p = problem.weights.to(torch.float64)
+    x = theta.to(torch.float64).unsqueeze(1).expand(r, n, d).contiguous()
+    work = problem.to(dtype=torch.float64)
+    g = work.grad(x.clone())
+    if term is not None:
+        g = g + term.to(torch.float64)
+    cov_w = _weight_covariance(rule, p)
+    if dense:
+        v_part = torch.einsum("ab,rai,rbj->ij", cov_w, g, g) / r
+    else:
+        v_part = torch.einsum("ab,rai,rbi->i", cov_w, g, g) / r
+    v_mb = torch.zeros_like(v_part)
+    if batch_size is not None:
+        sizes = work.client_sizes.to(torch.float64)
+        chains = min(r, MB_CHAINS)  # a few chains' states: the per-example gradients stay within PER_EXAMPLE_BYTES
+        rows_n = min(ROWS, int(sizes.min()), max(2, PER_EXAMPLE_BYTES // (8 * chains * n * d)))
+        u = torch.rand(chains, n, rows_n, generator=generator, dtype=torch.float64)
+        rows = (u * sizes[None, :, None]).long().minimum(sizes.long()[None, :, None] - 1)
+        per = work._per_example_grads(x[:chains], rows)  # (chains, N, B, d)
+        if centre is not None:
+            star = centre.to(torch.float64).expand(chains, n, d).contiguous()
+            per = per - work._per_example_grads(star, rows)
+        dev = per - per.mean(2, keepdim=True)
+        scale = rule.mean_square_weights(p) * (sizes / p) ** 2 / (batch_size * max(rows_n - 1, 1))  # (N,)
+        if dense:
+            v_mb = torch.einsum("n,rnbi,rnbj->ij", scale, dev, dev) / chains
+        else:
+            v_mb = torch.einsum("n,rnbi->i", scale, dev * dev) / chains
+    return v_part, v_mb
+
+
+def predicted_sd_ratios(extra: torch.Tensor, preconditioner, sigma: np.ndarray, temperature: float) -> np.ndarray:
+    """The predicted sd ratios (d,) for the extra noise ``extra`` = Q per unit time ((d, d), or its diagonal (d,):
+    then ``sigma`` is not used), M the preconditioner (None: I) and ``sigma`` the draws' covariance C (d, d)
+    (module docstring); inf where no target covariance is left (the excess is as large as the spread)."""
+    d = extra.shape[0]
+    if extra.dim() == 1:  # M and H taken diagonal: X_jj / Sigma_jj = m_j Q_jj / (2 tau), Sigma drops out
+        if preconditioner is None:
+            m = np.ones(d)
+        else:
+            diagonal = getattr(preconditioner, "diagonal", None)
+            m = (torch.as_tensor(diagonal).to(torch.float64).numpy() if diagonal is not None
+                 else np.diag(preconditioner_matrix(preconditioner, d).numpy()))
+        return np.sqrt(1.0 + m * extra.numpy() / (2 * temperature))
+    from scipy.linalg import solve_continuous_lyapunov
+
+    m = preconditioner_matrix(preconditioner, d).numpy()
+    noise = m @ extra.numpy() @ m
+    observed = np.asarray(sigma, dtype=np.float64)
+    target = observed
+    for _ in range(FIXED_POINT_ITERATIONS):  # Sigma = C - X(Sigma): the draws' covariance C holds the excess too
+        x = solve_continuous_lyapunov(m @ (temperature * np.linalg.inv(target)), noise)
+        # X is homogeneous of degree 1 in Sigma: Sigma = (I + X Sigma^-1)^-1 C is exact where X Sigma^-1 is
+        # a multiple of I (one step), and converges to the fixed point Sigma = C - X(Sigma) near it
+        nxt = np.linalg.solve(np.eye(d) + x @ np.linalg.inv(target), observed)
+        nxt = 0.5 * (nxt + nxt.T)
+        if not np.isfinite(nxt).all() or np.linalg.eigvalsh(nxt).min() <= 0:  # no target covariance is left
+            return np.full(d, np.inf)
+        if np.allclose(nxt, target, rtol=1e-6, atol=0):
+            target = nxt
+            break
+        target = nxt
+    return np.sqrt(np.diag(observed) / np.diag(target))
+
+
+def check(sampler, draws: torch.Tensor | None, generator_seed: int = 0) -> SettingNoise | None:
+    """The verdict on ``sampler``'s setting after a run whose kept draws are ``draws`` (chains, draws, d);
+    ``None`` for full participation with full-batch gradients (nothing to check)."""
+    rule, b = sampler.participation, sampler.batch_size
+    if (isinstance(rule, Full) and b is None) or sampler.privacy is not None or sampler.streams != "single" \
+            or sampler.transport is not None:  # nothing to check; a private run reads no noiseless gradient
+        return None
+    if b is not None and sampler._work_problem._privacy_refusal("record") is not None:
+        return SettingNoise(False, None, 0.0, 0.0, False, "the minibatch noise needs the problem's per-example "
+                            "gradients (_per_example_grads), which it does not implement")
+    d = sampler.problem.dim
+    if draws is None or draws.shape[1] < MIN_KEPT:
+        kept = 0 if draws is None else draws.shape[1]
+        return SettingNoise(False, None, 0.0, 0.0, False, f"{kept} draws kept; the check needs {MIN_KEPT}")
+    dense = d <= DENSE_MAX_DIM
+    flat = draws[:, -MAX_DRAWS:].reshape(-1, d).to(torch.float64)  # the last draws (a store's stay on disk)
+    sigma = torch.cov(flat.T).numpy().reshape(d, d) if dense else flat.var(0).numpy()
+    built, cstate = sampler.built_correction, sampler.state.correction
+    term, centre = None, None
+    if built is not None and cstate is not None:
+        r, n = sampler.state.theta.shape[0], sampler.problem.num_clients
+        term = built.term(cstate, sampler.state.theta.unsqueeze(1).expand(r, n, d).clone())
+        if b is not None and getattr(getattr(built, "settings", None), "minibatches", False):
+            centre = cstate.get("reference")
+    eta = float(sampler.schedule(sampler.state.step))
+    v_part, v_mb = drift_noise(sampler._work_problem, sampler.state.theta, rule, b, term=term, centre=centre,
+                               generator=torch.Generator().manual_seed(generator_seed), dense=dense)
+    k = sampler.local_steps
+    part, mb = k * eta * v_part, eta * v_mb
+    ratios = predicted_sd_ratios(part + mb, sampler.preconditioner, sigma, sampler.temperature)
+    shares = [float((x.diagonal() if x.dim() == 2 else x).abs().sum()) for x in (part, mb)]
+    total = max(sum(shares), 1e-300)
+    exceeds = bool(np.max(ratios) > 1 + TOLERANCE)
+    return SettingNoise(True, tuple(float(r) for r in ratios), shares[0] / total, shares[1] / total, exceeds)
+
+
+def warn(record: SettingNoise | None, names) -> None:
+    """The run's warning where the record exceeds the tolerance."""
+    if record is not None and record.measured and record.exceeds:
+        warnings.warn(record.message(names), UserWarning, stacklevel=4)

@@ -1,0 +1,108 @@
+"""Minibatch gradients centred at a reference point: SGLD-CV's estimator for every client.
+
+Baker, Fearnhead, Fox, Nemeth, "Control variates for stochastic gradient MCMC" (Statistics and
+Computing 2019). A client that cannot afford full gradients every step draws b of its n_c rows
+and estimates grad f^c(theta) by
+
+    grad f^c(theta*) + (1 / p_c) (n_c / b) sum_{i in B} [g_i(theta) - g_i(theta*)] + grad U_0(theta) - grad U_0(theta*),
+
+with g_i the per-example gradients of the negative log-likelihood and theta* a reference point
+near the mode. It is unbiased for any theta* (the bracket's mean over the rows is
+(p_c / n_c) (grad ell^c(theta) - grad ell^c(theta*))), and its variance is that of the
+*differences* g_i(theta) - g_i(theta*), about |theta - theta*|^2 times the spread of the
+per-example curvature, instead of the spread of the g_i themselves: near the posterior's bulk
+the minibatch noise that inflates a plain minibatch run's spread is nearly gone
+(``docs/realistic.md``).
+
+Cost: each client computes its full gradient grad f^c(theta*) once (one pass over its rows,
+no communication beyond theta*, d floats down), then two per-example gradients per drawn row
+(at theta and at theta*) instead of one; memory O(N d) for the stored gradients and O(R N b d)
+for a step's per-example gradients (as a plain minibatch). FA-LD uses it for
+``correction="control_variates"`` with ``batch_size`` (theta* the correction's reference); any
+sampler may take :class:`CentredMinibatches` as its problem.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fedlangevin.problems._client_data import minibatch_indices
+from fedlangevin.problems.base import FederatedProblem, check_problem
+
+__all__ = ["CentredMinibatches"]
+
+
+class CentredMinibatches(FederatedProblem):
+    """``problem`` whose minibatch gradients are centred at ``reference`` theta* (d,) (module
+    docstring); full-batch gradients (``batch_size=None``) are ``problem``'s own.
+
+    ``problem`` needs per-example gradients and the prior's gradient apart (what record-level
+    privacy needs: ``_per_example_grads`` and ``prior_grad``); ``ValueError`` otherwise, naming
+    what is missing. ``reference`` must be finite with shape (d,). Minibatches are drawn with
+    replacement, one uniform per row in the state's dtype (as the problems' own ``grad``).
+    """
+
+    def __init__(self, problem: FederatedProblem, reference) -> None:
+        check_problem(problem)
+        why = problem._privacy_refusal("record")
+        if why is not None or problem.client_sizes is None:
+            raise ValueError(f"problem: centred minibatches need per-example gradients and the prior's gradient apart; "
+                             f"{type(problem).__name__} {why or 'has no per-client data rows (client_sizes)'}")
+        ref = torch.as_tensor(reference).detach()
+        if ref.shape != (problem.dim,) or not bool(torch.isfinite(ref).all()):
+            raise ValueError(f"reference must be a finite vector of shape ({problem.dim},); got shape {tuple(ref.shape)}")
+        self.problem = problem
+        self.reference = ref.to(dtype=torch.float64)
+        self.num_clients, self.dim, self.weights = problem.num_clients, problem.dim, problem.weights
+        self.client_sizes, self.var_names = problem.client_sizes, problem.var_names
+        self._at_reference = None  # (dtype, device) -> (theta* as (1, N, d), grad f^c(theta*) - grad U_0(theta*))
+
+    def _anchor(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """theta* (1, N, d) and grad f^c(theta*) - grad U_0(theta*) (1, N, d) in ``like``'s dtype and device, computed
+        once (each client's one full pass over its rows)."""
+        key = (like.dtype, like.device)
+        if self._at_reference is None or self._at_reference[0] != key:
+            star = self.reference.to(device=like.device, dtype=like.dtype).expand(1, self.num_clients, self.dim).clone()
+            full = self.problem.grad(star) - self.problem.prior_grad(star)
+            self._at_reference = (key, star, full)
+        return self._at_reference[1], self._at_reference[2]
+
+    def grad(self, theta, *, batch_size=None, generator=None):
+        if batch_size is None:
+            return self.problem.grad(theta)
+        r, n, d = theta.shape
+        b = self.check_batch_size(batch_size)
+        star, full = self._anchor(theta)
+        rows = minibatch_indices(self.client_sizes, r, b, generator, theta.device, theta.dtype)
+        here = self.problem._per_example_grads(theta, rows)
+        there = self.problem._per_example_grads(star.expand(r, n, d), rows)
+        p = self.weights.to(device=theta.device, dtype=theta.dtype)
+        scale = self.client_sizes.to(device=theta.device, dtype=theta.dtype) / (p * b)
+        out = (here - there).sum(2).mul_(scale[:, None]).add_(full)
+        return out.add_(self.problem.prior_grad(theta))
+
+    def prior_grad(self, theta):
+        return self.problem.prior_grad(theta)
+
+    def _per_example_grads(self, theta, rows):
+        return self.problem._per_example_grads(theta, rows)
+
+    def posterior(self, temperature: float = 1.0):
+        return self.problem.posterior(temperature)
+
+    def constrain(self, samples):
+        return self.problem.constrain(samples)
+
+    smoothness = property(lambda self: self.problem.smoothness)
+    convexity = property(lambda self: self.problem.convexity)
+
+    def to(self, device=None, dtype=None):
+        return CentredMinibatches(self.problem.to(device=device, dtype=dtype), self.reference)
+
+    def __getattr__(self, name):  # energies and the problem's other capabilities, as they are
+        if name.startswith("_") or name == "problem":
+            raise AttributeError(name)
+        return getattr(self.problem, name)
+
+    def __repr__(self) -> str:
+        return f"CentredMinibatches({self.problem!r})"
