@@ -22,6 +22,7 @@ from fedlangevin.fahmc import auto as hauto
 from fedlangevin.fahmc import local_bias as hcheck
 from fedlangevin.fahmc import private as hprivate
 from fedlangevin.fahmc import warmup as fahmc_warmup
+from fedlangevin.fahmc.arguments import check_auto, is_auto, refuse_unbuilt
 from fedlangevin.fahmc.kernel import DEFAULT_FRICTION, SPLITTINGS, FAHMCKernel, as_fahmc_preconditioner, assemble, checked_arguments
 from fedlangevin.fahmc.node import NODE
 from fedlangevin.federation.contracts import TRANSPORT, check_conforms
@@ -176,10 +177,10 @@ class FAHMC(Runner):
         check_local_bias: bool = True,
     ) -> None:
         check_problem(problem)
-        _refuse_unbuilt(step_size, correction)
+        refuse_unbuilt(step_size, correction)
         self.check_local_bias = check_bool("check_local_bias", check_local_bias)
         self.transport = None if transport is None else check_conforms(transport, TRANSPORT, "transport")
-        self.given_friction = None if _is_auto(friction) else check_real("friction", friction, low=0.0, low_open=True)
+        self.given_friction = None if is_auto(friction) else check_real("friction", friction, low=0.0, low_open=True)
         local_steps, self.auto_local_steps = kphase.as_local_steps(local_steps)
         temperature = check_real("temperature", temperature, low=0.0, low_open=True)
         self.correlation = check_real("correlation", correlation, low=0.0, high=1.0)
@@ -195,7 +196,7 @@ class FAHMC(Runner):
                              "step rule); give step_size='auto', or a preconditioner with a numeric step size")
         self.adapt_matrix = self.adapt_step if adapt is None else adapt
         if self.adapt_step:
-            _check_auto(local_steps, self.auto_local_steps is not None)
+            check_auto(local_steps, self.auto_local_steps is not None)
             schedule.symbol = "h"
         why = "" if self.auto_local_steps is None else hcheck.unmeasurable(chains, self.transport, schedule)
         if why:
@@ -479,29 +480,3 @@ def _stored_rule(stored: Any, given: Participation | None) -> Participation:
     if repr(rule) != stored:
         raise ValueError(f"participation: {rule!r} differs from the checkpoint's {stored}")
     return rule
-
-
-def _is_auto(value: Any) -> bool:
-    return isinstance(value, str) and value == "auto"
-
-
-def _check_auto(local_steps: int, auto_local_steps: bool) -> None:
-    """step_size="auto" adapts at one local step a round (its statistic reads a round as one step of the
-    integrator on the broadcast iterates); K is then fixed by local_steps="auto" or given as 1."""
-    if local_steps != 1 and not auto_local_steps:
-        raise ValueError(f"step_size='auto' needs local_steps=1 or 'auto' (got local_steps={local_steps}): its "
-                         "statistic, the energy error of a round's move read off the clients' energies, measures one "
-                         "integrator step, which a round is only at K = 1; give local_steps='auto' (M, h and gamma "
-                         "adapted at K = 1, then K chosen against K = 1), or a numeric step_size (and a "
-                         "preconditioner, e.g. from a run with local_steps=1) for a fixed K > 1")
-
-
-def _refuse_unbuilt(step_size: Any, correction: Any) -> None:
-    """What FA-HMC does not do yet, refused before any work with the reason."""
-    if isinstance(step_size, str) and not _is_auto(step_size):
-        raise ValueError(f"step_size must be 'auto', a number, a sequence or a callable k -> h_k for FA-HMC; got "
-                         f"{step_size!r} (FA-LD's 'paper' rule is Thm 5.8 of the FA-LD paper, not a rule for FA-HMC)")
-    if correction is not None:
-        raise ValueError("correction: drift corrections for FA-HMC are not built yet (a control variate would add "
-                         "to the force of every kick; its set-up and accounting are FA-LD's only); use correction=None")
-
