@@ -50,7 +50,9 @@ class Settings(Mapping):
     and ``trace.local_step_bias``); check_local_bias : a fixed K > 1 is measured against K = 1 in
     warm-up (:mod:`fedlangevin.warmup.local_steps`); participation_noise : the participation
     rule's injected-noise rule, ``"calibrated"`` or ``"paper"`` (:mod:`fedlangevin.federation.participation`;
-    ``"paper"``, eq. 10, for full participation and for records written before it was a setting).
+    ``"paper"``, eq. 10, for full participation and for records written before it was a setting);
+    privacy_spent : a budgeted private run's releases before sampling (its private start), as
+    :class:`fedlangevin.privacy.planning.Release` records, composed by ``trace.privacy``.
     """
 
     local_steps: int
@@ -83,6 +85,7 @@ class Settings(Mapping):
     auto_local_steps: bool = False
     check_local_bias: bool = False
     participation_noise: str = "paper"
+    privacy_spent: tuple = ()
 
     def __getitem__(self, key: str) -> Any:
         if key not in MAPPING_KEYS:
