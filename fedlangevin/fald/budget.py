@@ -16,8 +16,9 @@ everything that touches the data, in this order:
    :func:`fedlangevin.warmup.iterates.public_curvature`).
 
 Where the budget cannot buy a useful run it says so with the numbers: a warning when the budget,
-not stability, sets eta; a ``ValueError`` when the run's Langevin time eta T K is below one
-relaxation time 1 / lambda_0 of the stiffest direction (the chains would not leave their start).
+not stability, sets eta; a ``ValueError`` when it does and the run's Langevin time eta T K is
+below one relaxation time 1 / lambda_0 of the stiffest direction (the chains would not leave
+their start; on a fixed budget eta T K hardly depends on T, so more rounds do not help).
 """
 
 from __future__ import annotations
@@ -169,7 +170,8 @@ def plan(problem, privacy, *, rounds: int, chains: int, local_steps: int, batch_
                      correlation=correlation)
     eta, spent = largest_within(eps, delta, fixed, make, public)
     relaxation = eta * rounds * local_steps * lam0
-    if relaxation < 1.0:
+    limited = eta < public * (1 - 1e-3)  # the budget, not stability, sets the step
+    if limited and relaxation < 1.0:
         raise ValueError(
             f"privacy: epsilon = {eps:g} at delta = {delta:g} buys {chains} chain(s) x {rounds} rounds a step size of "
             f"at most eta = {eta:.3g}, {public / eta:.3g} times below the public step {public:.3g}: the run's "
@@ -177,7 +179,7 @@ def plan(problem, privacy, *, rounds: int, chains: int, local_steps: int, batch_
             f"stiffest direction (1 / lambda_0 = {1 / lam0:.3g}), so the chains would not leave their start and the "
             "privacy noise would dwarf the posterior's scale. Give a larger epsilon or fewer chains (each chain "
             "released costs as much as one more run)")
-    if eta < public * (1 - 1e-3):
+    if limited:
         warnings.warn(
             f"privacy: the budget, not stability, sets the step: eta = {eta:.3g} is {public / eta:.3g} times below the "
             f"public step {public:.3g}; {chains} chain(s) x {rounds} rounds get a Langevin time of {relaxation:.3g} "

@@ -72,7 +72,7 @@ def _repr(record) -> str:
     parts = [f"clip={record.clip!r}"] if record.clip is not None else []
     if record.epsilon is not None:
         parts += [f"epsilon={record.epsilon!r}", f"delta={record.delta!r}"]
-        if record.quantile != 0.5:
+        if record.quantile != 0.9:
             parts.append(f"quantile={record.quantile!r}")
     return f"{type(record).__name__}({', '.join(parts)})"
 
@@ -93,7 +93,12 @@ class RecordLevel:
         and, without a clip, clips at a private ``quantile`` of the gradient norms tracked in
         that search (:mod:`fedlangevin.privacy.start`); ``trace.privacy(delta=delta)`` then
         reports epsilon <= the budget for everything released (docs/privacy.md).
-    quantile : the fraction of gradient norms the private clip leaves unclipped, in (0, 1).
+    quantile : the fraction of gradient norms the private clip leaves unclipped, in (0, 1)
+        (default 0.9: a sampler's stationary law moves with every clipped gradient, so the clip
+        sits above most norms; the median, Andrew et al.'s choice for training, moved a logistic
+        regression's clipped mode by 60% of the mode's norm in the tests). The sampling's noise
+        multiplier at the public step does not depend on the clip, so a larger quantile costs
+        little epsilon.
     spent : set by the plan: the releases before sampling (the start), as plain records
         (:class:`fedlangevin.privacy.planning.Release`), composed by ``trace.privacy``.
 
@@ -104,7 +109,7 @@ class RecordLevel:
     clip: float | None = None
     epsilon: float | None = None
     delta: float | None = None
-    quantile: float = 0.5
+    quantile: float = 0.9
     spent: tuple = ()
     adjacency: ClassVar[str] = "record"
 
@@ -144,7 +149,7 @@ class ClientLevel:
     clip: float | None = None
     epsilon: float | None = None
     delta: float | None = None
-    quantile: float = 0.5
+    quantile: float = 0.9
     spent: tuple = ()
     adjacency: ClassVar[str] = "client"
 

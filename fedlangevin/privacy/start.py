@@ -33,8 +33,9 @@ import torch
 from fedlangevin._validation import check_int, check_real
 from fedlangevin.privacy.planning import Release, combined_noise_multiplier
 from fedlangevin.problems.private import MAX_ELEMENTS, clip_norms, safe_norm
+from fedlangevin.warmup.iterates import prior_curvature
 
-__all__ = ["PrivateStart", "prior_curvature", "private_start"]
+__all__ = ["PrivateStart", "private_start"]
 
 #: heavy-ball momentum of the noisy gradient descent (post-processing of the released gradients)
 MOMENTUM = 0.9
@@ -53,28 +54,6 @@ class PrivateStart:
     release: Release
     gradient_noise: float
     count_noise: float
-
-
-def prior_curvature(problem, theta: torch.Tensor | None = None) -> float:
-    """The largest curvature of the prior's gradient (public: no data), by power iteration on
-    finite differences of :meth:`~fedlangevin.problems.FederatedProblem.prior_grad` at ``theta``
-    (default zeros), largest over clients; 0 for a flat prior."""
-    d, n = problem.dim, problem.num_clients
-    base = torch.zeros(d, dtype=torch.float64) if theta is None else theta.detach().double().cpu()
-    th = base.expand(1, n, d).contiguous()
-    g0 = problem.prior_grad(th).double()
-    gen = torch.Generator().manual_seed(0)
-    v = torch.randn(1, n, d, dtype=torch.float64, generator=gen)
-    lam = torch.zeros(n, dtype=torch.float64)
-    for _ in range(30):
-        v = v / v.norm(dim=-1, keepdim=True).clamp_min(1e-300)
-        h = 1e-4 * max(1.0, float(base.norm()))
-        hv = (problem.prior_grad(th + h * v).double() - g0) / h
-        lam = (hv * v).sum(-1)[0]
-        v = hv
-        if not torch.all(torch.isfinite(v)):
-            raise ValueError("the prior's gradient is not finite near the start; give a proper prior")
-    return float(lam.abs().max())
 
 
 def _record_round(problem, theta, clip):
@@ -123,8 +102,9 @@ def private_start(problem, *, adjacency: str = "record", rounds: int, noise_mult
     rounds : its rounds (each one accounted), >= 1.
     noise_multiplier : z of one round, the gradient and the count together (> 0); the gradient's
         own z_g = (z^-2 - sigma_b^-2)^(-1/2).
-    count_noise : sigma_b, the std of the count's noise, > noise_multiplier (default 10 z: the
-        count takes 1% of the round's privacy).
+    count_noise : sigma_b, the std of the count's noise, > noise_multiplier (default 10 z, the
+        count taking 1% of the round's privacy, lowered to 0.05 n / sqrt(N) where that is smaller,
+        so that the noisy fraction's sd stays near 0.05, but at least 2 z).
     clip : the first round's clip C_0 > 0 (public).
     quantile : the targeted fraction gamma of unclipped records (clients), in (0, 1).
     clip_rate : eta_C > 0 of the geometric update.
@@ -142,8 +122,6 @@ def private_start(problem, *, adjacency: str = "record", rounds: int, noise_mult
         raise ValueError(f"adjacency must be 'record' or 'client'; got {adjacency!r}")
     rounds = check_int("rounds", rounds, 1)
     z = check_real("noise_multiplier", noise_multiplier, low=0.0, low_open=True)
-    sb = 10.0 * z if count_noise is None else check_real("count_noise", count_noise, low=0.0, low_open=True)
-    zg = gradient_noise_multiplier(z, sb)
     c = check_real("clip", clip, low=0.0, low_open=True)
     gamma = check_real("quantile", quantile, low=0.0, high=1.0, low_open=True, high_open=True)
     rate = check_real("clip_rate", clip_rate, low=0.0, low_open=True)
@@ -159,6 +137,11 @@ def private_start(problem, *, adjacency: str = "record", rounds: int, noise_mult
     if adjacency == "record" and sizes is None:
         raise ValueError("record-level privacy needs the problem's client_sizes")
     denominator = float(sizes.sum()) if adjacency == "record" else float(n)
+    if count_noise is None:  # 10 z (1% of the round's privacy), less where the fraction's noise would exceed 0.05
+        sb = max(2.0 * z, min(10.0 * z, 0.05 * denominator / math.sqrt(n)))
+    else:
+        sb = check_real("count_noise", count_noise, low=0.0, low_open=True)
+    zg = gradient_noise_multiplier(z, sb)
     prior = prior_curvature(problem)
     gen = generator if generator is not None else torch.Generator().manual_seed(0)
     velocity = torch.zeros(d, dtype=torch.float64)
@@ -184,7 +167,7 @@ def private_start(problem, *, adjacency: str = "record", rounds: int, noise_mult
         clips.append(c)
         fractions.append(b)
         if adapt_clip:
-            c = c * math.exp(-rate * (b - gamma))
+            c = c * math.exp(-rate * (min(max(b, 0.0), 1.0) - gamma))  # b clamped to [0, 1]: post-processing
         if r >= rounds // 2:
             kept.append(x)
     start = torch.stack(kept).mean(0) if move else x
