@@ -77,8 +77,24 @@ def _repr(record) -> str:
     return f"{type(record).__name__}({', '.join(parts)})"
 
 
+class _Mechanism:
+    """What both records share: the checks of the clip or the budget, ``budgeted`` and the repr
+    (only the fields given)."""
+
+    def __post_init__(self) -> None:
+        _check_budget(self)
+
+    @property
+    def budgeted(self) -> bool:
+        """A budget (epsilon, delta) was given: the run plans itself within it."""
+        return self.epsilon is not None
+
+    def __repr__(self) -> str:
+        return _repr(self)
+
+
 @dataclass(frozen=True, repr=False)
-class RecordLevel:
+class RecordLevel(_Mechanism):
     """Record-level differential privacy: neighbours differ by one substituted record.
 
     Parameters
@@ -113,17 +129,6 @@ class RecordLevel:
     spent: tuple = ()
     adjacency: ClassVar[str] = "record"
 
-    def __post_init__(self) -> None:
-        _check_budget(self)
-
-    @property
-    def budgeted(self) -> bool:
-        """A budget (epsilon, delta) was given: the run plans itself within it."""
-        return self.epsilon is not None
-
-    def __repr__(self) -> str:
-        return _repr(self)
-
     @property
     def sensitivity(self) -> float:
         """2C: ||clip_C(g) - clip_C(g')|| <= ||clip_C(g)|| + ||clip_C(g')|| <= 2C for the
@@ -132,7 +137,7 @@ class RecordLevel:
 
 
 @dataclass(frozen=True, repr=False)
-class ClientLevel:
+class ClientLevel(_Mechanism):
     """Client-level differential privacy: neighbours differ in one client's whole data.
 
     Parameters
@@ -152,17 +157,6 @@ class ClientLevel:
     quantile: float = 0.9
     spent: tuple = ()
     adjacency: ClassVar[str] = "client"
-
-    def __post_init__(self) -> None:
-        _check_budget(self)
-
-    @property
-    def budgeted(self) -> bool:
-        """A budget (epsilon, delta) was given: the run plans itself within it."""
-        return self.epsilon is not None
-
-    def __repr__(self) -> str:
-        return _repr(self)
 
     @property
     def sensitivity(self) -> float:

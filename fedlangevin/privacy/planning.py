@@ -28,7 +28,6 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-import numpy as np
 
 from fedlangevin._validation import check_int, check_real
 from fedlangevin.privacy.levels import Z_RANGE, NoiseOutOfRange, _check_delta, _Levels

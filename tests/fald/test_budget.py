@@ -6,19 +6,13 @@ import pytest
 import torch
 
 import fedlangevin as fl
-from fedlangevin.problems import LogisticRegression
+from tests.targets import small_logistic
 
 DELTA = 1e-5
 
 
 def _logistic(n_per_client=100, clients=4, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    w = torch.randn(3, 5, generator=g, dtype=torch.float64)
-    out = []
-    for _ in range(clients):
-        x = torch.randn(n_per_client, 5, generator=g, dtype=torch.float64)
-        out.append((x, torch.distributions.Categorical(logits=x @ w.T).sample()))
-    return LogisticRegression(out, prior_scale=1.0)
+    return small_logistic(n_per_client, clients, seed)
 
 
 def _run(problem, epsilon, rounds=40, chains=2, **kw):

@@ -1,10 +1,8 @@
 """The budget planner: releases composed, the step solved within a target epsilon, refusals with numbers."""
 
 import math
-import warnings
 
 import pytest
-import torch
 
 import fedlangevin as fl
 from fedlangevin.privacy import tight_epsilon

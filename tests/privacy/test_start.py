@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import fedlangevin as fl
+from tests.targets import small_logistic
 from fedlangevin.privacy.canary import epsilon_lower_bound
 from fedlangevin.privacy.planning import compose_epsilon
 from fedlangevin.privacy.start import private_start
@@ -14,14 +15,7 @@ from fedlangevin.problems import LogisticRegression
 
 
 def _logistic(n_per_client=200, clients=4, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    w = torch.randn(3, 5, generator=g, dtype=torch.float64)
-    out = []
-    for _ in range(clients):
-        x = torch.randn(n_per_client, 5, generator=g, dtype=torch.float64)
-        y = torch.distributions.Categorical(logits=x @ w.T).sample()
-        out.append((x, y))
-    return LogisticRegression(out, prior_scale=1.0)
+    return small_logistic(n_per_client, clients, seed)
 
 
 def _norms(problem, theta):
