@@ -6,7 +6,6 @@ import math
 import pytest
 import torch
 
-import fedlangevin as fl
 from tests.targets import small_logistic
 from fedlangevin.privacy.canary import epsilon_lower_bound
 from fedlangevin.privacy.planning import compose_epsilon
