@@ -139,3 +139,19 @@ def random_quadratic(n: int = 5, d: int = 3, seed: int = 0, random_weights: bool
         w = torch.rand(n, generator=g, dtype=f64) + 0.5
         return QuadraticProblem(a, torch.randn(n, d, generator=g, dtype=f64), w / w.sum())
     return QuadraticProblem(a, torch.randn(n, d, generator=g, dtype=f64), torch.full((n,), 1.0 / n, dtype=f64))
+
+
+def small_logistic(n_per_client: int = 100, clients: int = 4, seed: int = 0):
+    """A three-class logistic regression on 5 Gaussian features, ``clients`` clients of
+    ``n_per_client`` records each (labels drawn from the model), with an N(0, 1) prior."""
+    import torch
+
+    from fedlangevin.problems import LogisticRegression
+
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(3, 5, generator=g, dtype=torch.float64)
+    out = []
+    for _ in range(clients):
+        x = torch.randn(n_per_client, 5, generator=g, dtype=torch.float64)
+        out.append((x, torch.distributions.Categorical(logits=x @ w.T).sample()))
+    return LogisticRegression(out, prior_scale=1.0)

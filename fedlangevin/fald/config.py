@@ -82,7 +82,10 @@ class Config:
         supported refused by name, before any work (``seed`` is the one already drawn; ``init`` is
         not part of the record, only checked against ``privacy``: the sampler resolves the start)."""
         privacy = None if privacy is None else problem.check_privacy(privacy)
-        if privacy is not None:
+        if privacy is not None and privacy.budgeted:
+            check_budgeted(step_size, init, correction, adapt, local_steps, streams, transport, upload)
+            step_size, adapt = PLACEHOLDER_STEP, False  # planned when the run starts (fedlangevin.fald.budget)
+        elif privacy is not None:
             check_private(step_size, init, correction)
         local_steps, auto_local_steps = as_local_steps(local_steps)
         check_local_bias = check_bool("check_local_bias", check_local_bias)
@@ -170,8 +173,35 @@ class Config:
             correction_releases=self.correction.releases if correction_active else "",
             privacy="none" if private is None else repr(private),
             adjacency="" if private is None else private.adjacency,
-            clip=None if private is None else float(private.clip),
+            clip=None if private is None or private.clip is None else float(private.clip),
+            privacy_spent=() if private is None else tuple(private.spent),
         )
+
+
+#: a budgeted run's step size before its plan (never run: the plan replaces it before the first round)
+PLACEHOLDER_STEP = 1e-300
+
+
+def check_budgeted(step_size, init, correction, adapt, local_steps, streams, transport, upload) -> None:
+    """What a budgeted private run (``privacy=RecordLevel(epsilon=..., delta=...)``) plans itself,
+    refused when given: the step size (planned), adaptation (an adapted M changes the sensitivity
+    after the plan), a drift correction, the local-step search, per-client streams, a transport
+    and an upload codec."""
+    if not (isinstance(step_size, str) and step_size == "auto"):
+        raise ValueError(f"privacy: a budgeted run plans its step size within the budget; leave step_size='auto' "
+                         f"(got {step_size!r}), or give a clip without a budget and a step size of your own")
+    if adapt:
+        raise ValueError("privacy: adapt=True would change the preconditioner, hence the sensitivity, after the "
+                         "budget was planned; a budgeted run does not adapt (leave adapt unset)")
+    if isinstance(init, str) and init != "map":
+        raise ValueError(f"init must be an array of shape (d,) or (R, d), None or 'map'; got {init!r}")
+    if correction is not None:
+        raise ValueError("privacy: a drift correction releases noiseless data-dependent quantities (reference "
+                         "gradients, surrogates, memories); run without correction=")
+    if isinstance(local_steps, str):
+        raise ValueError("privacy: a budgeted run needs a numeric local_steps (the plan counts K steps a round)")
+    if streams != "single" or transport is not None or upload is not None:
+        raise ValueError("privacy: a budgeted run is planned for streams='single' without transport or upload codec")
 
 
 def check_private(step_size: Any, init: Any, correction: Any) -> None:
@@ -188,8 +218,9 @@ def check_private(step_size: Any, init: Any, correction: Any) -> None:
             "without noise, outside the private mechanism; use 'auto' (adapted from the broadcast iterates), a "
             "number, a sequence or a schedule")
     if isinstance(init, str):
-        raise ValueError(f"privacy: init={init!r} searches the mode with noiseless gradients and Hessians; start "
-                         "from zeros, prior draws or a value of your own")
+        raise ValueError(f"privacy: init={init!r} searches the mode with noiseless gradients and Hessians; give a "
+                         "budget (RecordLevel(epsilon=..., delta=...)) for a private start, or start from zeros, prior "
+                         "draws or a value of your own")
     if correction is not None:
         raise ValueError("privacy: a drift correction releases noiseless data-dependent quantities (reference "
                          "gradients, surrogates, memories); run without correction=")

@@ -198,6 +198,11 @@ class FALD(Runner):
         self.adapter, self.adapted = None, False
         self.measurement, self.local_step_bias, self.anchor = None, None, (0, 0)
         self.companions, self._companion_kernel = None, None
+        #: a budgeted private run: its start ("map": the private MAP search) and, once run, its plan
+        self.budget, self._budget_init = None, None
+        if self.privacy is not None and self.privacy.budgeted:
+            self._budget_init = "map" if init is None or isinstance(init, str) else init
+            init = None if isinstance(init, str) else init
         init, self.map_result = resolve_init(init, problem)  # map_result: init="map"'s mode search
         initial = check_init(init, self.chains, problem.dim, self.dtype, self.device)
         #: what the kernel queries: the problem itself, or in a private run only its clipped gradients
@@ -284,7 +289,37 @@ class FALD(Runner):
         if self.measurement is not None:  # "auto": its companions start, or decide, here
             self._apply(auto_groups.measure(self.measurement, self), run)
 
+    def _plan_budget(self, rounds, warmup) -> None:
+        """A budgeted run's plan (:mod:`fedlangevin.fald.budget`), made when its first run starts:
+        the private start and clip, the step size; applied to the sampler."""
+        from fedlangevin.fald import budget as fb
+        from fedlangevin.warmup.session import auto_schedule
+
+        if self.budget is not None:
+            raise ValueError(f"privacy: this sampler's budget {self.privacy!r} was planned for and spent by its first "
+                             f"run ({self.budget.rounds} rounds of {self.budget.chains} chains); build a new sampler "
+                             "with a budget of its own")
+        if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
+            raise ValueError(f"rounds: a budgeted run plans for a number of rounds >= 1; got {rounds!r}")
+        total = rounds + (warmup if isinstance(warmup, int) and not isinstance(warmup, bool) else 0)
+        gen = torch.Generator().manual_seed(int(self.seed) % (2**63))
+        plan = fb.plan(self.problem, self.privacy, rounds=total, chains=self.chains, local_steps=self.local_steps,
+                       batch_size=self.batch_size, participation=self.participation, temperature=self.temperature,
+                       correlation=self.correlation, init=self._budget_init, generator=gen)
+        _, schedule = auto_schedule(plan.step_size, self.problem)
+        privacy = fb.resolved(self.privacy, plan)
+        self.config = dataclasses.replace(self.config, privacy=privacy, schedule=schedule)
+        self.schedule, self.budget = schedule, plan
+        self._kernel_problem = Clipped(self.problem, privacy)
+        self._work_problem = self._kernel_problem.to(device=self.device, dtype=self.dtype)
+        self._kernel = self._build(self.upload)
+        if plan.start is not None and isinstance(self._budget_init, str):
+            theta = plan.start.theta.to(device=self.device, dtype=self.dtype)
+            self.state = dataclasses.replace(self.state, theta=theta.expand_as(self.state.theta).clone())
+
     def _plan_warmup(self, rounds, warmup):
+        if self._budget_init is not None:
+            self._plan_budget(rounds, warmup)
         if self.measurement is not None:  # a run stopped in the measurement: the next one starts afresh
             self._apply(session.Changes(measurement=None, companions=None, local_steps=self.local_steps))
         adapting, warmup = session.default_warmup(self, rounds, kphase.default_warmup(self, rounds, warmup))
@@ -319,6 +354,9 @@ class FALD(Runner):
             setting_noise.warn(self.setting_noise, self.problem.parameter_names())
 
     def _check_run(self, checkpoint) -> None:
+        if checkpoint is not None and self._budget_init is not None:
+            raise ValueError("checkpoint: a budgeted private run is planned for one run and is not checkpointed; "
+                             "run without checkpoint=")
         if checkpoint is not None and self.upload is not None:
             raise ValueError("checkpoint: a run with an upload codec cannot be checkpointed (the codec and its "
                              "random stream are not part of the checkpoint); run without checkpoint=")

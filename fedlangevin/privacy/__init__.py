@@ -20,7 +20,13 @@
 - :mod:`fedlangevin.privacy.canary`: a canary audit of a private run, an empirical lower bound on
   epsilon held against the accounted one (``audit``).
 - :mod:`fedlangevin.privacy.mechanism`: what a private run clips, ``RecordLevel(clip=C)`` and
-  ``ClientLevel(clip=C)``, and the sensitivity 2C derived from the clipping norm.
+  ``ClientLevel(clip=C)``, and the sensitivity 2C derived from the clipping norm; or a budget,
+  ``RecordLevel(epsilon=2, delta=1e-5)``, within which the run plans itself
+  (:mod:`fedlangevin.fald.budget`).
+- :mod:`fedlangevin.privacy.planning`: releases of any sampler described for the accountant
+  (``Release``), composed (``compose_epsilon``), and the largest step within a budget.
+- :mod:`fedlangevin.privacy.start`: the private start, a noisy federated MAP search whose rounds
+  track a private quantile of the gradient norms (adaptive clipping, Andrew et al. 2021).
 
 The tight accountant needs the ``privacy`` extra (``pip install 'fedlangevin[privacy]'``);
 the paper's formulas do not.

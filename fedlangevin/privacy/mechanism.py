@@ -42,58 +42,127 @@ def _check_clip(value: Any) -> float:
     return check_real("clip", value, low=0.0, high=MAX_CLIP, low_open=True)
 
 
-@dataclass(frozen=True)
-class RecordLevel:
+def _check_budget(record) -> None:
+    """The clip, or a budget (epsilon with delta), checked; the quantile in (0, 1)."""
+    clip, eps, delta = record.clip, record.epsilon, record.delta
+    if clip is None and eps is None:
+        raise ValueError(f"{type(record).__name__}: give clip=C (a clip you choose) or a budget epsilon=..., "
+                         "delta=... (the run then plans its step size, clip and start within it)")
+    if clip is not None:
+        object.__setattr__(record, "clip", _check_clip(clip))
+    if eps is not None or delta is not None:
+        if eps is None or delta is None:
+            raise ValueError("epsilon and delta: give both (the budget (epsilon, delta)) or neither")
+        object.__setattr__(record, "epsilon", check_real("epsilon", eps, low=0.0, low_open=True))
+        object.__setattr__(record, "delta", check_real("delta", delta, low=0.0, high=1.0, low_open=True,
+                                                       high_open=True))
+    object.__setattr__(record, "quantile", check_real("quantile", record.quantile, low=0.0, high=1.0,
+                                                      low_open=True, high_open=True))
+    object.__setattr__(record, "spent", tuple(tuple(r) for r in record.spent))
+
+
+def _sensitivity(record) -> float:
+    if record.clip is None:
+        raise ValueError(f"{record!r} has no clip yet: a budgeted run chooses it privately when it starts "
+                         "(see docs/privacy.md)")
+    return 2.0 * record.clip
+
+
+def _repr(record) -> str:
+    parts = [f"clip={record.clip!r}"] if record.clip is not None else []
+    if record.epsilon is not None:
+        parts += [f"epsilon={record.epsilon!r}", f"delta={record.delta!r}"]
+        if record.quantile != 0.9:
+            parts.append(f"quantile={record.quantile!r}")
+    return f"{type(record).__name__}({', '.join(parts)})"
+
+
+class _Mechanism:
+    """What both records share: the checks of the clip or the budget, ``budgeted`` and the repr
+    (only the fields given)."""
+
+    def __post_init__(self) -> None:
+        _check_budget(self)
+
+    @property
+    def budgeted(self) -> bool:
+        """A budget (epsilon, delta) was given: the run plans itself within it."""
+        return self.epsilon is not None
+
+    def __repr__(self) -> str:
+        return _repr(self)
+
+
+@dataclass(frozen=True, repr=False)
+class RecordLevel(_Mechanism):
     """Record-level differential privacy: neighbours differ by one substituted record.
 
     Parameters
     ----------
     clip : C, a finite real number > 0 (at most about 9e307, so that 2C is finite): every
         per-example gradient of the negative log-likelihood is clipped to L2 norm <= C in
-        every local step, before the batch's sum is formed and scaled.
+        every local step, before the batch's sum is formed and scaled. Optional with a budget.
+
+    epsilon, delta : a budget instead of (or beside) a clip: ``FALD(problem,
+        privacy=RecordLevel(epsilon=2, delta=1e-5))`` plans its step size for the rounds and
+        chains it runs (every chain released counts), starts from a noisy federated MAP search
+        and, without a clip, clips at a private ``quantile`` of the gradient norms tracked in
+        that search (:mod:`fedlangevin.privacy.start`); ``trace.privacy(delta=delta)`` then
+        reports epsilon <= the budget for everything released (docs/privacy.md).
+    quantile : the fraction of gradient norms the private clip leaves unclipped, in (0, 1)
+        (default 0.9: a sampler's stationary law moves with every clipped gradient, so the clip
+        sits above most norms; the median, Andrew et al.'s choice for training, moved a logistic
+        regression's clipped mode by 60% of the mode's norm in the tests). The sampling's noise
+        multiplier at the public step does not depend on the clip, so a larger quantile costs
+        little epsilon.
+    spent : set by the plan: the releases before sampling (the start), as plain records
+        (:class:`fedlangevin.privacy.planning.Release`), composed by ``trace.privacy``.
 
     :attr:`sensitivity` = 2C, the L2 sensitivity of the clipped gradient sum under the
     substitution of one record (see the module docstring for the derivation).
     """
 
-    clip: float
+    clip: float | None = None
+    epsilon: float | None = None
+    delta: float | None = None
+    quantile: float = 0.9
+    spent: tuple = ()
     adjacency: ClassVar[str] = "record"
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "clip", _check_clip(self.clip))
 
     @property
     def sensitivity(self) -> float:
         """2C: ||clip_C(g) - clip_C(g')|| <= ||clip_C(g)|| + ||clip_C(g')|| <= 2C for the
         per-example gradients g, g' of the substituted record before and after."""
-        return 2.0 * self.clip
+        return _sensitivity(self)
 
 
-@dataclass(frozen=True)
-class ClientLevel:
+@dataclass(frozen=True, repr=False)
+class ClientLevel(_Mechanism):
     """Client-level differential privacy: neighbours differ in one client's whole data.
 
     Parameters
     ----------
     clip : C, a finite real number > 0 (at most about 9e307, so that 2C is finite): each
         client's scaled likelihood-gradient sum (its data term, (1/p_c)(n_c/b) times the
-        batch's gradient sum) is clipped to L2 norm <= C in every local step.
+        batch's gradient sum) is clipped to L2 norm <= C in every local step. Optional with a budget.
+    epsilon, delta, quantile, spent : as :class:`RecordLevel`'s.
 
     :attr:`sensitivity` = 2C, the L2 sensitivity of the clipped data term under the
     replacement of one client's data (see the module docstring for the derivation).
     """
 
-    clip: float
+    clip: float | None = None
+    epsilon: float | None = None
+    delta: float | None = None
+    quantile: float = 0.9
+    spent: tuple = ()
     adjacency: ClassVar[str] = "client"
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "clip", _check_clip(self.clip))
 
     @property
     def sensitivity(self) -> float:
         """2C: the clipped data terms of the two neighbouring datasets both have norm <= C, so
         they differ by at most 2C (triangle inequality)."""
-        return 2.0 * self.clip
+        return _sensitivity(self)
 
 
 def check_privacy(value: Any, name: str = "privacy") -> RecordLevel | ClientLevel:

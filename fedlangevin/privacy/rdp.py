@@ -35,8 +35,9 @@ def _rdp_step(gamma: float, z: float, orders: tuple) -> tuple:
     return tuple(float(x) for x in rdp._compute_rdp_sample_wor_gaussian(gamma, z, list(orders)))  # noqa: SLF001
 
 
-def _rdp_from_levels(levels: _Levels, delta: float, orders=RDP_ORDERS, max_levels: int = MAX_RDP_LEVELS) -> float:
-    *_, rdp = _dp()
+def _rdp_curve(levels: _Levels, orders=RDP_ORDERS, max_levels: int = MAX_RDP_LEVELS) -> np.ndarray:
+    """The RDP curve (one value per order) of ``levels``: K steps a round, mixed with client
+    sampling, composed over the rounds (curves of several mechanisms add up)."""
     levels = _coarsen(levels, max_levels, conservative=True)
     a = np.asarray(orders, dtype=np.float64)
     total = np.zeros_like(a)
@@ -48,5 +49,14 @@ def _rdp_from_levels(levels: _Levels, delta: float, orders=RDP_ORDERS, max_level
                 mixed = np.logaddexp(math.log1p(-levels.q), math.log(levels.q) + (a - 1.0) * inner) / (a - 1.0)
             inner = np.where(np.isfinite(inner), mixed, np.inf)
         total = total + rounds * inner
-    eps, _ = rdp.compute_epsilon(list(a), list(total), delta)
+    return total
+
+
+def _rdp_to_epsilon(total: np.ndarray, delta: float, orders=RDP_ORDERS) -> float:
+    *_, rdp = _dp()
+    eps, _ = rdp.compute_epsilon(list(np.asarray(orders, dtype=np.float64)), list(total), delta)
     return float(eps)
+
+
+def _rdp_from_levels(levels: _Levels, delta: float, orders=RDP_ORDERS, max_levels: int = MAX_RDP_LEVELS) -> float:
+    return _rdp_to_epsilon(_rdp_curve(levels, orders, max_levels), delta, orders)

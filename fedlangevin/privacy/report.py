@@ -111,6 +111,9 @@ class PrivacyReport:
             f"{t.rdp_epsilon:.4g}, lower bound: {t.lower_epsilon:.4g}; z = {t.noise_multiplier:.4g}, q = {t.q:.4g}, "
             f"gamma = {t.gamma:.4g}]",
         ]
+        if self.mechanism.get("spent"):
+            lines.append(f"everything released (start and sampling composed): epsilon = {self.epsilon:.4g} at delta = "
+                         f"{self.delta:.3g}")
         if self.paper is None and hmc:
             lines.append("paper (Thm 6.1/G.3): does not apply (the theorem is FA-LD's; this run is FA-HMC's)")
         elif self.paper is None and self.mechanism.get("adjacency") == "client":
@@ -332,6 +335,18 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
         args = (eta_arg, tau, rho, gamma, sensitivity, p_eff, n, s, k, t, scheme, inclusion, step_size_ratio)
         up, down = _clip_named(settings if private else None, _levels, args)
     tight = _account_levels(up.scaled(r), down.scaled(r), delta, discretization)
+    epsilon = tight.epsilon
+    spent = tuple(getattr(settings, "privacy_spent", ()) or ())
+    if spent:  # a budgeted run: its start released rounds before the sampling; every release composed
+        from fedlangevin.privacy.planning import Release, compose_epsilon
+
+        before = [Release.from_record(x) for x in spent]
+        epsilon = compose_epsilon(before + [up.scaled(r)], delta)
+        notes.append("everything released: " + ", ".join(
+            f"the {b.name} ({b.rounds} rounds of noise multiplier {b.noise_multiplier:.4g}, every client, full batch: "
+            "the private MAP search and the private clip's quantile)" for b in before)
+            + f" composed with the sampling: epsilon = {epsilon:.4g} (the sampling alone: {tight.epsilon:.4g}; the "
+            "RDP and lower-bound numbers are the sampling's)")
 
     eta_max = float(etas.max())
     if not isinstance(eta_arg, float):
@@ -354,8 +369,9 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
                      gamma=gamma, p_min=p_min,
                      p_max=p_max, eta_max=eta_max, iterations=t, chains=r, adjacency=adjacency, clip=settings.clip,
                      batch_size=b, dim=int(settings.dim), sampling=sampling, sampler=family,
-                     step_size_max=step_max, friction=None if not hmc else float(settings.friction), **deltas)
-    return PrivacyReport(delta=delta, epsilon=tight.epsilon, tight=tight, paper=paper, chains=r,
+                     step_size_max=step_max, friction=None if not hmc else float(settings.friction), spent=spent,
+                     **deltas)
+    return PrivacyReport(delta=delta, epsilon=epsilon, tight=tight, paper=paper, chains=r,
                          mechanism=mechanism, notes=tuple(notes))
 
 

@@ -35,6 +35,8 @@ class Clipped(FederatedProblem):
         self.var_names = getattr(problem, "var_names", None)
 
     def grad(self, theta, *, batch_size=None, generator=None):
+        if self.privacy.clip is None:  # a budgeted run before its plan: nothing may read the data unclipped
+            raise RuntimeError(f"{self.privacy!r}: the run has not planned its clip yet")
         return self.problem.private_grad(theta, self.privacy, batch_size=batch_size, generator=generator)
 
     def to(self, device=None, dtype=None) -> "Clipped":

@@ -27,6 +27,7 @@ operands, several times faster than the textbook X_b^T P on (p1 x C) weights.
 
 from __future__ import annotations
 
+import math
 import copy
 from typing import Sequence
 
@@ -313,6 +314,15 @@ class LogisticRegression(FederatedProblem):
             per_x = (clip / top.squeeze(-1)) / torch.linalg.vector_norm(unit, dim=-1)  # (R, N, B) or (1, N, B)
             s.mul_((per_x / (s * s).sum(-2).sqrt_()).clamp_(max=1.0).unsqueeze(-2))
         return torch.matmul(s, xb).reshape(r, n, self.dim)
+
+    def _full_gradient_norms(self, theta: torch.Tensor) -> torch.Tensor:
+        """||grad l(theta[0, c]; x_ci)|| = ||s - e_y|| ||x|| for every row of every client, (N, n_max)
+        (padding entries are +inf), from one chain's theta (1, N, d): the per-example norms without
+        the per-example gradients (the private clip's quantile, :mod:`fedlangevin.privacy.start`)."""
+        s = self._full_residuals(theta.reshape(1, self.num_clients, self.num_classes, self._p1))[:, 0]  # (N, C, n)
+        top, unit = _scaled(self.features.to(s))
+        norms = (s * s).sum(-2).sqrt() * top.squeeze(-1) * torch.linalg.vector_norm(unit, dim=-1)
+        return norms.masked_fill(self.mask.to(s.device) <= 0, math.inf)
 
     def prior_grad(self, theta):
         """grad U_0 = theta / sigma^2."""

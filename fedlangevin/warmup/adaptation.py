@@ -64,7 +64,7 @@ from fedlangevin.warmup.acceptance import (
 from fedlangevin.warmup.approach import (
     ARRIVED, PIECE, Approach, approach_init, approach_update, arrived, newton_statistic, straggler_excess,
 )
-from fedlangevin.warmup.iterates import GROWTH, Across, Scatter, public_curvature, step_from_spread
+from fedlangevin.warmup.iterates import GROWTH, Across, Scatter, prior_curvature, public_curvature, step_from_spread
 from fedlangevin.federation.schedules import AdaptedSteps
 
 __all__ = [
@@ -178,7 +178,10 @@ class Adapter:
         self.estimates = 0  # step-size estimates made (seeds the power iteration)
         self.matrix_updates = 0
         if privacy is not None:  # the first step of fedlangevin.warmup.iterates
-            self.lambda0 = public_curvature(privacy, problem.weights, getattr(problem, "client_sizes", None))
+            # the clip's curvature guess plus the prior's (public): the prior alone bounds the step (an N(0, 1)
+            # prior needs eta < 2), however small the clip's guess
+            self.lambda0 = (public_curvature(privacy, problem.weights, getattr(problem, "client_sizes", None))
+                            + prior_curvature(problem))
         self.pooled = Scatter.empty(self.dim, self.dense)  # the slow window's iterates (M)
         self.across = Across.empty(self.dim, self.dense)  # and their spread across chains (a private step)
         self.energy = None if self.problem is None or fixed_step is not None or per_client else energy_function(self.problem)
@@ -248,6 +251,11 @@ class Adapter:
         spread = None
         if window is not None and window.slow and self.adapt_matrix and self.count > 1:
             m = regularised_covariance(self.pooled.covariance(), self.count, self.dense)
+            if self.privacy is not None and not bool(torch.all(torch.isfinite(m))):
+                raise FloatingPointError(
+                    "step_size='auto' (private): the chains' iterates are not finite in the warm-up (the step size "
+                    "was too large for the posterior); give a smaller numeric step_size, or a budget "
+                    "(RecordLevel(epsilon=..., delta=...)) whose plan respects the prior's curvature")
             if self.privacy is not None:  # lambda_max(M) = 1, its scale carried by eta (the same kernel)
                 m = m / (float(torch.linalg.eigvalsh(m).max()) if self.dense else float(m.max()))
                 if self.across.dof >= 2:  # one chain has no spread across chains: its eta stays

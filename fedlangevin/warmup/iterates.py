@@ -52,7 +52,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["GROWTH", "Across", "Scatter", "public_curvature", "step_from_spread"]
+__all__ = ["GROWTH", "Across", "Scatter", "prior_curvature", "public_curvature", "step_from_spread"]
 
 #: the step grows by at most this factor per window
 GROWTH = 10.0
@@ -167,3 +167,25 @@ def public_curvature(privacy, weights: torch.Tensor, sizes: torch.Tensor | None)
             raise ValueError("step_size='auto' with record-level privacy needs the problem's client_sizes")
         return float((sizes.double().cpu() / p).max()) * c2
     return float(p.max()) * c2
+
+
+def prior_curvature(problem, theta: torch.Tensor | None = None) -> float:
+    """The largest curvature of the prior's gradient (public: no data), by power iteration on
+    finite differences of :meth:`~fedlangevin.problems.FederatedProblem.prior_grad` at ``theta``
+    (default zeros), largest over clients; 0 for a flat prior."""
+    d, n = problem.dim, problem.num_clients
+    base = torch.zeros(d, dtype=torch.float64) if theta is None else theta.detach().double().cpu()
+    th = base.expand(1, n, d).contiguous()
+    g0 = problem.prior_grad(th).double()
+    gen = torch.Generator().manual_seed(0)
+    v = torch.randn(1, n, d, dtype=torch.float64, generator=gen)
+    lam = torch.zeros(n, dtype=torch.float64)
+    for _ in range(30):
+        v = v / v.norm(dim=-1, keepdim=True).clamp_min(1e-300)
+        h = 1e-4 * max(1.0, float(base.norm()))
+        hv = (problem.prior_grad(th + h * v).double() - g0) / h
+        lam = (hv * v).sum(-1)[0]
+        v = hv
+        if not torch.all(torch.isfinite(v)):
+            raise ValueError("the prior's gradient is not finite near the start; give a proper prior")
+    return float(lam.abs().max())

@@ -113,3 +113,14 @@ def test_audit_example_prints_what_its_comments_say():
     lines = blocks[0].splitlines()
     expected = [line.split("#", 1)[1].strip() for line in lines if line.startswith("print(") and "#" in line]
     assert _run(blocks[0]) == expected + [lines[-1][2:]]
+
+
+def test_budget_example_prints_what_its_comments_say():
+    """The budgeted run of "A budget in, a private run out": epsilon <= the budget for everything released."""
+    blocks = [body for lang, body in _blocks(PAGE.read_text()) if lang == "python" and "RecordLevel(epsilon=2.0" in body]
+    assert len(blocks) == 1
+    expected = [line.split("#", 1)[1].split(":")[0].strip() for line in blocks[0].splitlines()
+                if line.startswith("print(") and "#" in line]
+    with pytest.warns(UserWarning, match="the budget, not stability, sets the step"):
+        printed = _run(blocks[0])
+    assert printed == expected

@@ -19,7 +19,9 @@ RECORDS = [RecordLevel, ClientLevel]
 def test_the_sensitivity_is_twice_the_clip_and_the_adjacency_is_named(record, adjacency):
     r = record(clip=1.5)
     assert r.clip == 1.5 and r.sensitivity == 3.0 and r.adjacency == adjacency
-    assert [f.name for f in dataclasses.fields(r)] == ["clip"]  # adjacency is the class's, not a setting
+    # adjacency is the class's, not a setting; the budget fields are empty without a budget
+    assert [f.name for f in dataclasses.fields(r)] == ["clip", "epsilon", "delta", "quantile", "spent"]
+    assert r.epsilon is None and r.delta is None and r.spent == () and not r.budgeted
     assert r == record(1.5) and hash(r) == hash(record(1.5)) and r != record(2.0)
 
 
@@ -38,12 +40,19 @@ def test_numpy_torch_and_int_clips_become_floats(record, value):
 
 
 @pytest.mark.parametrize("record", RECORDS)
-@pytest.mark.parametrize("value", [0, 0.0, -1.0, -np.inf, np.inf, np.nan, "a", "1.0", True, False, None, 1j, [1.0],
+@pytest.mark.parametrize("value", [0, 0.0, -1.0, -np.inf, np.inf, np.nan, "a", "1.0", True, False, 1j, [1.0],
                                    1e308, 10**400])
 def test_a_bad_clip_is_a_value_error_naming_clip_and_its_range(record, value):
     # 1e308 and 10**400: 2C would overflow (the sensitivity must be a finite float)
     with pytest.raises(ValueError, match=r"^clip must be a (finite )?real number in \(0, 8\.98847e\+307\]"):
         record(clip=value)
+
+
+@pytest.mark.parametrize("record", RECORDS)
+def test_no_clip_needs_a_budget(record):
+    with pytest.raises(ValueError, match=r"give clip=C .* or a budget epsilon=\.\.\., delta=\.\.\."):
+        record(clip=None)
+    assert record(epsilon=1.0, delta=1e-5).budgeted
 
 
 @pytest.mark.parametrize("value", [None, 1.0, "record", {"clip": 1.0}, RecordLevel])

@@ -54,6 +54,8 @@ class Settings(Mapping):
     splitting, friction : FA-HMC's local-step splitting ("BAOAB" or "OBABO") and its friction gamma
     (the current one; "" and ``None`` for FA-LD and records written before they were settings): a
     private FA-HMC run is accounted from them (:mod:`fedlangevin.privacy.hmc`).
+    privacy_spent : a budgeted private run's releases before sampling (its private start), as
+    :class:`fedlangevin.privacy.planning.Release` records, composed by ``trace.privacy``.
     """
 
     local_steps: int
@@ -88,6 +90,7 @@ class Settings(Mapping):
     participation_noise: str = "paper"
     splitting: str = ""
     friction: float | None = None
+    privacy_spent: tuple = ()
 
     def __getitem__(self, key: str) -> Any:
         if key not in MAPPING_KEYS:
