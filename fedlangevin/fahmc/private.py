@@ -28,6 +28,11 @@ def check_private(problem: FederatedProblem, privacy: Any, *, step_size: Any, lo
     if privacy is None:
         return None
     privacy = problem.check_privacy(privacy)
+    if getattr(privacy, "budgeted", False):
+        raise ValueError(f"privacy: {privacy!r} asks FA-HMC to plan a run for a budget, which only FA-LD does so far "
+                         "(fedlangevin.fald.budget); give FA-HMC a clip, a step size and a friction "
+                         "(RecordLevel(clip=C), splitting='OBABO': trace.privacy reports the epsilon they spend), or "
+                         "run fl.FALD with the budget")
     if splitting != "OBABO":
         raise ValueError(f"privacy: splitting={splitting!r}: a BAOAB upload (theta_c, v_c) gives theta_c - (h/2) v_c, "
                          "the position after the noiseless kick, so the clipped gradient leaves the client without "
