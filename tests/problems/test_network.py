@@ -148,7 +148,7 @@ def blobs(n, seed):
 
 @pytest.fixture(scope="module")
 def blob_problem():
-    """60 training points over 4 clients, a 2-32-3 tanh network (131 weights) with a wide prior
+    """60 training points over 4 clients, a 2-32-3 tanh network (d = 195) with a wide prior
     (sigma = 3): few data for many weights where the classes overlap, so the MAP (full-batch
     FedAvg to convergence) is overconfident."""
     x, y = blobs(60, 0)
