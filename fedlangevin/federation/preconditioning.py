@@ -110,6 +110,11 @@ def as_preconditioner(matrix: Any, dim: int | None = None, name: str = "matrix")
     ``ValueError`` naming ``name`` otherwise."""
     if isinstance(matrix, IdentityPreconditioner):
         return matrix
+    if isinstance(matrix, DiagonalPreconditioner):  # its own: d from the diagonal, no dense diag(m) (O(d))
+        size = matrix.diagonal.numel()
+        if dim is not None and size != dim:
+            raise ValueError(f"{name}: {matrix!r} is for d = {size}; the problem has d = {dim}")
+        return matrix
     if hasattr(matrix, "drift") or hasattr(matrix, "noise"):  # an object: it must implement the contract
         check_conforms(matrix, PRECONDITIONER, name)
         if dim is not None:

@@ -5,6 +5,7 @@ from fedlangevin.problems.centred import CentredMinibatches
 from fedlangevin.problems.custom import CustomProblem
 from fedlangevin.problems.gaussian import PAPER_COV, CurvatureSimulation, GaussianSimulation, QuadraticProblem
 from fedlangevin.problems.logistic import LogisticRegression
+from fedlangevin.problems.network import NetworkProblem
 from fedlangevin.problems.pyro import PyroProblem
 
 __all__ = [
@@ -14,6 +15,7 @@ __all__ = [
     "FederatedProblem",
     "GaussianSimulation",
     "LogisticRegression",
+    "NetworkProblem",
     "PAPER_COV",
     "PyroProblem",
     "QuadraticForm",

@@ -129,3 +129,15 @@ def test_sizes_norms_and_records():
 def test_bad_matrices_are_value_errors(bad, match):
     with pytest.raises(ValueError, match=match):
         as_preconditioner(bad, 3)
+
+
+def test_a_diagonal_preconditioner_is_taken_without_its_dense_matrix(monkeypatch):
+    # the samplers hand their adapted diagonal M to the kernel through as_preconditioner: O(d),
+    # no dense diag(m) (d = 25,450 would make it 4.8 GiB)
+    from fedlangevin.federation.preconditioning import DiagonalPreconditioner, as_preconditioner
+
+    pre = DiagonalPreconditioner(torch.arange(1.0, 6.0))
+    monkeypatch.setattr(DiagonalPreconditioner, "matrix", property(lambda self: pytest.fail("dense diag(m) built")))
+    assert as_preconditioner(pre, 5) is pre
+    with pytest.raises(ValueError, match="is for d = 5; the problem has d = 4"):
+        as_preconditioner(pre, 4)
