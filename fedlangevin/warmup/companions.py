@@ -351,11 +351,15 @@ def _kept(phase: Companions, x: torch.Tensor, look=None) -> Companions:
     if not live:
         return phase
     shift = x[0].mean(0) if phase.shift is None else phase.shift
-    sums = torch.zeros_like(x) if phase.sums is None else phase.sums.clone()
-    squares = torch.zeros_like(x) if phase.squares is None else phase.squares.clone()
-    y = x[live] - shift
-    sums[live] += y
-    squares[live] += y * y
+    if len(live) == x.shape[0] and phase.sums is not None:  # every class (new tensors: the phase stays immutable)
+        y = x - shift
+        sums, squares = phase.sums + y, torch.addcmul(phase.squares, y, y)
+    else:
+        sums = torch.zeros_like(x) if phase.sums is None else phase.sums.clone()
+        squares = torch.zeros_like(x) if phase.squares is None else phase.squares.clone()
+        y = x[live] - shift
+        sums[live] += y
+        squares[live] += y * y
     kept = tuple(k + (c in live) for c, k in enumerate(phase.kept))
     phase = replace(phase, shift=shift, sums=sums, squares=squares, kept=kept)
     return phase if look is None else look(phase, x[0])
