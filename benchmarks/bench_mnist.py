@@ -27,9 +27,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import textwrap
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_scale import measure  # noqa: E402  (a configuration in a fresh process)
 
 CHILD = textwrap.dedent("""
     import json, resource, sys, time
@@ -77,18 +81,6 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def measure(cfg: dict, timeout: float) -> dict:
-    try:
-        out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(cfg)], capture_output=True, text=True,
-                             timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"over {timeout:g} s"}
-    if out.returncode != 0:
-        last = (out.stderr.strip().splitlines() or ["?"])[-1]
-        return {"error": f"exit {out.returncode}: {last[:200]}"}
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--samplers", nargs="+", default=["fald", "fahmc"], choices=["fald", "fahmc"])
@@ -107,7 +99,7 @@ def main() -> None:
         for sampler in args.samplers:
             cfg = {"sampler": sampler, "clients": clients, "rounds": args.rounds, "chains": args.chains,
                    "batch_size": args.batch_size, "dataset": args.dataset, "threads": args.threads}
-            res = measure(cfg, args.timeout)
+            res = measure(cfg, args.timeout, child=CHILD)
             name = {"fald": "FA-LD", "fahmc": "FA-HMC"}[sampler]
             if "error" in res:
                 print(f"| {name} | {clients} | {res['error']} |", flush=True)
