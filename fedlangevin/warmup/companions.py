@@ -306,8 +306,10 @@ def update(phase: Companions, kernel, theta: torch.Tensor, preconditioner, uploa
             if "tally" in shared:
                 sources[g] = (shared["tally"], info.weights)
     floats = dict(floats_down=float(syncs * num_clients * d), floats_up=up * d)
-    phase = replace(phase, theta=torch.stack(rows), generator=gen.get_state(), done=phase.done + 1)
-    for g in running:
+    stacked = torch.stack(rows)
+    finite = bool(torch.isfinite(stacked).all())  # one reduction a round; the groups one by one where not
+    phase = replace(phase, theta=stacked, generator=gen.get_state(), done=phase.done + 1)
+    for g in () if finite else running:
         if not bool(torch.isfinite(rows[g]).all()):
             if phase.rule is None:
                 return ended(phase, f"the companions became non-finite in their round {phase.done} (one step of "
