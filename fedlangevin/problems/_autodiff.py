@@ -191,17 +191,15 @@ class AutodiffProblem(FederatedProblem):
             return self._fn("batch")(theta, batch, scale)
         return self._loop_grad(theta, batch, None, scale, per_chain_data=True)
 
-    @property
-    def client_hvp(self):
-        """Hessian-vector products ``client_hvp(theta, vectors)`` -> H_c(theta) v (B, N, d) of the full-data
-        energies, by ``torch.func.jvp`` of the vectorised gradient (forward over reverse), for the
-        curvature estimates (:func:`fedlangevin.warmup.curvature.gradient_difference`); None where the
-        gradients run the per-chain autograd loop (``vectorized`` False): central differences then."""
-        return self._jvp_hvp if self.vectorized and not getattr(self, "_no_jvp", False) else None
-
-    def _jvp_hvp(self, theta: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor | None:
-        """H_c(theta) v by ``torch.func.jvp``; None (and not tried again) where the energy has an
-        operation without a forward-mode derivative."""
+    def client_hvp(self, theta: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor | None:
+        """Hessian-vector products H_c(theta) v (B, N, d) of the full-data energies at ``theta`` (B, N, d)
+        along ``vectors`` (B, N, d), by ``torch.func.jvp`` of the vectorised gradient (forward over
+        reverse), for the curvature estimates (:func:`fedlangevin.warmup.curvature.gradient_difference`).
+        None, and central differences there, where the gradients run the per-chain autograd loop
+        (``vectorized`` False) or the energy has an operation without a forward-mode derivative (not
+        tried again)."""
+        if not self.vectorized or getattr(self, "_no_jvp", False):
+            return None
         try:
             _, hv = torch.func.jvp(lambda t: self.grad(t), (theta,), (vectors,))
         except (RuntimeError, NotImplementedError):

@@ -240,4 +240,4 @@ def test_hessian_vector_products_by_torch_func_are_the_exact_hessians(sizes):
     want = v @ hess.T if hess is not None else torch.einsum("nij,rnj->rni", form.hessian, v)
     torch.testing.assert_close(prob.client_hvp(theta, v), want, rtol=1e-12, atol=1e-10)
     torch.testing.assert_close(gradient_difference(prob, theta, 1e-3 * v), 2e-3 * want, rtol=1e-12, atol=1e-10)
-    assert gaussian_as_custom(sim, vectorize=False).client_hvp is None
+    assert gaussian_as_custom(sim, vectorize=False).client_hvp(theta, v) is None
