@@ -56,9 +56,11 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def measure(cfg: dict, timeout: float) -> dict:
+def measure(cfg: dict, timeout: float, child: str = CHILD) -> dict:
+    """Run ``child`` (Python source printing one JSON line last) in a fresh process with ``cfg`` as its
+    argument: its JSON, or {"error": why} (over ``timeout`` seconds, or its exit status and last line)."""
     try:
-        out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(cfg)], capture_output=True, text=True,
+        out = subprocess.run([sys.executable, "-c", child, json.dumps(cfg)], capture_output=True, text=True,
                              timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"error": f"over {timeout:g} s"}

@@ -223,8 +223,8 @@ def assemble(
                              "exact=False does not draw in one process")
         if normals is not None and len(step_sizes) != 1:
             raise ValueError(f"normals: given for one local step; got {len(step_sizes)} step sizes")
-        if stepper is not None and pre is None and normals is None:
-            beta = stepper.local_steps(theta, step_sizes, scales, generator, on_step, tally=tally)
+        if stepper is not None and pre is None:
+            beta = stepper.local_steps(theta, step_sizes, scales, generator, on_step, tally=tally, normals=normals)
         else:
             beta = theta.unsqueeze(1).expand(r, work.num_clients, d).clone()  # broadcast
             own = None if own_stream is None else own_stream(generator)

@@ -35,7 +35,7 @@ from typing import Callable, Sequence
 import torch
 
 from fedlangevin.fald.local import local_step
-from fedlangevin.federation.noise import NoiseScales
+from fedlangevin.federation.noise import NoiseScales, given_normals
 from fedlangevin.federation.participation import synchronize
 from fedlangevin.problems.base import FederatedProblem
 
@@ -55,20 +55,27 @@ __all__ = [
 #: at least d = 10 with a shared one (one (d x d) @ (d x R N) product).
 SMALL_DIM = 6
 
+#: step sizes whose coefficients an affine kernel keeps (a round alternates between a few: the
+#: sampler's eta and a fixed K's companions' K eta and K eta / 2)
+COEFFICIENT_CACHE = 8
+
 #: ``on_step(i, beta)``: called after local step i of a round with the client states (R, N, d)
 #: (a view of the kernel's buffer, valid during the call).
 StepHook = Callable[[int, torch.Tensor], None]
 
 
 class Stepper:
-    """Base class: ``local_steps(theta, etas, scales, generator, on_step=None, tally=None) -> beta`` (R, N, d).
+    """Base class: ``local_steps(theta, etas, scales, generator, on_step=None, tally=None, normals=None) -> beta`` (R, N, d).
 
     ``beta`` may be a view of an internal buffer, valid until the next call. Buffers are
     sized on the first call and resized when the number of chains or the noise changes.
     ``on_step`` (:data:`StepHook`), if given, sees the states after every local step (the
     runner replays a diverged round with it); unused, it costs one ``None`` test per step.
     ``tally`` (a :class:`~fedlangevin.federation.noise.NoiseTally`), if given, gets every step's
-    standard normals (read only: the same bits).
+    standard normals (read only: the same bits). ``normals`` (shared (R, 1, d), private (R, N, d)):
+    one local step's standard normals, used instead of drawing
+    (:func:`~fedlangevin.federation.noise.add_noise_`'s ``normals``: the coupled companion chains of
+    :mod:`fedlangevin.warmup.companions`).
     """
 
     #: minibatch size of the gradients (``None``: full gradients, always so for affine kernels)
@@ -101,12 +108,28 @@ class Stepper:
     def _allocate(self, chains: int) -> None:
         raise NotImplementedError
 
-    def _draw(self, generator: torch.Generator | None) -> None:
-        """Shared normals (R, d), then private normals (R, N, d), into the draw buffers."""
+    def _draw(self, generator: torch.Generator | None, normals: tuple | None = None):
+        """Shared normals (R, d), then private normals (R, N, d), into the draw buffers; returns the
+        (shared, private) draws. ``normals`` (shared (R, 1, d), private (R, N, d)): used instead of
+        drawing (nothing is drawn; a term whose scale is zero takes none)."""
+        if normals is not None:
+            return self._given(normals)
         if self._shared_draw is not None:
             self._shared_draw.normal_(generator=generator)
         if self._private_draw is not None:
             self._private_draw.normal_(generator=generator)
+        return self._shared_draw, self._private_draw
+
+    def _given(self, normals: tuple) -> tuple:
+        """Given standard normals (shared (R, 1, d), private (R, N, d)), checked against the draws
+        they replace, as (shared (R, d), private (R, N, d)) in the state's dtype (None: no such term)."""
+        shared, private = self._shared_draw, self._private_draw
+        r = (shared if shared is not None else private).shape[0]
+        if shared is not None:
+            shared = given_normals(normals[0], "shared", (r, 1, self.dim), self.dtype, self.device).reshape(r, self.dim)
+        if private is not None:
+            private = given_normals(normals[1], "private", tuple(private.shape), self.dtype, self.device)
+        return shared, private
 
     # -- the round -----------------------------------------------------------------------
     def local_steps(
@@ -117,6 +140,7 @@ class Stepper:
         generator: torch.Generator | None,
         on_step: StepHook | None = None,
         tally=None,
+        normals: tuple | None = None,
     ) -> torch.Tensor:
         raise NotImplementedError
 
@@ -134,7 +158,9 @@ class AffineStepper(Stepper):
         self.shared_hessian = form.shared
         self.hessian = form.hessian.to(device=self.device, dtype=dtype)
         self.shift = form.shift.to(device=self.device, dtype=dtype)  # (N, d)
-        self._eta = None
+        self._eta, self._cache = None, {}
+        # a few small coefficient sets (the (d, d) matrix I - eta A of each step size): one above 2^16 entries
+        self._cache_size = COEFFICIENT_CACHE if self.dim * self.dim <= 1 << 16 else 1
 
 
 class SmallAffineStepper(AffineStepper):
@@ -166,54 +192,72 @@ class SmallAffineStepper(AffineStepper):
         self._z0 = torch.empty(d, r, 1, **kw) if self._shared_draw is not None else None
         self._prod = torch.empty(d, r, **kw)  # the first step's (d x d) @ (d x R) product
         self._prod3 = self._prod.unsqueeze(2)  # ... as (d, R, 1) planes
-        self._eta = None
+        self._eta, self._cache = None, {}
 
     def _coefficients(self, eta: float) -> None:
         if eta == self._eta:
             return
-        d = self.dim
-        eye = torch.eye(d, device=self.device, dtype=self.dtype)
-        if self.shared_hessian:
-            self._mt = (eye - eta * self.hessian).t().contiguous()  # y = M^T x in plane form
-        else:
-            m = eye - eta * self.hessian  # (N, d, d)
-            self._m = [[m[:, j, e].contiguous() for j in range(d)] for e in range(d)]  # (N,) each
-        self._offset = eta * self.shift_planes  # (d, 1, N)
-        root = math.sqrt(eta)
-        self._noise = None if self._private_scale is None else root * self._private_scale
-        self._noise0 = None if self._shared_scale is None else root * self._shared_scale
+        hit = self._cache.get(eta)  # a few step sizes alternate (a check's companions: K eta, K eta / 2)
+        if hit is None:
+            d = self.dim
+            eye = torch.eye(d, device=self.device, dtype=self.dtype)
+            mt = m = None
+            if self.shared_hessian:
+                mt = (eye - eta * self.hessian).t().contiguous()  # y = M^T x in plane form
+            else:
+                full = eye - eta * self.hessian  # (N, d, d)
+                m = [[full[:, j, e].contiguous() for j in range(d)] for e in range(d)]  # (N,) each
+            root = math.sqrt(eta)
+            hit = (mt, m, eta * self.shift_planes,  # the offset (d, 1, N)
+                   None if self._private_scale is None else root * self._private_scale,
+                   None if self._shared_scale is None else root * self._shared_scale)
+            if len(self._cache) >= self._cache_size:
+                self._cache.clear()
+            self._cache[eta] = hit
+        self._mt, self._m, self._offset, self._noise, self._noise0 = hit
         self._eta = eta
 
-    def local_steps(self, theta, etas, scales, generator, on_step=None, tally=None):
+    def local_steps(self, theta, etas, scales, generator, on_step=None, tally=None, normals=None):
         self._setup(theta.shape[0], scales)
-        return self._steps(theta.t(), etas, generator, on_step, tally=tally).permute(1, 2, 0)  # (R, N, d) view
+        return self._steps(theta.t(), etas, generator, on_step, tally=tally, normals=normals).permute(1, 2, 0)
 
-    def _steps(self, planes, etas, generator, on_step=None, last=None, tally=None):
+    def _steps(self, planes, etas, generator, on_step=None, last=None, tally=None, normals=None):
         """The K local steps of one round from the broadcast planes (d, R); returns the final
         client planes (d, R, N): an internal buffer, or ``last`` (a (d, R, N) tensor) where
-        given, which the last step then writes instead of the buffer."""
+        given, which the last step then writes instead of the buffer. ``normals``: one step's
+        given normals (:class:`Stepper`)."""
         x, y, w, z0 = self._x, self._y, self._w, self._z0
         xf, yf, wf = self._xf, self._yf, self._wf
         d, r, n = w.shape
         final = len(etas) - 1
         shared_draw, private_draw = self._shared_draw, self._private_draw
+        if normals is not None:
+            shared_draw, private_draw = self._given(normals)
+        wide = self.dtype == torch.float64  # a tally (float64) reads the promoted planes
+        given = normals is not None
         # the broadcast is folded into the first local step: every client starts at theta, so
         # its sum over j is the same (d, R) plane for all N clients (or a broadcast outer product)
         for i, eta in enumerate(etas):
             self._coefficients(float(eta))
-            if shared_draw is not None:  # shared normals (R, d), then private normals (R, N, d)
-                shared_draw.normal_(generator=generator)
-            if private_draw is not None:
-                private_draw.normal_(generator=generator)
-            if tally is not None:
+            if normals is None:  # shared normals (R, d), then private normals (R, N, d)
+                if shared_draw is not None:
+                    shared_draw.normal_(generator=generator)
+                if private_draw is not None:
+                    private_draw.normal_(generator=generator)
+            if tally is not None and not wide:
                 tally.add(shared_draw, private_draw)
-            if private_draw is not None:
+            if z0 is not None:
+                z0.copy_(shared_draw.t()[:, :, None])  # promote and transpose
+            if private_draw is not None and not given:
                 w.copy_(private_draw.permute(2, 0, 1))  # promote and transpose
-                torch.addcmul(self._offset, w, self._noise, out=w)
+            if tally is not None and wide:  # the same numbers, promoted already (in the planes' layout)
+                tally.add(None if z0 is None else z0.permute(1, 2, 0),
+                          None if private_draw is None else private_draw if given else w.permute(1, 2, 0))
+            if private_draw is not None:  # given normals are in the state's dtype already: read in place
+                torch.addcmul(self._offset, private_draw.permute(2, 0, 1) if given else w, self._noise, out=w)
             else:
                 w.copy_(self._offset.expand(d, r, n))
             if z0 is not None:
-                z0.copy_(shared_draw.t()[:, :, None])
                 w.add_(z0, alpha=self._noise0)
             into = y if last is None or i < final else last
             if self.shared_hessian:
@@ -319,21 +363,28 @@ class DenseAffineStepper(AffineStepper):
         if self._private_scale is not None:
             s = self._private_scale[:, None].expand(n, d)
             self._scale_rows = (s if self.shared_hessian else s[:, None, :]).contiguous()
-        self._eta = None
+        self._eta, self._cache = None, {}
 
     def _coefficients(self, eta: float) -> None:
         if eta == self._eta:
             return
-        if self.shared_hessian:
-            eye = torch.eye(self.dim, device=self.device, dtype=self.dtype)
-            self._m = eye - eta * self.hessian
-            self._offset = eta * self.shift  # (N, d), broadcasts over chains
-        else:
-            self._offset = (eta * self.shift)[:, None, :]  # (N, 1, d)
+        hit = self._cache.get(eta)  # a few step sizes alternate (a check's companions: K eta, K eta / 2)
+        if hit is None:
+            if self.shared_hessian:
+                eye = torch.eye(self.dim, device=self.device, dtype=self.dtype)
+                hit = (eye - eta * self.hessian, eta * self.shift)  # offset (N, d), broadcasts over chains
+            else:
+                hit = (None, (eta * self.shift)[:, None, :])  # (N, 1, d)
+            if len(self._cache) >= self._cache_size:
+                self._cache.clear()
+            self._cache[eta] = hit
+        if hit[0] is not None:
+            self._m = hit[0]
+        self._offset = hit[1]
         self._root = math.sqrt(eta)
         self._eta = eta
 
-    def local_steps(self, theta, etas, scales, generator, on_step=None, tally=None):
+    def local_steps(self, theta, etas, scales, generator, on_step=None, tally=None, normals=None):
         r, d = theta.shape
         n = self.num_clients
         self._setup(r, scales)
@@ -345,19 +396,19 @@ class DenseAffineStepper(AffineStepper):
             x.copy_(theta[None, :, :].expand(n, r, d))
         for i, eta in enumerate(etas):
             self._coefficients(float(eta))
-            self._draw(generator)
+            shared_draw, private_draw = self._draw(generator, normals)
             if tally is not None:
-                tally.add(self._shared_draw, self._private_draw)
+                tally.add(shared_draw, private_draw)
             root = self._root
-            if self._private_draw is not None:
-                xi = self._private_draw if shared_hessian else self._private_draw.permute(1, 0, 2)
+            if private_draw is not None:
+                xi = private_draw if shared_hessian else private_draw.permute(1, 0, 2)
                 if self._p is not None:
                     xi = self._p.copy_(xi)
                 torch.addcmul(self._offset, xi, self._scale_rows, value=root, out=z)
             else:
                 z.copy_(self._offset.expand_as(z))
-            if self._shared_draw is not None:
-                xi0 = self._shared_draw if self._p0 is None else self._p0.copy_(self._shared_draw)
+            if shared_draw is not None:
+                xi0 = shared_draw if self._p0 is None else self._p0.copy_(shared_draw)
                 z.add_(xi0[:, None, :] if shared_hessian else xi0[None], alpha=root * self._shared_scale)
             if shared_hessian:
                 torch.addmm(z.view(r * n, d), x.view(r * n, d), self._m, out=y.view(r * n, d))
@@ -383,13 +434,13 @@ class GradientStepper(Stepper):
     def _allocate(self, chains: int) -> None:
         self._x = torch.empty(chains, self.num_clients, self.dim, device=self.device, dtype=self.dtype)
 
-    def local_steps(self, theta, etas, scales, generator, on_step=None, tally=None):
+    def local_steps(self, theta, etas, scales, generator, on_step=None, tally=None, normals=None):
         r, d = theta.shape
         self._setup(r, scales)
         x = self._x
         x.copy_(theta[:, None, :].expand(r, self.num_clients, d))
         for i, eta in enumerate(etas):
-            local_step(x, self.problem, float(eta), scales, generator, self.batch_size, tally=tally)
+            local_step(x, self.problem, float(eta), scales, generator, self.batch_size, tally=tally, normals=normals)
             if on_step is not None:
                 on_step(i, x)
         return x

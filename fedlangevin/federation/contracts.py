@@ -300,6 +300,9 @@ PROBLEM = Contract(
                default="gradient-only searches"),
         Member("client_hessian_diagonal", "client_hessian_diagonal(theta) -> (N, d)", "analytic client Hessian "
                "diagonals (corrections)", positional=1, required=False, default="finite differences"),
+        Member("client_hvp", "client_hvp(theta, vectors) -> (B, N, d) | None", "exact client Hessian-vector "
+               "products (the curvature estimates of the warm-up and the checks)", positional=2, required=False,
+               default="central gradient differences"),
         Member("smoothness", "smoothness: float | None", "L of the paper's step size (Thm 5.8)", method=False,
                required=False, default="step_size='paper' unavailable"),
         Member("convexity", "convexity: float | None", "m of the paper's step size (Thm 5.8)", method=False,

@@ -29,7 +29,7 @@ import math
 
 import torch
 
-__all__ = ["NoiseScales", "NoiseTally", "noise_scales", "add_noise_"]
+__all__ = ["NoiseScales", "NoiseTally", "add_noise_", "given_normals", "noise_scales"]
 
 
 class NoiseScales:
@@ -89,14 +89,23 @@ class NoiseTally:
         if shared is not None:
             shared = shared.reshape(shared.shape[0], 1, shared.shape[-1])
         for i, draw in enumerate((shared, private)):
-            if draw is not None:
-                draw = draw.to(torch.float64)
-                part[i] = draw.clone() if part[i] is None else part[i].add_(draw)
+            if draw is not None:  # a float64 copy of the first, the others added in place (promoted by add_)
+                part[i] = draw.to(torch.float64, copy=True) if part[i] is None else part[i].add_(draw)
         self.steps += 1
 
     def _sum(self, i: int):
         terms = [p[i] for p in self.parts if p[i] is not None]
         return None if not terms else sum(terms[1:], terms[0].clone())
+
+    def _scaled_sum(self, i: int, root: float):
+        """The sum of term ``i``'s stretches over ``root`` (None: none drawn), in two passes for two stretches."""
+        terms = [p[i] for p in self.parts if p[i] is not None]
+        if not terms:
+            return None
+        total = torch.add(terms[0], terms[1]) if len(terms) > 1 else terms[0].clone()
+        for t in terms[2:]:
+            total.add_(t)
+        return total.div_(root)
 
     shared = property(lambda self: self._sum(0), doc="the shared normals' sum (R, 1, d), None: none drawn")
     private = property(lambda self: self._sum(1), doc="the private normals' sum (R, N, d), None: none drawn")
@@ -108,7 +117,7 @@ class NoiseTally:
             raise ValueError("tally: no local step was added (run a round with tally= first)")
         if half is None:
             root = math.sqrt(self.steps)
-            return tuple(None if t is None else t / root for t in (self.shared, self.private))
+            return tuple(self._scaled_sum(i, root) for i in (0, 1))
         if half not in (0, 1) or not self.marks or len(self.parts) != len(self.marks) + 1 or self.steps <= self.marks[-1]:
             raise ValueError(f"half: 0 or 1 of a tally made with halves_of=K over its K steps; got half={half!r}, "
                              f"{self.steps} steps, marks {self.marks}")
@@ -187,7 +196,7 @@ def add_noise_(
             shared = _buffer(buffers, "shared", (r, 1, d), theta.device, dtype)
             torch.randn((r, 1, d), generator=generator if shared_generator is None else shared_generator, out=shared)
         else:
-            shared = _given(normals[0], "shared", (r, 1, d), theta)
+            shared = given_normals(normals[0], "shared", (r, 1, d), theta.dtype, theta.device)
         target.add_(shared, alpha=root * scales.shared)
     if scales.private is not None:
         total = scales.private.shape[0]
@@ -195,7 +204,7 @@ def add_noise_(
             private = _buffer(buffers, "private", (r, total, d), theta.device, dtype)
             torch.randn((r, total, d), generator=generator, out=private)
         else:
-            private = _given(normals[1], "private", (r, total, d), theta)
+            private = given_normals(normals[1], "private", (r, total, d), theta.dtype, theta.device)
         if tally is not None:
             tally.add(shared if scales.shared is not None else None, private)
         rows = _scale_rows(buffers, scales.private, d, theta)
@@ -212,12 +221,13 @@ def add_noise_(
     return theta
 
 
-def _given(normals: torch.Tensor | None, term: str, shape: tuple, theta: torch.Tensor) -> torch.Tensor:
-    """Given standard normals of one term, checked against the draw they replace."""
+def given_normals(normals: torch.Tensor | None, term: str, shape: tuple, dtype: torch.dtype, device) -> torch.Tensor:
+    """Given standard normals of one term (``term``: "shared" or "private"), checked against the
+    draw of ``shape`` they replace, in ``dtype`` on ``device``."""
     if normals is None or tuple(normals.shape) != shape:
         got = None if normals is None else tuple(normals.shape)
         raise ValueError(f"normals: the {term} normals must have shape {shape} (the draw they replace); got {got}")
-    return normals.to(device=theta.device, dtype=theta.dtype)
+    return normals.to(device=device, dtype=dtype)
 
 
 def _scale_rows(buffers: dict, private: torch.Tensor, d: int, theta: torch.Tensor) -> torch.Tensor:

@@ -191,6 +191,22 @@ class AutodiffProblem(FederatedProblem):
             return self._fn("batch")(theta, batch, scale)
         return self._loop_grad(theta, batch, None, scale, per_chain_data=True)
 
+    def client_hvp(self, theta: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor | None:
+        """Hessian-vector products H_c(theta) v (B, N, d) of the full-data energies at ``theta`` (B, N, d)
+        along ``vectors`` (B, N, d), by ``torch.func.jvp`` of the vectorised gradient (forward over
+        reverse), for the curvature estimates (:func:`fedlangevin.warmup.curvature.gradient_difference`).
+        None, and central differences there, where the gradients run the per-chain autograd loop
+        (``vectorized`` False) or the energy has an operation without a forward-mode derivative (not
+        tried again)."""
+        if not self.vectorized or getattr(self, "_no_jvp", False):
+            return None
+        try:
+            _, hv = torch.func.jvp(lambda t: self.grad(t), (theta,), (vectors,))
+        except (RuntimeError, NotImplementedError):
+            self._no_jvp = True
+            return None
+        return hv
+
     def energy(self, theta: torch.Tensor) -> torch.Tensor:
         """Client energies f^c(theta[r, c]) (full batch), shape (R, N); theta (R, N, d)."""
         self._check_theta(theta)

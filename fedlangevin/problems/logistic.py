@@ -376,6 +376,27 @@ class LogisticRegression(FederatedProblem):
         ell = self._client_nll(theta)
         return ell / self.weights.to(theta) + 0.5 * self.prior_precision * (theta * theta).sum(-1)
 
+    def client_hvp(self, theta: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
+        """Hessian-vector products H_c(theta) v of every client's full-data energy f^c, (B, N, d),
+        at points ``theta`` (B, N, d) along ``vectors`` (B, N, d): the exact derivative of
+        :meth:`grad`'s full-data path, (1/p_c) (dS) X + v / sigma^2 with dS = S o (dZ - sum_k S dZ)
+        and dZ the logits of v (two logit products and one gradient product, no finite difference;
+        the curvature estimates of :mod:`fedlangevin.warmup.curvature` use it in place of central
+        gradient differences)."""
+        if theta.shape != vectors.shape or theta.dim() != 3 or theta.shape[1:] != (self.num_clients, self.dim):
+            raise ValueError(f"theta and vectors must both have shape (B, {self.num_clients}, {self.dim}); got "
+                             f"{tuple(theta.shape)} and {tuple(vectors.shape)}")
+        b, n, d = theta.shape
+        c, p1 = self.num_classes, self._p1
+        s = torch.softmax(self._full_logits(theta.reshape(b, n, c, p1)), dim=-2)  # (N, B, C, n_max)
+        dz = self._full_logits(vectors.reshape(b, n, c, p1))
+        dz.sub_((s * dz).sum(-2, keepdim=True)).mul_(s)  # dS = S o (dZ - <S, dZ>)
+        dz.mul_(self.mask.to(dz)[:, None, None, :])
+        hv = self._full_product(dz)  # (B, N, C, p1)
+        hv.mul_(self._client_scale.to(hv))
+        hv.add_(vectors.reshape(b, n, c, p1), alpha=self.prior_precision)
+        return hv.reshape(b, n, d)
+
     def client_hessian_diagonal(self, theta: torch.Tensor) -> torch.Tensor:
         """The diagonals (N, d) of the client Hessians of f^c at one point theta (d,):
         (1/p_c) sum_i s_ik (1 - s_ik) x_ij^2 + 1 / sigma^2 for weight (k, j), with s_i = softmax."""

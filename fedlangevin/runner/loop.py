@@ -52,7 +52,7 @@ def advance(sampler, run: Run, rounds: int, bar) -> None:
     clock = [time.monotonic()]  # the last checkpoint's time
     numel = len(sampler.active) * sampler.problem.num_clients * sampler.problem.dim
     kernel = sampler._kernel
-    fast = getattr(kernel, "autograd_free", False) and not sampler._observing()  # see engine.Kernel
+    fast = getattr(kernel, "autograd_free", False) and not _differentiates(sampler)  # see engine.Kernel
     step_sizes = sampler._round_etas(rounds)
     left = rounds
     with round_threads(numel, sampler.device), torch.inference_mode(fast):
@@ -72,6 +72,18 @@ def advance(sampler, run: Run, rounds: int, bar) -> None:
                 _round(sampler, run, etas, fixed, uploads_of)
                 left -= 1
                 _after(sampler, run, 1, bar, clock)
+
+
+def _differentiates(sampler) -> bool:
+    """Whether something observing the rounds may need autograd: a warm-up adapter or a local-step
+    measurement. A fixed K's companions alone do not (they run the sampler's own autograd-free kernel
+    and sum iterates), so their rounds, too, run under ``torch.inference_mode``."""
+    if not sampler._observing():
+        return False
+    companions = getattr(sampler, "companions", None)
+    alone = (getattr(sampler, "adapter", None) is None and getattr(sampler, "measurement", None) is None
+             and companions is not None and companions.rule is None)
+    return not alone
 
 
 def _chunk_size(sampler, run: Run, left: int, saved: float) -> int:

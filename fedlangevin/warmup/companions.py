@@ -306,8 +306,10 @@ def update(phase: Companions, kernel, theta: torch.Tensor, preconditioner, uploa
             if "tally" in shared:
                 sources[g] = (shared["tally"], info.weights)
     floats = dict(floats_down=float(syncs * num_clients * d), floats_up=up * d)
-    phase = replace(phase, theta=torch.stack(rows), generator=gen.get_state(), done=phase.done + 1)
-    for g in running:
+    stacked = torch.stack(rows)
+    finite = bool(torch.isfinite(stacked).all())  # one reduction a round; the groups one by one where not
+    phase = replace(phase, theta=stacked, generator=gen.get_state(), done=phase.done + 1)
+    for g in () if finite else running:
         if not bool(torch.isfinite(rows[g]).all()):
             if phase.rule is None:
                 return ended(phase, f"the companions became non-finite in their round {phase.done} (one step of "
@@ -351,11 +353,15 @@ def _kept(phase: Companions, x: torch.Tensor, look=None) -> Companions:
     if not live:
         return phase
     shift = x[0].mean(0) if phase.shift is None else phase.shift
-    sums = torch.zeros_like(x) if phase.sums is None else phase.sums.clone()
-    squares = torch.zeros_like(x) if phase.squares is None else phase.squares.clone()
-    y = x[live] - shift
-    sums[live] += y
-    squares[live] += y * y
+    if len(live) == x.shape[0] and phase.sums is not None:  # every class (new tensors: the phase stays immutable)
+        y = x - shift
+        sums, squares = phase.sums + y, torch.addcmul(phase.squares, y, y)
+    else:
+        sums = torch.zeros_like(x) if phase.sums is None else phase.sums.clone()
+        squares = torch.zeros_like(x) if phase.squares is None else phase.squares.clone()
+        y = x[live] - shift
+        sums[live] += y
+        squares[live] += y * y
     kept = tuple(k + (c in live) for c, k in enumerate(phase.kept))
     phase = replace(phase, shift=shift, sums=sums, squares=squares, kept=kept)
     return phase if look is None else look(phase, x[0])

@@ -1,7 +1,9 @@
 """Curvature from gradients: the central difference every curvature estimate of the package uses.
 
-A problem gives gradients only (any problem's ``grad`` serves, no autodiff needed), so Hessians
-and Hessian-vector products are read off central differences of the gradients,
+A problem gives gradients (any problem's ``grad`` serves, no autodiff needed), so Hessians
+and Hessian-vector products are read off central differences of the gradients, unless the problem
+gives exact Hessian-vector products itself (``client_hvp``: logistic regression analytically, the
+autodiff problems by ``torch.func``), which :func:`gradient_difference` then uses,
 
     H_c s ~ (grad f^c(theta + s) - grad f^c(theta - s)) / 2 h,   s = h u,
 
@@ -44,10 +46,18 @@ def gradient_difference(problem, points: torch.Tensor, steps: torch.Tensor) -> t
     ``points``: (B, 1, d) or (B, N, d), where each client's gradient is taken; ``steps``: the
     displacements s, broadcastable to ``points`` ((B, 1, d): the same for every client, (B, N, d):
     one per client). Both evaluations are batched in one ``grad`` call each, on contiguous
-    (B, N, d) tensors.
+    (B, N, d) tensors. A problem with Hessian-vector products of its own, ``client_hvp(points, vectors)``
+    ((B, N, d) each; :meth:`LogisticRegression.client_hvp <fedlangevin.problems.LogisticRegression.client_hvp>`,
+    the autodiff problems' ``torch.func`` products), gives the difference's limit 2 H_c(points) s instead:
+    exact, no step h to choose (its ``None``: central differences after all).
     """
+    full = (max(points.shape[0], steps.shape[0]), problem.num_clients, problem.dim)
+    hvp = getattr(problem, "client_hvp", None)
+    if hvp is not None:  # the difference's limit, 2 H_c(points) s, exactly (the callers divide by 2 h)
+        exact = hvp(points.expand(full).contiguous(), steps.expand(full).contiguous())
+        if exact is not None:  # None: no exact product for this problem after all (central differences)
+            return 2.0 * exact
     plus, minus = points + steps, points - steps
-    full = (plus.shape[0], problem.num_clients, problem.dim)
     return problem.grad(plus.expand(full).contiguous()) - problem.grad(minus.expand(full).contiguous())
 
 

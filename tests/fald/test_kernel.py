@@ -161,6 +161,53 @@ def test_every_kernel_gives_the_reference_draws(per_client, d, rho, noise_dtype)
     assert ref.std() > 0.1  # the runs really move
 
 
+@pytest.mark.parametrize("per_client", [False, True])
+@pytest.mark.parametrize("d", [2, 9])
+@pytest.mark.parametrize("rho", [0.0, 0.6])
+@pytest.mark.parametrize("noise_dtype", [torch.float32, torch.float64])
+def test_every_kernel_tallies_and_takes_given_normals_as_the_reference(per_client, d, rho, noise_dtype):
+    """A round's tally (NoiseTally, halves_of=K) and one step with given normals (the coupled
+    companion chains' step) through every kernel equal the reference local_step's: the tally sums
+    the same draws exactly (promotion to float64 is exact), and the step differs by rounding only
+    (1e-10, as above)."""
+    from fedlangevin.federation.noise import NoiseTally
+
+    problem = _random_problem(4, d, per_client)
+    work, chains = problem.to(dtype=torch.float64), 5
+    scales = noise_scales(problem.weights, 0.9, rho, dtype=torch.float64, noise_dtype=noise_dtype)
+    theta = torch.linspace(-1, 1, chains * d, dtype=torch.float64).reshape(chains, d)
+
+    def run(kernel):
+        g = torch.Generator().manual_seed(3)
+        tally = NoiseTally(halves_of=4)
+        if kernel is None:
+            beta = theta[:, None, :].expand(chains, 4, d).clone()
+            for eta in [0.05] * 4:
+                local_step(beta, work, eta, scales, g, tally=tally)
+        else:
+            stepper = make_stepper(work, torch.float64, "cpu", kernel=kernel)
+            beta = stepper.local_steps(theta, [0.05] * 4, scales, g, tally=tally).clone()
+        given = tally.normals()
+        if kernel is None:
+            one = theta[:, None, :].expand(chains, 4, d).clone()
+            local_step(one, work, 0.2, scales, g, normals=given)
+        else:
+            one = stepper.local_steps(theta, [0.2], scales, g, normals=given).clone()
+        return beta, tally, one
+
+    ref_beta, ref_tally, ref_one = run(None)
+    for kernel in ("gradient", "small", "dense"):
+        beta, tally, one = run(kernel)
+        torch.testing.assert_close(beta, ref_beta, rtol=1e-10, atol=1e-10, msg=f"kernel={kernel}")
+        for half in (None, 0, 1):
+            for got, want in zip(tally.normals(half), ref_tally.normals(half)):
+                assert (got is None) == (want is None)
+                if got is not None:
+                    assert torch.equal(got, want), f"kernel={kernel}, half={half}"
+        torch.testing.assert_close(one, ref_one, rtol=1e-10, atol=1e-10, msg=f"kernel={kernel}")
+    assert (ref_one - ref_beta).abs().max() > 1e-3  # the given-normals step really moves
+
+
 def test_kernels_agree_with_partial_participation_and_float32_state():
     problem = _random_problem(5, 3, True, seed=1)
     etas = [0.05] * 3

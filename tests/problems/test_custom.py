@@ -222,3 +222,22 @@ def test_an_energy_that_does_not_depend_on_theta_is_refused(energy, prior):
         CustomProblem(energy, clients, dim=2, prior=prior)
     # an energy that depends on theta but not on the data is a valid (if odd) model
     CustomProblem(lambda t, b: (t * t).sum(), clients, dim=2, prior=prior)
+
+
+@pytest.mark.parametrize("sizes", [7, [3, 5, 8, 2, 9, 4]])
+def test_hessian_vector_products_by_torch_func_are_the_exact_hessians(sizes):
+    """client_hvp (torch.func.jvp of the vectorised gradient) equals the Gaussian's exact client
+    Hessians A_c v (n Sigma^-1 + lambda I, every client) to float64 rounding; without vmap there is
+    none (central differences), and the curvature module's difference takes the exact one."""
+    from fedlangevin.warmup.curvature import gradient_difference
+
+    n = 6 if isinstance(sizes, int) else len(sizes)
+    sim = GaussianSimulation(num_clients=n, alpha=3.0, samples_per_client=sizes, prior_precision=0.7, seed=3)
+    prob = gaussian_as_custom(sim)
+    theta, v = _theta(3, n, 2), _theta(3, n, 2, seed=1)
+    form = sim.quadratic()
+    hess = form.hessian if form.shared else None
+    want = v @ hess.T if hess is not None else torch.einsum("nij,rnj->rni", form.hessian, v)
+    torch.testing.assert_close(prob.client_hvp(theta, v), want, rtol=1e-12, atol=1e-10)
+    torch.testing.assert_close(gradient_difference(prob, theta, 1e-3 * v), 2e-3 * want, rtol=1e-12, atol=1e-10)
+    assert gaussian_as_custom(sim, vectorize=False).client_hvp(theta, v) is None
