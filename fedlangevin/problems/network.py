@@ -254,6 +254,11 @@ class NetworkProblem(AutodiffProblem):
             out[:, idx] = fn(theta.index_select(1, idx), v.index_select(1, idx), grp.data, grp.mask, grp.scale)
         return out
 
+    def client_hvp(self, theta: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
+        """The problem contract's exact Hessian-vector products (:meth:`hvp`), which the warm-up's
+        curvature estimates (:mod:`fedlangevin.warmup.curvature`) use in place of gradient differences."""
+        return self.hvp(theta, vectors)
+
     def to(self, device=None, dtype=None):
         new = super().to(device=device, dtype=dtype)
         new.module = copy.deepcopy(self.module).to(device=device, dtype=dtype)
