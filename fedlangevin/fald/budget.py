@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from fedlangevin.privacy.levels import _client_levels, _levels
+from fedlangevin.privacy.levels import client_levels, record_levels
 from fedlangevin.privacy.planning import Release, compose_epsilon, largest_within, noise_for_epsilon
 
 __all__ = ["BudgetPlan", "START_ROUNDS", "START_SHARE", "plan"]
@@ -99,7 +99,7 @@ def _sampling(problem, privacy_adjacency: str, clip: float, *, rounds: int, chai
     sensitivity = 2.0 * clip
     if privacy_adjacency == "client":
         def make(eta):
-            return _client_levels(eta, temperature, correlation, sensitivity, p_max, n, s, local_steps, t, scheme,
+            return client_levels(eta, temperature, correlation, sensitivity, p_max, n, s, local_steps, t, scheme,
                                   inclusion, 1.05).scaled(chains)
     else:
         if batch_size is None:
@@ -110,7 +110,7 @@ def _sampling(problem, privacy_adjacency: str, clip: float, *, rounds: int, chai
         p_eff = float((gammas ** 2 * weights).min() / gamma ** 2)
 
         def make(eta):
-            return _levels(eta, temperature, correlation, gamma, sensitivity, p_eff, n, s, local_steps, t, scheme,
+            return record_levels(eta, temperature, correlation, gamma, sensitivity, p_eff, n, s, local_steps, t, scheme,
                            inclusion, 1.05).scaled(chains)
     return make
 

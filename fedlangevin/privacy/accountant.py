@@ -104,10 +104,10 @@ from fedlangevin.privacy.levels import (  # noqa: F401  (re-exported: the accoun
     Z_RANGE,
     NoiseOutOfRange,
     _check_delta,
-    _client_levels,
+    client_levels,
     _coarsen,
     _Levels,
-    _levels,
+    record_levels,
     _levels_from,
     client_noise_multiplier,
     noise_multiplier,
@@ -393,4 +393,4 @@ def client_account(*, eta, tau=1.0, rho=0.0, sensitivity, p_max, num_clients, nu
     delta = _check_delta(delta)
     args = (eta, tau, rho, sensitivity, p_max, num_clients, num_sampled, local_steps, iterations, scheme,
             inclusion_probability, step_size_ratio)
-    return _account_levels(_client_levels(*args, "up"), _client_levels(*args, "down"), delta, discretization, rdp)
+    return _account_levels(client_levels(*args, "up"), client_levels(*args, "down"), delta, discretization, rdp)

@@ -357,7 +357,7 @@ def _check_accountable(setting: AuditSetting, hmc: bool = False) -> None:
     """The accountant's noise-multiplier range (:data:`~fedlangevin.privacy.levels.Z_RANGE`) for this
     setting, checked before the runs (the report of the "in" run would otherwise refuse it after both):
     the run's own reductions for equal clients, p_c = 1/N, gamma = b / n_c, sensitivity 2C."""
-    from fedlangevin.privacy.levels import _client_levels, _levels
+    from fedlangevin.privacy.levels import client_levels, record_levels
 
     n, rule = setting.num_clients, setting.participation
     eta = setting.step_size if not hmc else equivalent_step_size(setting.step_size, setting.friction)
@@ -366,11 +366,11 @@ def _check_accountable(setting: AuditSetting, hmc: bool = False) -> None:
     common = (setting.temperature, setting.correlation)
     try:
         if setting.privacy.adjacency == "client":
-            _client_levels(eta, *common, setting.privacy.sensitivity, 1.0 / n, n, s, k, t, scheme,
+            client_levels(eta, *common, setting.privacy.sensitivity, 1.0 / n, n, s, k, t, scheme,
                            None, 1.05)
         else:
             gamma = 1.0 if setting.batch_size is None else setting.batch_size / setting.rows
-            _levels(eta, *common, gamma, setting.privacy.sensitivity, 1.0 / n, n, s, k, t, scheme,
+            record_levels(eta, *common, gamma, setting.privacy.sensitivity, 1.0 / n, n, s, k, t, scheme,
                     None, 1.05)
     except ValueError as exc:
         raise ValueError(f"step_size, temperature, privacy (clip): this setting cannot be accounted: {exc}") from None

@@ -1,10 +1,10 @@
 """The FA-LD mechanism as the accountants see it: the noise multiplier of one local step and the
 rounds grouped by it (the model is listed in :mod:`fedlangevin.privacy.accountant`'s docstring).
 
-Record level (:func:`noise_multiplier`, :func:`_levels`): one local step of client c is a
+Record level (:func:`noise_multiplier`, :func:`record_levels`): one local step of client c is a
 subsampled Gaussian mechanism of noise multiplier z = (gamma / Delta_l) sqrt(2 p_c tau (1 - rho^2) / eta)
 (the worst client has p_c = p_min). Client level (:func:`client_noise_multiplier`,
-:func:`_client_levels`): a Gaussian mechanism without subsampling (gamma = 1) of noise multiplier
+:func:`client_levels`): a Gaussian mechanism without subsampling (gamma = 1) of noise multiplier
 z_c = sqrt(2 tau (1 - rho^2) / (p_c eta)) / Delta (the worst client has p_c = p_max; derivation in
 :func:`client_noise_multiplier`). The run is T/K rounds of K such steps. With varying step sizes
 the rounds are grouped by their step size rounded to a geometric grid (:func:`_grouped`), and the
@@ -23,7 +23,7 @@ import numpy as np
 from fedlangevin._validation import check_int, check_real
 from fedlangevin.privacy.paper import MAX_CLIENTS, _check_common, inclusion_probability
 
-__all__ = ["NoiseOutOfRange", "Z_RANGE", "client_noise_multiplier", "noise_multiplier"]
+__all__ = ["NoiseOutOfRange", "Z_RANGE", "client_levels", "client_noise_multiplier", "noise_multiplier", "record_levels"]
 
 _MAX_LEVELS_CHECKS = 12  # step-size levels kept by the RDP cross-check and the lower bound
 #: noise multipliers z the accountants accept: below, epsilon exceeds ~1e7 (no privacy worth
@@ -72,7 +72,7 @@ def _step_sizes(eta: Any, iterations: int) -> np.ndarray:
     return arr
 
 
-def _levels(eta, tau, rho, gamma, sensitivity, p_min, num_clients, num_sampled, local_steps, iterations, scheme,
+def record_levels(eta, tau, rho, gamma, sensitivity, p_min, num_clients, num_sampled, local_steps, iterations, scheme,
             inclusion, step_size_ratio, direction="up") -> _Levels:
     """Record level: z = (gamma / Delta_l) sqrt(2 p_min tau (1 - rho^2) / eta) per round."""
     tau, rho, gamma, sensitivity, p_min, n, s, k, t, scheme = _check_common(
@@ -120,7 +120,7 @@ def client_noise_multiplier(*, eta: float, tau: float = 1.0, rho: float = 0.0, s
     return math.sqrt(2.0 * tau * (1.0 - rho * rho) / (p_max * eta)) / sensitivity
 
 
-def _client_levels(eta, tau, rho, sensitivity, p_max, num_clients, num_sampled, local_steps, iterations, scheme,
+def client_levels(eta, tau, rho, sensitivity, p_max, num_clients, num_sampled, local_steps, iterations, scheme,
                    inclusion, step_size_ratio, direction="up") -> _Levels:
     """Client level: z = sqrt(2 tau (1 - rho^2) / (p_max eta)) / Delta per round, gamma = 1
     (:func:`client_noise_multiplier`); p_max, the largest client weight, is in [1/N, 1]."""
@@ -208,6 +208,6 @@ def _check_delta(delta) -> float:
 
 
 def _levels_from(kw: dict, direction: str = "up") -> _Levels:
-    return _levels(kw["eta"], kw.get("tau", 1.0), kw.get("rho", 0.0), kw["gamma"], kw["sensitivity"], kw["p_min"],
+    return record_levels(kw["eta"], kw.get("tau", 1.0), kw.get("rho", 0.0), kw["gamma"], kw["sensitivity"], kw["p_min"],
                    kw["num_clients"], kw["num_sampled"], kw["local_steps"], kw["iterations"], kw.get("scheme", "II"),
                    kw.get("inclusion_probability"), kw.get("step_size_ratio", 1.05), direction)

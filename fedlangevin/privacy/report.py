@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from fedlangevin._validation import check_int, check_real
-from fedlangevin.privacy.accountant import Accounting, NoiseOutOfRange, _account_levels, _client_levels, _levels
+from fedlangevin.privacy.accountant import Accounting, NoiseOutOfRange, _account_levels, client_levels, record_levels
 from fedlangevin.privacy.hmc import equivalent_step_size
 from fedlangevin.privacy.paper import PaperBound, paper_bound, paper_delta_split
 
@@ -319,7 +319,7 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
                          "(the least private noise; for scheme I also the largest inclusion probability)")
         # client level z_c^2 is proportional to 1 / q_c (q = p for eq. 10's noise): least noise at the largest q_c
         args = (eta_arg, tau, rho, sensitivity, float(noise_w.max()), n, s, k, t, scheme, inclusion, step_size_ratio)
-        up, down = _clip_named(settings if private else None, _client_levels, args)
+        up, down = _clip_named(settings if private else None, client_levels, args)
         notes.append("client level: each local step is a Gaussian mechanism of noise multiplier "
                      "z = sqrt(2 tau (1 - rho^2) / (p_max eta)) / (2C) (fedlangevin.privacy.client_account); the "
                      "paper's Thm 6.1/G.3 is record-level and is not reported")
@@ -333,7 +333,7 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
             notes.append("unequal clients: the tight accountant uses the smallest noise multiplier and the largest "
                          "batch fraction over clients (conservative)")
         args = (eta_arg, tau, rho, gamma, sensitivity, p_eff, n, s, k, t, scheme, inclusion, step_size_ratio)
-        up, down = _clip_named(settings if private else None, _levels, args)
+        up, down = _clip_named(settings if private else None, record_levels, args)
     tight = _account_levels(up.scaled(r), down.scaled(r), delta, discretization)
     epsilon = tight.epsilon
     spent = tuple(getattr(settings, "privacy_spent", ()) or ())
