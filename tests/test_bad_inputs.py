@@ -220,6 +220,14 @@ ARGS = [
     # the privacy records and the accountants' grouping of step sizes (issue 46: unchecked for a constant eta)
     Arg("clip", lambda v: fp.RecordLevel(clip=v), "real", 0.5, 0.0, fp.mechanism.MAX_CLIP, True, of="RecordLevel"),
     Arg("clip", lambda v: fp.ClientLevel(clip=v), "real", 0.5, 0.0, fp.mechanism.MAX_CLIP, True, of="ClientLevel"),
+    Arg("epsilon", lambda v: fp.RecordLevel(epsilon=v, delta=1e-5).epsilon, "real", 2.0, 0.0, None, True, of="RecordLevel"),
+    Arg("delta", lambda v: fp.RecordLevel(epsilon=2.0, delta=v).delta, "real", 1e-5, 0.0, 1.0, True, True, of="RecordLevel"),
+    Arg("quantile", lambda v: fp.RecordLevel(epsilon=2.0, delta=1e-5, quantile=v).quantile, "real", 0.5, 0.0, 1.0, True, True,
+        of="RecordLevel"),
+    Arg("epsilon", lambda v: fp.ClientLevel(epsilon=v, delta=1e-5).epsilon, "real", 2.0, 0.0, None, True, of="ClientLevel"),
+    Arg("delta", lambda v: fp.ClientLevel(epsilon=2.0, delta=v).delta, "real", 1e-5, 0.0, 1.0, True, True, of="ClientLevel"),
+    Arg("quantile", lambda v: fp.ClientLevel(epsilon=2.0, delta=1e-5, quantile=v).quantile, "real", 0.5, 0.0, 1.0, True, True,
+        of="ClientLevel"),
     Arg("step_size_ratio", lambda v: fp.rdp_epsilon(**PRIVACY, delta=1e-5, step_size_ratio=v), "real", 1.1, 1.0, None,
         True),
 ]
@@ -262,6 +270,7 @@ _OBJECT = "an object (problem, rule, codec, contract): refused by name in its ow
 _ARRAY = "an array: ARRAY_CASES / ELEMENT_CASES, and its own tests"
 _CHOICE = "a choice among names: refused by name in its own tests (tests/test_validation.py, ...)"
 _PATH = "a path: the checkpoint and store tests"
+_PLAN = "set by a budgeted run's plan (its releases before sampling), not by a user: tests/fald/test_budget.py"
 NOT_IN_TABLE = {
     "FALD": {"problem": _OBJECT, "participation": _OBJECT, "init": _ARRAY, "device": _CHOICE, "dtype": _CHOICE,
              "noise_dtype": _CHOICE, "upload": _OBJECT, "streams": _CHOICE, "transport": _OBJECT,
@@ -279,7 +288,7 @@ NOT_IN_TABLE = {
     "FlowerRun": {"step_size": "the schedule's checks, as FALD's (as_schedule)", "participation": _OBJECT,
                   "noise_dtype": _CHOICE, "init": _ARRAY, "checkpoint": _PATH, "sampler": _CHOICE,
                   "splitting": _CHOICE, "kernels": _OBJECT},
-    "RecordLevel": {}, "ClientLevel": {},
+    "RecordLevel": {"spent": _PLAN}, "ClientLevel": {"spent": _PLAN},
 }
 
 
