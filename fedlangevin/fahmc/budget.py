@@ -64,21 +64,12 @@ def apply(sampler, rounds, warmup) -> None:
     chains at the private start (where ``init`` was None or "map")."""
     import dataclasses
 
-    import torch
-
     from fedlangevin.fahmc.kernel import assemble
     from fedlangevin.fahmc.private import kernel_problem
-    from fedlangevin.privacy.runplan import resolved
+    from fedlangevin.privacy.runplan import resolved, run_length
     from fedlangevin.warmup.session import auto_schedule
 
-    if sampler.budget is not None:
-        raise ValueError(f"privacy: this sampler's budget {sampler.privacy!r} was planned for and spent by its first "
-                         f"run ({sampler.budget.rounds} rounds of {sampler.budget.chains} chains); build a new sampler "
-                         "with a budget of its own")
-    if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
-        raise ValueError(f"rounds: a budgeted run plans for a number of rounds >= 1; got {rounds!r}")
-    total = rounds + (warmup if isinstance(warmup, int) and not isinstance(warmup, bool) else 0)
-    gen = torch.Generator().manual_seed(int(sampler.seed) % (2**63))
+    total, gen = run_length(sampler, rounds, warmup)
     k = sampler._kernel
     budget = plan(sampler.problem, sampler.privacy, rounds=total, chains=sampler.chains,
                   local_steps=sampler.local_steps, batch_size=k.batch_size, participation=k.participation,

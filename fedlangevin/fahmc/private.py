@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fedlangevin.privacy.runplan import check_planned
 from fedlangevin.problems.base import FederatedProblem
 from fedlangevin.problems.clipped import Clipped
 
@@ -35,14 +36,7 @@ def check_private(problem: FederatedProblem, privacy: Any, *, step_size: Any, lo
     privacy = problem.check_privacy(privacy)
     budgeted = getattr(privacy, "budgeted", False)
     if budgeted:
-        if not (isinstance(step_size, str) and step_size == "auto"):
-            raise ValueError(f"privacy: a budgeted run plans its step size within the budget; leave step_size='auto' "
-                             f"(got {step_size!r}), or give a clip without a budget and a step size of your own")
-        if adapt:
-            raise ValueError("privacy: adapt=True would change the preconditioner, hence the sensitivity, after the "
-                             "budget was planned; a budgeted run does not adapt (leave adapt unset)")
-        if isinstance(init, str) and init != "map":
-            raise ValueError(f"init must be an array of shape (d,) or (R, d), None or 'map'; got {init!r}")
+        check_planned(step_size, adapt, init)
     if splitting != "OBABO":
         raise ValueError(f"privacy: splitting={splitting!r}: a BAOAB upload (theta_c, v_c) gives theta_c - (h/2) v_c, "
                          "the position after the noiseless kick, so the clipped gradient leaves the client without "

@@ -9,7 +9,8 @@ sampling (every round of every chain released) composed stay within (epsilon, de
 from __future__ import annotations
 
 from fedlangevin.privacy.runplan import (
-    LANGEVIN, SAFETY, START_CLIP, START_ROUNDS, START_SHARE, BudgetPlan, plan, resolved,
+    LANGEVIN, SAFETY, START_CLIP, START_ROUNDS, START_SHARE, BudgetPlan, plan, resolved, run_length,
 )
 
-__all__ = ["BudgetPlan", "LANGEVIN", "SAFETY", "START_CLIP", "START_ROUNDS", "START_SHARE", "plan", "resolved"]
+__all__ = ["BudgetPlan", "LANGEVIN", "SAFETY", "START_CLIP", "START_ROUNDS", "START_SHARE", "plan", "resolved",
+           "run_length"]

@@ -35,7 +35,8 @@ import torch
 from fedlangevin.privacy.levels import client_levels, record_levels
 from fedlangevin.privacy.planning import Release, compose_epsilon, largest_within, noise_for_epsilon
 
-__all__ = ["BudgetPlan", "LANGEVIN", "SAFETY", "START_ROUNDS", "START_SHARE", "StepRule", "plan", "resolved"]
+__all__ = ["BudgetPlan", "LANGEVIN", "SAFETY", "START_ROUNDS", "START_SHARE", "StepRule", "check_planned", "plan",
+           "resolved", "run_length"]
 
 #: the start's share of epsilon (spent alone; the sampling gets what the composition leaves)
 START_SHARE = 0.3
@@ -222,6 +223,33 @@ def plan(problem, privacy, *, rounds: int, chains: int, local_steps: int, batch_
                                        make(eta).q, chains),)
     return BudgetPlan(eps, delta, spent, eta, clip, public, rounds, chains, local_steps, relaxation, releases, start,
                       sym, rule.friction)
+
+
+def check_planned(step_size, adapt, init) -> None:
+    """What a budgeted run plans itself, refused when given (any sampler): a step size (planned),
+    ``adapt=True`` (an adapted M changes the sensitivity after the plan), an ``init`` string other
+    than "map" (the private start)."""
+    if not (isinstance(step_size, str) and step_size == "auto"):
+        raise ValueError(f"privacy: a budgeted run plans its step size within the budget; leave step_size='auto' "
+                         f"(got {step_size!r}), or give a clip without a budget and a step size of your own")
+    if adapt:
+        raise ValueError("privacy: adapt=True would change the preconditioner, hence the sensitivity, after the "
+                         "budget was planned; a budgeted run does not adapt (leave adapt unset)")
+    if isinstance(init, str) and init != "map":
+        raise ValueError(f"init must be an array of shape (d,) or (R, d), None or 'map'; got {init!r}")
+
+
+def run_length(sampler, rounds, warmup) -> tuple[int, torch.Generator]:
+    """(rounds released, the plan's generator) of a budgeted sampler's first run (``rounds`` +
+    ``warmup``); a ``ValueError`` when its budget was already spent or ``rounds`` is not >= 1."""
+    if sampler.budget is not None:
+        raise ValueError(f"privacy: this sampler's budget {sampler.privacy!r} was planned for and spent by its first "
+                         f"run ({sampler.budget.rounds} rounds of {sampler.budget.chains} chains); build a new sampler "
+                         "with a budget of its own")
+    if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
+        raise ValueError(f"rounds: a budgeted run plans for a number of rounds >= 1; got {rounds!r}")
+    total = rounds + (warmup if isinstance(warmup, int) and not isinstance(warmup, bool) else 0)
+    return total, torch.Generator().manual_seed(int(sampler.seed) % (2**63))
 
 
 def resolved(privacy, budget: BudgetPlan):
