@@ -63,7 +63,7 @@ class FAHMC(Runner):
         sequence (one value per local step) or a callable k -> h_k (as FALD's numeric step sizes):
         stable for h < 2 / sqrt(lambda_max(M H)) (H: the clients' Hessians); with M the posterior covariance, h = 0.5 is a good start.
     friction : gamma > 0, or ``"auto"`` (default): adapted in the warm-up of ``step_size="auto"``
-        (a number given there is kept), 1.0 with a numeric step size. The momentum is refreshed by
+        (a number given there is kept), 1.0 with a numeric step size, 2 sqrt(lambda_0) with a budget. Refreshed by
         a = exp(-gamma h) each step. Large gamma approaches overdamped dynamics (OBABO: exactly
         FA-LD with eta = h^2 / 2 in the limit).
     local_steps : K >= 1, or ``"auto"`` (or an :class:`~fedlangevin.AutoLocalSteps`: its ladder,

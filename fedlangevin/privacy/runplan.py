@@ -149,8 +149,8 @@ def _start_noise(problem, privacy, eps: float, delta: float, rule: StepRule = LA
     FA-LD's sampling noise multiplier at the public step does not depend on the clip C (eta =
     SAFETY / (C^2 max_c n_c / p_c) and z is proportional to 1 / (C sqrt(eta))), so it is known
     before the start chooses C (another rule's is evaluated at C = 1: a guess, which only splits the
-    budget; the step solved afterwards keeps the total within it); the prior's curvature only lowers that step (more noise), so
-    leaving it out here is conservative."""
+    budget; the step solved afterwards keeps the total within it); the prior's curvature only lowers
+    that step (more noise), so leaving it out here is conservative."""
     from fedlangevin.warmup.iterates import public_curvature
 
     unit = type(privacy)(clip=1.0)
