@@ -7,7 +7,8 @@ FA-HMC"): every local step is OBABO's on the clipped gradient of
 h^2 / (2 tanh(gamma h / 2)). Refused before any work, with the reason, is what that accounting does not
 cover: BAOAB (its upload reveals the noiseless kick; a private run's default splitting is OBABO), a
 warm-up that reads client energies, gradients or Hessians without noise (``step_size="auto"``,
-``local_steps="auto"``), companion chains on the same data (``check_local_bias`` with K > 1: a second, unaccounted release) and a distributed run.
+``local_steps="auto"``), companion chains on the same data (``check_local_bias`` with K > 1: a
+second, unaccounted release) and a distributed run.
 
 A budget (``RecordLevel(epsilon=..., delta=...)``, clip optional) plans the step size h, the clip and
 the start (:mod:`fedlangevin.fahmc.budget`): the step size is then left "auto" (planned), the friction
