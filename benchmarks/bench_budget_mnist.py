@@ -1,4 +1,4 @@
-"""A budgeted private FA-LD run on the full MNIST: the acceptance of a budget in, a private run out.
+"""A budgeted private FA-LD (or FA-HMC) run on the full MNIST: the acceptance of a budget in, a private run out.
 
 Full MNIST (``fl.data.load_dataset("mnist")``, installed locally: see fedlangevin.data.installed),
 split iid into 10 clients, a multinomial logistic regression with an N(0, 1) prior, 4 chains, 400
@@ -7,9 +7,11 @@ private start, its clip at a private quantile of the gradient norms and its step
 plan, ``trace.privacy(delta=1e-5)``'s epsilon (for everything released: the start and all four
 chains), and the test accuracy, NLL and ECE of the model average (the mean predictive of the
 second half of every chain's draws) and of the private start alone. The target: epsilon <= 2,
-accuracy >= 0.88, ECE <= 0.03.
+accuracy >= 0.88, ECE <= 0.03. ``--sampler fahmc``: the same with FA-HMC (OBABO, h planned at the
+critical friction of the public curvature unless ``--friction`` is given).
 
-    python benchmarks/bench_budget_mnist.py [--rounds 400] [--chains 4] [--epsilon 2] [--threads 1]
+    python benchmarks/bench_budget_mnist.py [--sampler fald|fahmc] [--friction G] [--rounds 400] [--chains 4]
+        [--epsilon 2] [--threads 1] [--device cpu]
 """
 
 from __future__ import annotations
@@ -32,21 +34,28 @@ def main() -> None:
     ap.add_argument("--epsilon", type=float, default=2.0)
     ap.add_argument("--delta", type=float, default=1e-5)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--sampler", choices=("fald", "fahmc"), default="fald")
+    ap.add_argument("--friction", type=float, default=None, help="FA-HMC's gamma (default: critical, planned)")
+    ap.add_argument("--device", default=None)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     t0 = time.time()
     data = fl.data.load_dataset("mnist")
     parts = make_partition("iid", data.y_train, 10, torch.Generator().manual_seed(0))
     problem = LogisticRegression.from_partition(data.X_train.double(), data.y_train, parts, prior_scale=1.0)
-    sampler = fl.FALD(problem, chains=args.chains, seed=0,
-                      privacy=fl.privacy.RecordLevel(epsilon=args.epsilon, delta=args.delta))
+    budget = fl.privacy.RecordLevel(epsilon=args.epsilon, delta=args.delta)
+    if args.sampler == "fahmc":
+        friction = "auto" if args.friction is None else args.friction
+        sampler = fl.FAHMC(problem, chains=args.chains, seed=0, privacy=budget, friction=friction, device=args.device)
+    else:
+        sampler = fl.FALD(problem, chains=args.chains, seed=0, privacy=budget, device=args.device)
     trace = sampler.run(rounds=args.rounds, progress=False)
     print(sampler.budget.summary())
     report = trace.privacy(delta=args.delta)
     print(f"trace.privacy(delta={args.delta:g}).epsilon = {report.epsilon:.4f} (<= {args.epsilon:g}: "
           f"{report.epsilon <= args.epsilon})")
     x_test, labels = data.X_test.double(), data.y_test.numpy()
-    draws = trace.samples[:, trace.samples.shape[1] // 2:].reshape(-1, problem.dim)
+    draws = trace.samples[:, trace.samples.shape[1] // 2:].reshape(-1, problem.dim).cpu()
     probs = sum(predict_probs(problem, theta, x_test) for theta in draws) / draws.shape[0]
     print("model average:", {k: round(v, 4) for k, v in scores(probs, labels, 15).items()})
     start = predict_probs(problem, sampler.budget.start.theta, x_test)

@@ -5,15 +5,22 @@ The mechanism and its accounting are :mod:`fedlangevin.privacy.hmc`'s (``docs/fa
 FA-HMC"): every local step is OBABO's on the clipped gradient of
 :class:`~fedlangevin.problems.clipped.Clipped`, FA-LD's Gaussian mechanism at the equivalent step size
 h^2 / (2 tanh(gamma h / 2)). Refused before any work, with the reason, is what that accounting does not
-cover: BAOAB (its upload reveals the noiseless kick), a warm-up that reads client energies, gradients
-or Hessians without noise (``step_size="auto"``, ``local_steps="auto"``), companion chains on the same
-data (``check_local_bias`` with K > 1: a second, unaccounted release) and a distributed run.
+cover: BAOAB (its upload reveals the noiseless kick; a private run's default splitting is OBABO), a
+warm-up that reads client energies, gradients or Hessians without noise (``step_size="auto"``,
+``local_steps="auto"``), companion chains on the same data (``check_local_bias`` with K > 1: a
+second, unaccounted release) and a distributed run.
+
+A budget (``RecordLevel(epsilon=..., delta=...)``, clip optional) plans the step size h, the clip and
+the start (:mod:`fedlangevin.fahmc.budget`): the step size is then left "auto" (planned), the friction
+a number or "auto" (the default friction), ``init`` None or "map" (both: the private start) or an
+array of the user's own; ``adapt`` is refused (an adapted M would change the sensitivity after the plan).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from fedlangevin.privacy.runplan import check_planned
 from fedlangevin.problems.base import FederatedProblem
 from fedlangevin.problems.clipped import Clipped
 
@@ -21,31 +28,29 @@ __all__ = ["check_private", "kernel_problem"]
 
 
 def check_private(problem: FederatedProblem, privacy: Any, *, step_size: Any, local_steps: int, auto_local_steps: bool,
-                  splitting: str, transport: Any, check_local_bias: bool, init: Any = None) -> Any:
+                  splitting: str, transport: Any, check_local_bias: bool, init: Any = None, adapt: Any = None) -> Any:
     """The run's mechanism (``None``: not private), or a ``ValueError`` naming what a private FA-HMC run
     cannot do (module docstring). ``privacy`` is checked by the problem (``problem.check_privacy``:
-    ``RecordLevel(clip=C)`` or ``ClientLevel(clip=C)``)."""
+    ``RecordLevel(clip=C)``, ``ClientLevel(clip=C)`` or a budget ``RecordLevel(epsilon=, delta=)``)."""
     if privacy is None:
         return None
     privacy = problem.check_privacy(privacy)
-    if getattr(privacy, "budgeted", False):
-        raise ValueError(f"privacy: {privacy!r} asks FA-HMC to plan a run for a budget, which only FA-LD does so far "
-                         "(fedlangevin.fald.budget); give FA-HMC a clip, a step size and a friction "
-                         "(RecordLevel(clip=C), splitting='OBABO': trace.privacy reports the epsilon they spend), or "
-                         "run fl.FALD with the budget")
+    budgeted = getattr(privacy, "budgeted", False)
+    if budgeted:
+        check_planned(step_size, adapt, init)
     if splitting != "OBABO":
         raise ValueError(f"privacy: splitting={splitting!r}: a BAOAB upload (theta_c, v_c) gives theta_c - (h/2) v_c, "
                          "the position after the noiseless kick, so the clipped gradient leaves the client without "
                          "noise; a private FA-HMC run needs splitting='OBABO', whose every local step is a Gaussian "
                          "mechanism (docs/fahmc.md, Private FA-HMC)")
-    if isinstance(step_size, str) or type(step_size).__name__ == "AutoStep":
+    if not budgeted and (isinstance(step_size, str) or type(step_size).__name__ == "AutoStep"):
         raise ValueError(f"privacy: step_size={step_size!r}: FA-HMC's warm-up adapts h, M and the friction from the "
                          "clients' exact energies, gradients and Hessians, outside the private mechanism; give a "
                          "numeric step_size (a number, a sequence or a callable k -> h_k), a numeric friction and, "
                          "if wanted, a preconditioner of your own")
-    if isinstance(init, str):
+    if isinstance(init, str) and not budgeted:
         raise ValueError(f"privacy: init={init!r} searches the mode with noiseless gradients and Hessians; start "
-                         "from zeros or a value of your own")
+                         "from zeros or a value of your own (a budgeted run's init='map' is a private start)")
     if auto_local_steps:
         raise ValueError("privacy: local_steps='auto' runs candidate chains beside the sampler's on the same "
                          "data, releases the accountant does not cover; give local_steps a number")

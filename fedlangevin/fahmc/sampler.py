@@ -18,10 +18,8 @@ from fedlangevin._validation import (
     check_bool, check_choice, check_device, check_dtype, check_fits, check_init, check_int, check_optional_bool,
     check_path, check_real,
 )
-from fedlangevin.fahmc import auto as hauto
-from fedlangevin.fahmc import local_bias as hcheck
-from fedlangevin.fahmc import private as hprivate
-from fedlangevin.fahmc import warmup as fahmc_warmup
+from fedlangevin.fahmc import auto as hauto, budget as hbudget, local_bias as hcheck
+from fedlangevin.fahmc import private as hprivate, warmup as fahmc_warmup
 from fedlangevin.fahmc.arguments import check_auto, is_auto, refuse_unbuilt
 from fedlangevin.fahmc.kernel import DEFAULT_FRICTION, SPLITTINGS, FAHMCKernel, as_fahmc_preconditioner, assemble, checked_arguments
 from fedlangevin.fahmc.node import NODE
@@ -65,7 +63,7 @@ class FAHMC(Runner):
         sequence (one value per local step) or a callable k -> h_k (as FALD's numeric step sizes):
         stable for h < 2 / sqrt(lambda_max(M H)) (H: the clients' Hessians); with M the posterior covariance, h = 0.5 is a good start.
     friction : gamma > 0, or ``"auto"`` (default): adapted in the warm-up of ``step_size="auto"``
-        (a number given there is kept), 1.0 with a numeric step size. The momentum is refreshed by
+        (a number given there is kept), 1.0 with a numeric step size, 2 sqrt(lambda_0) with a budget. Refreshed by
         a = exp(-gamma h) each step. Large gamma approaches overdamped dynamics (OBABO: exactly
         FA-LD with eta = h^2 / 2 in the limit).
     local_steps : K >= 1, or ``"auto"`` (or an :class:`~fedlangevin.AutoLocalSteps`: its ladder,
@@ -91,7 +89,7 @@ class FAHMC(Runner):
         the adaptation of M starts (and with ``adapt=False`` the M used throughout).
     adapt : adapt M in the warm-up (default: with ``step_size="auto"``; ``adapt=False`` adapts h and
         the friction only; ``adapt=True`` needs ``step_size="auto"``).
-    splitting : ``"BAOAB"`` (default) or ``"OBABO"``.
+    splitting : ``"BAOAB"`` or ``"OBABO"``; default BAOAB, OBABO in a private run (BAOAB is refused there).
     transport : a distributed run's synchronisation, e.g. :class:`fedlangevin.distributed.ProcessGroup`
         (``docs/distributed.md``), checked against the transport contract before any work: this process
         runs the local steps of the transport's clients only, and the partial sums of theta and v go
@@ -111,6 +109,9 @@ class FAHMC(Runner):
         h^2 / (2 tanh(gamma h / 2)) (:mod:`fedlangevin.privacy.hmc`). Needs ``splitting="OBABO"`` (a
         BAOAB upload reveals the noiseless kick), a numeric step size and K, ``check_local_bias=False``
         for K > 1 and no transport (:mod:`fedlangevin.fahmc.private` refuses the rest before any work).
+        A budget ``RecordLevel(epsilon=..., delta=...)`` (clip optional) plans the start, the clip and h
+        at the friction given (default 1.0) when the first run starts (:mod:`fedlangevin.fahmc.budget`;
+        ``budget`` holds the plan): leave step_size "auto" and the preconditioner unset.
     check_local_bias : with a fixed K > 1 (default True, chains >= 2), R companion chains of FA-HMC at
         K = 1 with the same h run beside the sampler's (their own generator: the sampler's draws are the
         same bits), and the end of every run warns where the K chains' means or sds differ from theirs by
@@ -170,7 +171,7 @@ class FAHMC(Runner):
         *,
         preconditioner: Any = None,
         adapt: bool | None = None,
-        splitting: str = "BAOAB",
+        splitting: str | None = None,
         correction: Any = None,
         privacy: Any = None,
         transport: Any = None,
@@ -188,7 +189,8 @@ class FAHMC(Runner):
         self.participation.validate(check_weights(problem.weights, problem.num_clients))
         chains = check_int("chains", chains, 1)
         self.batch_size = problem.check_batch_size(batch_size)
-        self.adapt_step, schedule = auto_schedule(step_size, problem)
+        planned = hbudget.planned(privacy, step_size)  # a budget: h planned when the first run starts
+        self.adapt_step, schedule = auto_schedule(hbudget.PLACEHOLDER_STEP if planned else step_size, problem)
         self.step_rule = (step_size if isinstance(step_size, AutoStep) else AutoStep()) if self.adapt_step else None
         adapt = check_optional_bool("adapt", adapt)
         if adapt and not self.adapt_step:
@@ -208,11 +210,18 @@ class FAHMC(Runner):
         self.noise_dtype = dtype if noise_dtype is None else check_dtype("noise_dtype", noise_dtype)
         device = check_device("device", device)
         seed = self._seeded(seed)
-        self.splitting = check_choice("splitting", splitting, SPLITTINGS)
+        default = "BAOAB" if privacy is None else "OBABO"  # BAOAB cannot be private (fedlangevin.fahmc.private)
+        self.splitting = check_choice("splitting", default if splitting is None else splitting, SPLITTINGS)
         self.privacy = hprivate.check_private(
             problem, privacy, step_size=step_size, local_steps=local_steps,
             auto_local_steps=self.auto_local_steps is not None, splitting=self.splitting, transport=self.transport,
-            check_local_bias=self.check_local_bias, init=init)
+            check_local_bias=self.check_local_bias, init=init, adapt=adapt)
+        #: a budgeted private run: its start ("map": the private MAP search) and, once run, its plan
+        self.budget, self._budget_init = None, None
+        if planned:
+            if preconditioner is not None:  # the plan's sensitivity is the unpreconditioned gradient's
+                raise ValueError("preconditioner: a budgeted run plans without one; leave preconditioner unset")
+            self._budget_init, init = ("map", None) if init is None or isinstance(init, str) else (init, init)
         self.preconditioner = as_fahmc_preconditioner(preconditioner, problem.dim)
         itemsize = torch.empty(0, dtype=dtype).element_size()
         check_fits("chains", 2 * chains * problem.num_clients * problem.dim * itemsize, device,
@@ -251,7 +260,8 @@ class FAHMC(Runner):
                    friction=float(getattr(self, "friction", own.get("friction", 1.0))))
         private = getattr(self, "privacy", None)
         if private is not None:  # what the accounting and a resume rebuild the mechanism from
-            own.update(privacy=repr(private), adjacency=private.adjacency, clip=float(private.clip),
+            own.update(privacy=repr(private), adjacency=private.adjacency, privacy_spent=tuple(private.spent),
+                       clip=None if private.clip is None else float(private.clip),
                        preconditioner_norm=spectral_norm(pre, self.problem.dim))
         return own
 
@@ -300,7 +310,14 @@ class FAHMC(Runner):
     def _round_bound(self) -> int:
         return kphase.round_bound(self)
 
+    def _check_run(self, checkpoint) -> None:
+        if checkpoint is not None and getattr(self, "_budget_init", None) is not None:
+            raise ValueError("checkpoint: a budgeted private run is planned for one run and is not checkpointed; "
+                             "run without checkpoint=")
+
     def _plan_warmup(self, rounds, warmup):
+        if getattr(self, "_budget_init", None) is not None:
+            hbudget.apply(self, rounds, warmup)
         if self.measurement is not None:  # a run stopped in "auto"'s measurement: the next one starts afresh
             self._apply(fahmc_warmup.Changes(measurement=None, companions=None, local_steps=self.local_steps))
         adapting, warmup = fald_session.default_warmup(self, rounds, kphase.default_warmup(self, rounds, warmup))

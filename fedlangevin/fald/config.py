@@ -187,14 +187,9 @@ def check_budgeted(step_size, init, correction, adapt, local_steps, streams, tra
     refused when given: the step size (planned), adaptation (an adapted M changes the sensitivity
     after the plan), a drift correction, the local-step search, per-client streams, a transport
     and an upload codec."""
-    if not (isinstance(step_size, str) and step_size == "auto"):
-        raise ValueError(f"privacy: a budgeted run plans its step size within the budget; leave step_size='auto' "
-                         f"(got {step_size!r}), or give a clip without a budget and a step size of your own")
-    if adapt:
-        raise ValueError("privacy: adapt=True would change the preconditioner, hence the sensitivity, after the "
-                         "budget was planned; a budgeted run does not adapt (leave adapt unset)")
-    if isinstance(init, str) and init != "map":
-        raise ValueError(f"init must be an array of shape (d,) or (R, d), None or 'map'; got {init!r}")
+    from fedlangevin.privacy.runplan import check_planned
+
+    check_planned(step_size, adapt, init)
     if correction is not None:
         raise ValueError("privacy: a drift correction releases noiseless data-dependent quantities (reference "
                          "gradients, surrogates, memories); run without correction=")

@@ -295,14 +295,7 @@ class FALD(Runner):
         from fedlangevin.fald import budget as fb
         from fedlangevin.warmup.session import auto_schedule
 
-        if self.budget is not None:
-            raise ValueError(f"privacy: this sampler's budget {self.privacy!r} was planned for and spent by its first "
-                             f"run ({self.budget.rounds} rounds of {self.budget.chains} chains); build a new sampler "
-                             "with a budget of its own")
-        if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
-            raise ValueError(f"rounds: a budgeted run plans for a number of rounds >= 1; got {rounds!r}")
-        total = rounds + (warmup if isinstance(warmup, int) and not isinstance(warmup, bool) else 0)
-        gen = torch.Generator().manual_seed(int(self.seed) % (2**63))
+        total, gen = fb.run_length(self, rounds, warmup)
         plan = fb.plan(self.problem, self.privacy, rounds=total, chains=self.chains, local_steps=self.local_steps,
                        batch_size=self.batch_size, participation=self.participation, temperature=self.temperature,
                        correlation=self.correlation, init=self._budget_init, generator=gen)

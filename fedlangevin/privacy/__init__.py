@@ -22,9 +22,12 @@
 - :mod:`fedlangevin.privacy.mechanism`: what a private run clips, ``RecordLevel(clip=C)`` and
   ``ClientLevel(clip=C)``, and the sensitivity 2C derived from the clipping norm; or a budget,
   ``RecordLevel(epsilon=2, delta=1e-5)``, within which the run plans itself
-  (:mod:`fedlangevin.fald.budget`).
+  (:mod:`fedlangevin.privacy.runplan`; FA-LD's :mod:`fedlangevin.fald.budget`, FA-HMC's
+  :mod:`fedlangevin.fahmc.budget`).
 - :mod:`fedlangevin.privacy.planning`: releases of any sampler described for the accountant
   (``Release``), composed (``compose_epsilon``), and the largest step within a budget.
+- :mod:`fedlangevin.privacy.runplan`: a budgeted run's plan (private start, clip, the largest step
+  of a sampler's step rule within the budget), shared by FA-LD and FA-HMC.
 - :mod:`fedlangevin.privacy.start`: the private start, a noisy federated MAP search whose rounds
   track a private quantile of the gradient norms (adaptive clipping, Andrew et al. 2021).
 

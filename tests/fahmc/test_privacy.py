@@ -173,13 +173,13 @@ def test_a_checkpoint_keeps_the_mechanism_and_the_whole_life_is_accounted(tmp_pa
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(step_size=0.1), "splitting='BAOAB'.*needs splitting='OBABO'"),
+    (dict(step_size=0.1, splitting="BAOAB"), "splitting='BAOAB'.*needs splitting='OBABO'"),
     (dict(step_size="auto", splitting="OBABO"), "privacy: step_size='auto'"),
     (dict(step_size=fl.AutoStep(0.8), splitting="OBABO"), "privacy: step_size="),
     (dict(step_size=0.1, splitting="OBABO", local_steps="auto"), "privacy: local_steps='auto'"),
     (dict(step_size=0.1, splitting="OBABO", init="map"), "privacy: init='map' searches the mode with noiseless"),
     (dict(step_size=0.1, splitting="OBABO", local_steps=3), "check_local_bias=False"),
-    (dict(step_size=0.1, splitting="OBABO", privacy=RecordLevel(epsilon=2.0, delta=1e-5)), "only FA-LD does so far"),
+    (dict(step_size=0.1, splitting="OBABO", privacy=RecordLevel(epsilon=2.0, delta=1e-5)), "a budgeted run plans its step size"),
     (dict(step_size=0.1, splitting="OBABO", privacy="record"), "privacy must be"),
     (dict(step_size=0.1, splitting="OBABO", privacy=RecordLevel), "privacy must be"),
 ])
