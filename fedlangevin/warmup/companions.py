@@ -288,6 +288,7 @@ def update(phase: Companions, kernel, theta: torch.Tensor, preconditioner, uploa
     if phase.extrapolates and coupling is None:
         raise ValueError("coupling: coupled companions need the round's noise tally and weights")
     syncs, sources = 0, {None: coupling if phase.extrapolates else None}
+    given = getattr(kernel.step, "given", None)  # see fedlangevin.fald.engine.assemble
     for g in running:
         rounds, role = phase.sub_rounds(g), phase.role(g)
         source = None if role == CANDIDATE else sources.get(phase.owner(g))
@@ -299,15 +300,21 @@ def update(phase: Companions, kernel, theta: torch.Tensor, preconditioner, uploa
                 tally, weights = source
                 shared = dict(normals=tally.normals() if role == WHOLE else tally.normals(i, gen),
                               weights=weights if i == 0 else None)
-            state = state_of(rows[g])
-            new, info = kernel.step(state, etas, gen, preconditioner=preconditioner, **shared)
-            up += float(uploads_of(info.weights))
-            rows[g], syncs = new.theta, syncs + 1
+            done = None  # one local step with given normals: the kernel's lean path where it has one
+            if given is not None and "normals" in shared:
+                done = given(rows[g], etas[0], shared["normals"], shared["weights"], gen, preconditioner=preconditioner)
+            if done is None:
+                new, info = kernel.step(state_of(rows[g]), etas, gen, preconditioner=preconditioner, **shared)
+                done = new.theta, info.weights
+            up += float(uploads_of(done[1]))
+            rows[g], syncs = done[0], syncs + 1
             if "tally" in shared:
-                sources[g] = (shared["tally"], info.weights)
+                sources[g] = (shared["tally"], done[1])
     floats = dict(floats_down=float(syncs * num_clients * d), floats_up=up * d)
     stacked = torch.stack(rows)
-    finite = bool(torch.isfinite(stacked).all())  # one reduction a round; the groups one by one where not
+    # one reduction a round (a sum is finite only where every term is; else the exact test), the groups
+    # one by one where not
+    finite = math.isfinite(stacked.sum()) or bool(torch.isfinite(stacked).all())
     phase = replace(phase, theta=stacked, generator=gen.get_state(), done=phase.done + 1)
     for g in () if finite else running:
         if not bool(torch.isfinite(rows[g]).all()):
