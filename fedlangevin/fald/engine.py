@@ -84,7 +84,9 @@ class Kernel(NamedTuple):
         own tensor). Only where the rounds need no per-round information: the small affine
         kernel with full participation and no extension (``None`` otherwise, and for a step
         replaced with ``Kernel._replace(step=...)``: the attribute belongs to the step). It takes
-        ``preconditioner=None`` (rounds without M) and refuses any other."""
+        ``preconditioner=None`` (rounds without M) and refuses any other, and ``tallies`` (one
+        :class:`~fedlangevin.federation.noise.NoiseTally` per round, as :attr:`step`'s ``tally``);
+        its ``weights`` are every round's synchronisation weights (:attr:`step`'s ``RoundInfo.weights``)."""
         return getattr(self.step, "rounds", None)
 
 
@@ -255,15 +257,18 @@ def assemble(
     if (isinstance(stepper, SmallAffineStepper) and type(rule) is Full and upload is None
             and type(transport) is LocalTransport and current.built is None):
         def rounds(state: FALDState, step_sizes_list: Sequence[Sequence[float]], generator: torch.Generator | None, *,
-                   preconditioner=BUILT):
+                   preconditioner=BUILT, tallies=None):
             if current(preconditioner) is not None:
                 raise ValueError("rounds: runs rounds without a preconditioner only; call step round by round")
-            thetas = stepper.rounds(state.theta, step_sizes_list, scales, generator, p)
+            if tallies is not None and len(tallies) != len(step_sizes_list):
+                raise ValueError(f"tallies: one per round ({len(step_sizes_list)}); got {len(tallies)}")
+            thetas = stepper.rounds(state.theta, step_sizes_list, scales, generator, p, tallies)
             steps = state.step + sum(map(len, step_sizes_list))
             new = FALDState(theta=thetas[-1].clone(), step=steps, round=state.round + len(step_sizes_list),
                             correction=state.correction)
             return new, thetas
 
+        rounds.weights = p  # every round's synchronisation weights (RoundInfo.weights of step's rounds)
         step.rounds = rounds
     if isinstance(stepper, SmallAffineStepper) and upload is None and type(transport) is LocalTransport:
         def given(theta: torch.Tensor, eta: float, normals: tuple, weights: torch.Tensor | None,
