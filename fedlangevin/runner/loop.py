@@ -6,8 +6,8 @@ adaptive warm-up's round by round), constant uploads where the participation rul
 one-reduction finiteness check, the thread setting and (affine kernels) inference mode set once
 for the whole loop; divergences go to the sampler's ``_diverged``, checkpoints are written where
 due, the progress bar moves. Where the kernel runs several rounds in one call
-(:attr:`fedlangevin.fald.engine.Kernel.rounds`) and no round needs observing, rounds run in
-chunks (see :func:`advance`).
+(:attr:`fedlangevin.fald.engine.Kernel.rounds`) and no round needs observing in between (a fixed
+K's companions observe the chunk's rounds after it), rounds run in chunks (see :func:`advance`).
 """
 
 from __future__ import annotations
@@ -41,8 +41,9 @@ def advance(sampler, run: Run, rounds: int, bar) -> None:
     check, the thread setting and (affine kernels) inference mode set once for the whole loop.
 
     Where the kernel runs several rounds in one call (:attr:`Kernel.rounds`: the small affine kernel
-    with full participation) and no round needs observing (no adaptive warm-up) or takes a further
-    step argument (no preconditioner), rounds run in
+    with full participation) and no round needs observing before the next (no adaptive warm-up; a
+    fixed K's companions alone take each round's noise tally in the chunk and advance round by round
+    after it, :func:`_chunk`) or takes a further step argument (no preconditioner), rounds run in
     chunks of up to :data:`CHUNK_ROUNDS` that end at every ``checkpoint_every`` boundary: one saved
     generator state, one finiteness check and one copy of the kept draws per chunk. A chunk with a
     non-finite value is run again round by round from its start (same generator state, so the same
