@@ -32,6 +32,9 @@ CHECKPOINT_SECONDS = 60.0
 #: chunk's rounds hold together.
 CHUNK_ROUNDS = 256
 CHUNK_NUMBERS = 1 << 18
+#: Most numbers a chunk's tallies of normals (a fixed K's coupled companions: R N d per stretch of
+#: local steps and round, :class:`~fedlangevin.federation.noise.NoiseTally`) hold together.
+TALLY_NUMBERS = 1 << 20
 
 
 def advance(sampler, run: Run, rounds: int, bar) -> None:
@@ -66,7 +69,10 @@ def advance(sampler, run: Run, rounds: int, bar) -> None:
             if alone and getattr(fused, "weights", None) is None:  # the companions need each round's weights
                 fused = None
             if fused is not None:
-                chunk = list(itertools.islice(step_sizes, _chunk_size(sampler, run, left, clock[0])))
+                size = _chunk_size(sampler, run, left, clock[0])
+                if alone:  # the tallies of normals live until the chunk ends
+                    size = min(size, max(1, TALLY_NUMBERS // (2 * numel)))
+                chunk = list(itertools.islice(step_sizes, size))
                 if _chunk(sampler, run, fused, chunk, fixed, alone):
                     left -= len(chunk)
                     _after(sampler, run, len(chunk), bar, clock)

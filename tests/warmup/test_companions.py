@@ -134,12 +134,17 @@ def _checked_run(problem, chunked: bool, **kw):
     return sampler, first, second
 
 
-@pytest.mark.parametrize("clients", [1, 3])
-def test_the_check_is_the_same_with_the_sampler_s_rounds_in_chunks(clients):
+@pytest.mark.parametrize("clients, tally_rounds", [(1, None), (3, None), (3, 7)])
+def test_the_check_is_the_same_with_the_sampler_s_rounds_in_chunks(clients, tally_rounds, monkeypatch):
     """The sampler's rounds run in chunks while the companions observe them (each round's noise tally
     taken in the chunk, the companions advanced round by round after it): the draws, the companions'
     state, the verdict and the ledger are bit for bit those of the round-by-round run (N = 1 and 3
-    clients: the kernel's two paths through its rounds)."""
+    clients: the kernel's two paths through its rounds; chunks of 130 rounds, or of 7 where the
+    tallies' bound says so, ending anywhere in the pilot and the burn-in)."""
+    from fedlangevin.runner import loop
+
+    if tally_rounds is not None:  # 12 chains x 3 clients x d = 2, two stretches of normals a round
+        monkeypatch.setattr(loop, "TALLY_NUMBERS", tally_rounds * 2 * 12 * clients * 2)
     problem = _heterogeneous() if clients == 3 else QuadraticProblem(
         torch.tensor([[[2.0, 0.5], [0.5, 1.0]]], dtype=torch.float64), torch.tensor([[1.0, -1.0]], dtype=torch.float64),
         torch.tensor([1.0], dtype=torch.float64))
