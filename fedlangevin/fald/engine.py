@@ -41,7 +41,7 @@ from fedlangevin.federation.extensions import PRECONDITIONERS, LocalTransport
 from fedlangevin.fald.kernel import FALDState
 from fedlangevin.fald.local import local_step
 from fedlangevin.federation.noise import noise_scales
-from fedlangevin.federation.participation import Full, Participation, as_participation
+from fedlangevin.federation.participation import Full, Participation, as_participation, synchronize
 from fedlangevin.federation.preconditioning import BUILT, RoundPreconditioner, as_preconditioner, is_identity
 from fedlangevin.federation.rounds import RoundInfo, UploadCodec, aggregate, check_gradient, initial_theta
 from fedlangevin.fald.steppers import AffineStepper, SmallAffineStepper, make_stepper
@@ -84,7 +84,9 @@ class Kernel(NamedTuple):
         own tensor). Only where the rounds need no per-round information: the small affine
         kernel with full participation and no extension (``None`` otherwise, and for a step
         replaced with ``Kernel._replace(step=...)``: the attribute belongs to the step). It takes
-        ``preconditioner=None`` (rounds without M) and refuses any other."""
+        ``preconditioner=None`` (rounds without M) and refuses any other, and ``tallies`` (one
+        :class:`~fedlangevin.federation.noise.NoiseTally` per round, as :attr:`step`'s ``tally``);
+        its ``weights`` are every round's synchronisation weights (:attr:`step`'s ``RoundInfo.weights``)."""
         return getattr(self.step, "rounds", None)
 
 
@@ -149,8 +151,9 @@ def build(
              **arguments):
         return raw(state, check_step_sizes("step_sizes", step_sizes), generator, on_step, **arguments)
 
-    if getattr(raw, "rounds", None) is not None:
-        step.rounds = raw.rounds
+    for name in ("rounds", "given"):
+        if getattr(raw, name, None) is not None:
+            setattr(step, name, getattr(raw, name))
     return built._replace(step=step)
 
 
@@ -254,16 +257,35 @@ def assemble(
     if (isinstance(stepper, SmallAffineStepper) and type(rule) is Full and upload is None
             and type(transport) is LocalTransport and current.built is None):
         def rounds(state: FALDState, step_sizes_list: Sequence[Sequence[float]], generator: torch.Generator | None, *,
-                   preconditioner=BUILT):
+                   preconditioner=BUILT, tallies=None):
             if current(preconditioner) is not None:
                 raise ValueError("rounds: runs rounds without a preconditioner only; call step round by round")
-            thetas = stepper.rounds(state.theta, step_sizes_list, scales, generator, p)
+            if tallies is not None and len(tallies) != len(step_sizes_list):
+                raise ValueError(f"tallies: one per round ({len(step_sizes_list)}); got {len(tallies)}")
+            thetas = stepper.rounds(state.theta, step_sizes_list, scales, generator, p, tallies)
             steps = state.step + sum(map(len, step_sizes_list))
             new = FALDState(theta=thetas[-1].clone(), step=steps, round=state.round + len(step_sizes_list),
                             correction=state.correction)
             return new, thetas
 
+        rounds.weights = p  # every round's synchronisation weights (RoundInfo.weights of step's rounds)
         step.rounds = rounds
+    if isinstance(stepper, SmallAffineStepper) and upload is None and type(transport) is LocalTransport:
+        def given(theta: torch.Tensor, eta: float, normals: tuple, weights: torch.Tensor | None,
+                  generator: torch.Generator | None, *, preconditioner=BUILT):
+            """(synchronised parameters (R, d), participation weights) of :attr:`step`'s round of one local
+            step of ``eta`` from ``theta`` (R, d) with the given ``normals`` and ``weights`` (None: the
+            participation's draw from ``generator``): the same operations, so the same bits, without the
+            state and the round's record (a coupled companion chain's step,
+            :mod:`fedlangevin.warmup.companions`). None, with nothing done, where M is not I (then call
+            :attr:`step`)."""
+            if current(preconditioner) is not None:
+                return None
+            beta = stepper.local_steps(theta, (eta,), scales, None, normals=normals)
+            w = rule.weights(p, theta.shape[0], generator) if weights is None else weights
+            return synchronize(beta, w), w
+
+        step.given = given
     return Kernel(init, step, isinstance(stepper, AffineStepper))
 
 

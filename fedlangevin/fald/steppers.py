@@ -281,14 +281,15 @@ class SmallAffineStepper(AffineStepper):
         self._x, self._y, self._xf, self._yf = x, y, xf, yf
         return x
 
-    def rounds(self, theta, etas_list, scales, generator, weights):
+    def rounds(self, theta, etas_list, scales, generator, weights, tallies=None):
         """``len(etas_list)`` rounds with full participation (synchronisation weights ``weights``,
         (N,)) from theta (R, d), with the operations of :meth:`local_steps` and
         :func:`~fedlangevin.federation.participation.synchronize` round by round, so the same bits;
         returns the synchronised parameters of every round, an (M, R, d) view of an internal
         buffer valid until the next call. With N = 1 a round's last local step writes straight
         into its slot of that buffer (the synchronisation is the product by p_1, skipped when
-        p_1 = 1, where it is exact)."""
+        p_1 = 1, where it is exact). ``tallies``: one :class:`~fedlangevin.federation.noise.NoiseTally`
+        per round (or None), which gets that round's standard normals, as :meth:`local_steps`' ``tally``."""
         r, d = theta.shape
         n = self.num_clients
         self._setup(r, scales)
@@ -306,17 +307,19 @@ class SmallAffineStepper(AffineStepper):
         if n == 1:
             unit = bool(weights.numel() == 1 and float(weights[0]) == 1.0)
             if (unit and self.shared_hessian and self._shared_draw is None and self._private_draw is not None
-                    and max(map(len, etas_list)) == 1):
+                    and max(map(len, etas_list)) == 1 and tallies is None):
                 self._single_steps(planes, etas_list, generator, slots)
                 return block[:count].transpose(1, 2)
-            for etas, (slot, plane) in zip(etas_list, slots):
-                self._steps(planes, etas, generator, None, slot)
+            tallies = [None] * count if tallies is None else tallies
+            for etas, (slot, plane), tally in zip(etas_list, slots, tallies):
+                self._steps(planes, etas, generator, None, slot, tally=tally)
                 if not unit:
                     slot.mul_(weights)  # synchronize's w_1 beta_1, in place
                 planes = plane
             return block[:count].transpose(1, 2)
-        for etas, (row, plane) in zip(etas_list, slots):
-            beta = self._steps(planes, etas, generator).permute(1, 2, 0)
+        tallies = [None] * count if tallies is None else tallies
+        for etas, (row, plane), tally in zip(etas_list, slots, tallies):
+            beta = self._steps(planes, etas, generator, tally=tally).permute(1, 2, 0)
             row.copy_(synchronize(beta, weights))
             planes = plane
         return block[:count]

@@ -6,8 +6,8 @@ adaptive warm-up's round by round), constant uploads where the participation rul
 one-reduction finiteness check, the thread setting and (affine kernels) inference mode set once
 for the whole loop; divergences go to the sampler's ``_diverged``, checkpoints are written where
 due, the progress bar moves. Where the kernel runs several rounds in one call
-(:attr:`fedlangevin.fald.engine.Kernel.rounds`) and no round needs observing, rounds run in
-chunks (see :func:`advance`).
+(:attr:`fedlangevin.fald.engine.Kernel.rounds`) and no round needs observing in between (a fixed
+K's companions observe the chunk's rounds after it), rounds run in chunks (see :func:`advance`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import time
 import torch
 
 from fedlangevin.runner.runs import Run
-from fedlangevin.federation.rounds import round_threads
+from fedlangevin.federation.rounds import RoundInfo, round_threads
 
 __all__ = ["CHECKPOINT_SECONDS", "CHUNK_NUMBERS", "CHUNK_ROUNDS", "advance"]
 
@@ -32,6 +32,9 @@ CHECKPOINT_SECONDS = 60.0
 #: chunk's rounds hold together.
 CHUNK_ROUNDS = 256
 CHUNK_NUMBERS = 1 << 18
+#: Most numbers a chunk's tallies of normals (a fixed K's coupled companions: R N d per stretch of
+#: local steps and round, :class:`~fedlangevin.federation.noise.NoiseTally`) hold together.
+TALLY_NUMBERS = 1 << 20
 
 
 def advance(sampler, run: Run, rounds: int, bar) -> None:
@@ -41,8 +44,9 @@ def advance(sampler, run: Run, rounds: int, bar) -> None:
     check, the thread setting and (affine kernels) inference mode set once for the whole loop.
 
     Where the kernel runs several rounds in one call (:attr:`Kernel.rounds`: the small affine kernel
-    with full participation) and no round needs observing (no adaptive warm-up) or takes a further
-    step argument (no preconditioner), rounds run in
+    with full participation) and no round needs observing before the next (no adaptive warm-up; a
+    fixed K's companions alone take each round's noise tally in the chunk and advance round by round
+    after it, :func:`_chunk`) or takes a further step argument (no preconditioner), rounds run in
     chunks of up to :data:`CHUNK_ROUNDS` that end at every ``checkpoint_every`` boundary: one saved
     generator state, one finiteness check and one copy of the kept draws per chunk. A chunk with a
     non-finite value is run again round by round from its start (same generator state, so the same
@@ -57,12 +61,19 @@ def advance(sampler, run: Run, rounds: int, bar) -> None:
     left = rounds
     with round_threads(numel, sampler.device), torch.inference_mode(fast):
         while left > 0:
-            plain = not sampler._observing() and fixed is not None and not any(
-                v is not None for v in sampler._step_arguments().values())  # e.g. no preconditioner
+            observed = sampler._observing()
+            alone = observed and _companions_alone(sampler)  # they advance round by round after the chunk
+            plain = (not observed or alone) and fixed is not None and not any(
+                v is not None for k, v in sampler._step_arguments().items() if k != "tally")  # e.g. no preconditioner
             fused = getattr(sampler._kernel, "rounds", None) if plain else None
+            if alone and getattr(fused, "weights", None) is None:  # the companions need each round's weights
+                fused = None
             if fused is not None:
-                chunk = list(itertools.islice(step_sizes, _chunk_size(sampler, run, left, clock[0])))
-                if _chunk(sampler, run, fused, chunk, fixed):
+                size = _chunk_size(sampler, run, left, clock[0])
+                if alone:  # the tallies of normals live until the chunk ends
+                    size = min(size, max(1, TALLY_NUMBERS // (2 * numel)))
+                chunk = list(itertools.islice(step_sizes, size))
+                if _chunk(sampler, run, fused, chunk, fixed, alone):
                     left -= len(chunk)
                     _after(sampler, run, len(chunk), bar, clock)
                     continue
@@ -78,12 +89,15 @@ def _differentiates(sampler) -> bool:
     """Whether something observing the rounds may need autograd: a warm-up adapter or a local-step
     measurement. A fixed K's companions alone do not (they run the sampler's own autograd-free kernel
     and sum iterates), so their rounds, too, run under ``torch.inference_mode``."""
-    if not sampler._observing():
-        return False
+    return sampler._observing() and not _companions_alone(sampler)
+
+
+def _companions_alone(sampler) -> bool:
+    """Whether a fixed K's companions (:mod:`fedlangevin.warmup.companions`) are all that observes the
+    rounds: no warm-up adapter, no local-step measurement."""
     companions = getattr(sampler, "companions", None)
-    alone = (getattr(sampler, "adapter", None) is None and getattr(sampler, "measurement", None) is None
-             and companions is not None and companions.rule is None)
-    return not alone
+    return (getattr(sampler, "adapter", None) is None and getattr(sampler, "measurement", None) is None
+            and companions is not None and companions.rule is None)
 
 
 def _chunk_size(sampler, run: Run, left: int, saved: float) -> int:
@@ -127,15 +141,21 @@ def _round(sampler, run: Run, etas: list[float], fixed: float | None, uploads_of
         sampler._observe(run, state.theta, info, arguments)
 
 
-def _chunk(sampler, run: Run, rounds, chunk: list[list[float]], uploads: float) -> bool:
+def _chunk(sampler, run: Run, rounds, chunk: list[list[float]], uploads: float, observed: bool = False) -> bool:
     """The rounds ``chunk`` (their step sizes) in one ``rounds`` call (:attr:`Kernel.rounds`).
     Returns False, with nothing changed and the generator as it was, where a parameter came out
-    non-finite (the caller runs the chunk again round by round)."""
+    non-finite (the caller runs the chunk again round by round). ``observed``: a fixed K's
+    companions alone observe the rounds; each round's tally of normals (where the sampler's step
+    arguments hold one) is taken in the chunk, and the companions advance round by round after it,
+    as after each of :func:`_round`'s rounds (their own generator: the same bits)."""
     generator, led = sampler.generator, sampler.ledger
     gen_state = generator.get_state()
     committed = False
+    arguments = [sampler._step_arguments() for _ in chunk] if observed else None
+    tallies = None if arguments is None or "tally" not in arguments[0] else [a["tally"] for a in arguments]
     try:
-        state, thetas = rounds(sampler.state, chunk, generator)
+        state, thetas = (rounds(sampler.state, chunk, generator) if tallies is None
+                         else rounds(sampler.state, chunk, generator, tallies=tallies))
         if not math.isfinite(thetas.sum()) and not bool(torch.isfinite(thetas).all()):
             return False
         start, count = run.done, len(chunk)
@@ -154,6 +174,11 @@ def _chunk(sampler, run: Run, rounds, chunk: list[list[float]], uploads: float) 
         if not committed:
             generator.set_state(gen_state)
     _account(led, chunk, uploads)
+    if observed:
+        info = RoundInfo(weights=rounds.weights)
+        for theta, args in zip(thetas, arguments):
+            if sampler._observing():
+                sampler._observe(run, theta, info, args)
     return True
 
 

@@ -195,6 +195,20 @@ class Companions:
         return tuple(g for g, s in enumerate(self.status) if s == "running")
 
 
+def _with(phase: Companions, **changes) -> Companions:
+    """``dataclasses.replace(phase, **changes)`` for the round's bookkeeping: the same new object (the
+    phase's classes are frozen dataclasses without ``__post_init__``), without running ``__init__``
+    over every field (a dozen microseconds a round on the check's path). ``changes`` must name fields."""
+    values = phase.__dict__
+    unknown = [name for name in changes if name not in values]
+    if unknown:
+        raise TypeError(f"{type(phase).__name__} has no field(s) {unknown}")
+    new = object.__new__(type(phase))
+    new.__dict__.update(values)
+    new.__dict__.update(changes)
+    return new
+
+
 def due(sampler) -> bool:
     """Whether a fixed K's companions start now: a fixed K > 1 with ``check_local_bias``, measurable
     (:func:`~fedlangevin.warmup.local_steps.eligible`), not started or refused before, with
@@ -288,6 +302,7 @@ def update(phase: Companions, kernel, theta: torch.Tensor, preconditioner, uploa
     if phase.extrapolates and coupling is None:
         raise ValueError("coupling: coupled companions need the round's noise tally and weights")
     syncs, sources = 0, {None: coupling if phase.extrapolates else None}
+    given = getattr(kernel.step, "given", None)  # see fedlangevin.fald.engine.assemble
     for g in running:
         rounds, role = phase.sub_rounds(g), phase.role(g)
         source = None if role == CANDIDATE else sources.get(phase.owner(g))
@@ -299,16 +314,22 @@ def update(phase: Companions, kernel, theta: torch.Tensor, preconditioner, uploa
                 tally, weights = source
                 shared = dict(normals=tally.normals() if role == WHOLE else tally.normals(i, gen),
                               weights=weights if i == 0 else None)
-            state = state_of(rows[g])
-            new, info = kernel.step(state, etas, gen, preconditioner=preconditioner, **shared)
-            up += float(uploads_of(info.weights))
-            rows[g], syncs = new.theta, syncs + 1
+            done = None  # one local step with given normals: the kernel's lean path where it has one
+            if given is not None and "normals" in shared:
+                done = given(rows[g], etas[0], shared["normals"], shared["weights"], gen, preconditioner=preconditioner)
+            if done is None:
+                new, info = kernel.step(state_of(rows[g]), etas, gen, preconditioner=preconditioner, **shared)
+                done = new.theta, info.weights
+            up += float(uploads_of(done[1]))
+            rows[g], syncs = done[0], syncs + 1
             if "tally" in shared:
-                sources[g] = (shared["tally"], info.weights)
+                sources[g] = (shared["tally"], done[1])
     floats = dict(floats_down=float(syncs * num_clients * d), floats_up=up * d)
     stacked = torch.stack(rows)
-    finite = bool(torch.isfinite(stacked).all())  # one reduction a round; the groups one by one where not
-    phase = replace(phase, theta=stacked, generator=gen.get_state(), done=phase.done + 1)
+    # one reduction a round (a sum is finite only where every term is; else the exact test), the groups
+    # one by one where not
+    finite = math.isfinite(stacked.sum()) or bool(torch.isfinite(stacked).all())
+    phase = _with(phase, theta=stacked, generator=gen.get_state(), done=phase.done + 1)
     for g in () if finite else running:
         if not bool(torch.isfinite(rows[g]).all()):
             if phase.rule is None:
@@ -363,7 +384,7 @@ def _kept(phase: Companions, x: torch.Tensor, look=None) -> Companions:
         sums[live] += y
         squares[live] += y * y
     kept = tuple(k + (c in live) for c, k in enumerate(phase.kept))
-    phase = replace(phase, shift=shift, sums=sums, squares=squares, kept=kept)
+    phase = _with(phase, shift=shift, sums=sums, squares=squares, kept=kept)
     return phase if look is None else look(phase, x[0])
 
 

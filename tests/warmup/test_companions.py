@@ -117,3 +117,58 @@ def test_coupled_companions_measure_the_same_shift_with_a_fraction_of_the_error(
         found[coupled] = np.array(est.mean_shift), np.array(est.mean_shift_se)
         assert np.all(np.abs(found[coupled][0] - exact[coupled]) <= 4 * found[coupled][1])
     assert np.all(found[True][1] <= 0.35 * found[False][1])
+
+
+def _checked_run(problem, chunked: bool, **kw):
+    """A 260-round run with the check (companions from round 1, verdict measured) whose sampler's
+    rounds run in chunks (the small affine kernel's ``rounds``) or, ``chunked=False``, one by one
+    (the same kernel's step without its ``rounds`` attribute)."""
+    sampler = fl.FALD(problem, **kw)
+    if not chunked:
+        raw = sampler._kernel.step
+        sampler._kernel = sampler._kernel._replace(step=lambda *a, **k: raw(*a, **k))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first = sampler.run(130, progress=False)
+        second = sampler.run(130, progress=False)
+    return sampler, first, second
+
+
+@pytest.mark.parametrize("clients, tally_rounds", [(1, None), (3, None), (3, 7)])
+def test_the_check_is_the_same_with_the_sampler_s_rounds_in_chunks(clients, tally_rounds, monkeypatch):
+    """The sampler's rounds run in chunks while the companions observe them (each round's noise tally
+    taken in the chunk, the companions advanced round by round after it): the draws, the companions'
+    state, the verdict and the ledger are bit for bit those of the round-by-round run (N = 1 and 3
+    clients: the kernel's two paths through its rounds; chunks of 130 rounds, or of 7 where the
+    tallies' bound says so, ending anywhere in the pilot and the burn-in)."""
+    from fedlangevin.runner import loop
+
+    if tally_rounds is not None:  # 12 chains x 3 clients x d = 2, two stretches of normals a round
+        monkeypatch.setattr(loop, "TALLY_NUMBERS", tally_rounds * 2 * 12 * clients * 2)
+    problem = _heterogeneous() if clients == 3 else QuadraticProblem(
+        torch.tensor([[[2.0, 0.5], [0.5, 1.0]]], dtype=torch.float64), torch.tensor([[1.0, -1.0]], dtype=torch.float64),
+        torch.tensor([1.0], dtype=torch.float64))
+    kw = dict(step_size=0.02, local_steps=6, chains=12, seed=5)
+    assert getattr(fl.FALD(problem, **kw)._kernel, "rounds", None) is not None  # the chunked path is there
+    a, a1, a2 = _checked_run(problem, True, **kw)
+    b, b1, b2 = _checked_run(problem, False, **kw)
+    assert torch.equal(a1.samples, b1.samples) and torch.equal(a2.samples, b2.samples)
+    for name in ("theta", "generator", "sums", "squares", "shift"):
+        assert torch.equal(getattr(a.companions, name).cpu(), getattr(b.companions, name).cpu()), name
+    assert a2.local_step_bias == b2.local_step_bias and a2.local_step_bias.measured
+    assert dict(a.ledger) == dict(b.ledger) and a2.communication == b2.communication
+
+
+def test_the_phase_copy_is_dataclasses_replace():
+    """The companions' per-round copy of their phase gives the object dataclasses.replace gives, and
+    refuses a name that is not a field."""
+    import dataclasses
+
+    phase = companions.Companions((4, 4), 0.1, 0.5, torch.zeros(2, 3, 2), torch.zeros(8, dtype=torch.uint8),
+                                  roles=(companions.WHOLE, companions.HALVES))
+    theta = torch.ones(2, 3, 2)
+    fast = companions._with(phase, theta=theta, done=7, kept=(1, 2, 3))
+    assert fast == dataclasses.replace(phase, theta=theta, done=7, kept=(1, 2, 3)) and type(fast) is type(phase)
+    assert phase.done == 0 and phase.theta is not theta  # the original is untouched
+    with pytest.raises(TypeError, match="no field"):
+        companions._with(phase, thetas=theta)
