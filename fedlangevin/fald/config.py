@@ -83,7 +83,7 @@ class Config:
         not part of the record, only checked against ``privacy``: the sampler resolves the start)."""
         privacy = None if privacy is None else problem.check_privacy(privacy)
         if privacy is not None and privacy.budgeted:
-            check_budgeted(step_size, init, correction, adapt, local_steps, streams, transport, upload)
+            check_budgeted(step_size, init, correction, adapt, local_steps, streams, transport, upload, preconditioner)
             step_size, adapt = PLACEHOLDER_STEP, False  # planned when the run starts (fedlangevin.fald.budget)
         elif privacy is not None:
             check_private(step_size, init, correction)
@@ -182,14 +182,19 @@ class Config:
 PLACEHOLDER_STEP = 1e-300
 
 
-def check_budgeted(step_size, init, correction, adapt, local_steps, streams, transport, upload) -> None:
+def check_budgeted(step_size, init, correction, adapt, local_steps, streams, transport, upload,
+                   preconditioner=None) -> None:
     """What a budgeted private run (``privacy=RecordLevel(epsilon=..., delta=...)``) plans itself,
-    refused when given: the step size (planned), adaptation (an adapted M changes the sensitivity
-    after the plan), a drift correction, the local-step search, per-client streams, a transport
-    and an upload codec."""
+    refused when given: the step size (planned), adaptation and a preconditioner (M scales the
+    sensitivity by sqrt(lambda_max(M)), which the plan, made for M = I, does not count), a drift
+    correction, the local-step search, per-client streams, a transport and an upload codec."""
     from fedlangevin.privacy.runplan import check_planned
 
     check_planned(step_size, adapt, init)
+    if preconditioner is not None:
+        raise ValueError("preconditioner: a budgeted run plans its step for M = I (a preconditioner scales the "
+                         "sensitivity by sqrt(lambda_max(M)) and would spend more than the budget); leave it unset, "
+                         "or give a clip and a step size of your own with it (trace.privacy then reports what it spends)")
     if correction is not None:
         raise ValueError("privacy: a drift correction releases noiseless data-dependent quantities (reference "
                          "gradients, surrogates, memories); run without correction=")

@@ -87,6 +87,8 @@ def test_a_budget_is_spent_once():
     (dict(adapt=True), "adapt=True"),
     (dict(init="mode"), "init must be"),
     (dict(local_steps="auto"), "numeric local_steps"),
+    # a budgeted run with M = 4 I ran and reported epsilon 8.81 for a budget of 8 before this refusal
+    (dict(preconditioner=torch.full((18,), 4.0)), "preconditioner: a budgeted run plans its step for M = I"),
 ])
 def test_what_a_budget_plans_is_refused_when_given(kwargs, match):
     with pytest.raises(ValueError, match=match):
