@@ -159,13 +159,20 @@ def _largest_real(ok: Callable[[float], bool], start: float, upper: float | None
             lo = x
         else:
             hi = x
+    return geometric_bisect(ok, lo, hi, rtol, largest=True)
+
+
+def geometric_bisect(ok: Callable[[float], bool], lo: float, hi: float, rtol: float, *, largest: bool) -> float:
+    """Narrow 0 < lo < hi geometrically to a relative width ``rtol`` around the boundary of the
+    monotone test ``ok``. ``largest``: ok(lo) holds and ok(hi) fails, and the result is the largest
+    value found to pass (lo); otherwise ok(hi) holds and ok(lo) fails, and it is the smallest (hi)."""
     while hi / lo > 1.0 + rtol:
         mid = math.sqrt(lo * hi)
-        if ok(mid):
+        if ok(mid) == largest:
             lo = mid
         else:
             hi = mid
-    return lo
+    return lo if largest else hi
 
 
 def _largest_int(ok: Callable[[int], bool], upper: int | None) -> int | None:

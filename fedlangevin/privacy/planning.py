@@ -30,6 +30,7 @@ from typing import Callable, Sequence
 
 
 from fedlangevin._validation import check_int, check_real
+from fedlangevin.privacy.budget import geometric_bisect
 from fedlangevin.privacy.levels import Z_RANGE, NoiseOutOfRange, _check_delta, _Levels
 from fedlangevin.privacy.pld import _epsilon_for_delta, _tight_pmf, _truncation
 from fedlangevin.privacy.rdp import _rdp_curve, _rdp_to_epsilon
@@ -158,13 +159,7 @@ def noise_for_epsilon(epsilon: float, delta: float, make: Callable[[float], Rele
                          f"{hi:g} spends; ask for a larger epsilon")
     if ok(lo):
         return lo
-    while hi / lo > 1.0 + rtol:
-        mid = math.sqrt(lo * hi)
-        if ok(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    return geometric_bisect(ok, lo, hi, rtol, largest=False)
 
 
 def largest_within(epsilon: float, delta: float, fixed: Sequence[Release], make: Callable[[float], Release],
