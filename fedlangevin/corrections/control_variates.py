@@ -34,7 +34,7 @@ import torch
 
 from fedlangevin._validation import check_bool
 from fedlangevin.corrections.base import SetupCost, check_fraction, check_rounds, client_gradients, find_reference
-from fedlangevin.problems.centred import CentredMinibatches
+from fedlangevin.problems.centred import CentredClients, CentredMinibatches
 
 __all__ = ["ControlVariates"]
 
@@ -82,6 +82,17 @@ class ControlVariates:
     def per_round_floats(self, num_clients: int, dim: int) -> tuple[float, float]:
         """Extra floats (up per upload, down per round) on top of FA-LD's: none."""
         return 0.0, 0.0
+
+    def centre(self, problem, mode: torch.Tensor | None = None) -> tuple[CentredClients, SetupCost]:
+        """The problem with these control variates built in (:class:`~fedlangevin.problems.CentredClients`:
+        what FA-HMC runs on) and the set-up's cost: theta* is ``reference``, else ``mode`` (``init="map"``'s),
+        else the federated search of :func:`~fedlangevin.corrections.base.find_reference`; then every
+        client's gradient at theta* (N d floats up, N d down)."""
+        work = problem.to(device="cpu", dtype=torch.float64)
+        ref, cost = find_reference(work, self.reference, self.search_rounds, mode)
+        n, d = problem.num_clients, problem.dim
+        centred = CentredClients(problem, ref, strength=self.strength, minibatches=self.minibatches)
+        return centred, cost + SetupCost(0, float(n * d), float(n * d))
 
     def build(self, problem, *, dtype: torch.dtype, device, upload=None) -> "BuiltControlVariates":
         return BuiltControlVariates(self, problem, dtype, torch.device(device))

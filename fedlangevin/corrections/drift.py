@@ -20,13 +20,69 @@ from fedlangevin.federation.contracts import CORRECTION_SETTINGS, DRIFT_CORRECTI
 from fedlangevin.corrections.control_variates import ControlVariates
 from fedlangevin.corrections.base import SetupCost
 from fedlangevin.corrections.qlsd import QLSDPlusPlus
+from fedlangevin.federation.participation import Full
+from fedlangevin.warmup.adaptation import DENSE_MAX_DIM
+from fedlangevin.warmup.mode import global_energy
 from fedlangevin.warmup.session import Changes
 
-__all__ = ["CORRECTIONS", "as_correction", "build", "correction_from_record", "init", "keep_chains",
+__all__ = ["AUTO", "CORRECTIONS", "as_correction", "auto_choice", "check_private", "resolve", "build", "correction_from_record", "init", "keep_chains",
            "per_round_floats", "record", "restored"]
 
 #: the names ``FALD(..., correction=...)`` accepts, and their settings records
 CORRECTIONS = {"control_variates": ControlVariates, "conducive": Conducive, "qlsd++": QLSDPlusPlus}
+
+
+#: the default of ``correction=``: control variates where the run's setting needs them (:func:`auto_choice`)
+AUTO = "auto"
+
+
+def auto_choice(problem, *, private: bool, participation: Any, batch_size: int | None, local_steps: Any,
+                one_process: bool, init: Any = None) -> tuple[Any, str]:
+    """What ``correction="auto"`` runs, and why: :class:`ControlVariates` (``docs/realistic.md``) where the
+    run's setting adds gradient noise that they remove, else None. Control variates when all hold:
+
+    - a random setting: a participation rule other than :class:`~fedlangevin.federation.participation.Full`,
+      or minibatch gradients (``batch_size``); with every client and full batches there is no noise to take out;
+    - the rule's calibrated noise (``noise="paper"`` reproduces the paper's scheme as it ran, Fig. 2);
+    - not private (the reference gradients are released without noise);
+    - one process holding every client (no transport, ``streams="single"``);
+    - a fixed K = 1: a fixed K > 1 is checked against K = 1 companions of the sampler's own rounds and
+      ``local_steps="auto"`` measures them, neither of which runs a correction;
+    - a reference point the run can find: ``init="map"``'s mode, d <= ``DENSE_MAX_DIM`` (the Newton
+      search) or the problem's energy (the L-BFGS search).
+
+    Returns (the settings record or None, the reason in words)."""
+    if batch_size is None and isinstance(participation, Full):
+        return None, "every client and full-batch gradients: no client-sampling or minibatch noise"
+    if not isinstance(participation, Full) and getattr(participation, "noise", "calibrated") == "paper":
+        return None, "the participation rule's noise='paper' (the paper's scheme as it ran)"
+    if private:
+        return None, "a private run (the reference gradients would leave the clients without noise)"
+    if not one_process:
+        return None, "a transport or streams='per_client' (corrections run in one process)"
+    if isinstance(local_steps, str) or int(local_steps) != 1:
+        return None, f"local_steps={local_steps!r} (its check compares the sampler's own uncorrected rounds)"
+    searchable = (isinstance(init, str) and init == "map") or problem.dim <= DENSE_MAX_DIM
+    if not searchable and global_energy(problem) is None:
+        return None, f"no energy for the reference search at d = {problem.dim} (give correction=ControlVariates(reference=...))"
+    return ControlVariates(), "random participation or minibatches: control variates take out their noise"
+
+
+def resolve(correction: Any, problem, **setting: Any) -> Any:
+    """``correction`` as a settings record or None: ``"auto"`` through :func:`auto_choice` (``setting``: its
+    keywords), anything else through :func:`as_correction`."""
+    if isinstance(correction, str) and correction == AUTO:
+        return auto_choice(problem, **setting)[0]
+    return as_correction(correction)
+
+
+def check_private(correction: Any) -> None:
+    """A private run takes no drift correction (``None`` or ``"auto"``, which resolves to none there):
+    ``ValueError`` otherwise, before any work."""
+    if correction is not None and not (isinstance(correction, str) and correction == AUTO):
+        raise ValueError("privacy: a drift correction releases noiseless data-dependent quantities (reference "
+                         "gradients, surrogates, memories); run without correction= (its default 'auto' runs none "
+                         "in a private run)")
 
 
 def as_correction(correction: Any):
@@ -46,7 +102,7 @@ def as_correction(correction: Any):
                              f"a string naming it (not one of the built-in {', '.join(CORRECTIONS)}); got {stored!r}")
         return correction
     raise ValueError(
-        f"correction must be None, one of {', '.join(repr(c) for c in CORRECTIONS)}, ControlVariates(...), "
+        f"correction must be None, 'auto', one of {', '.join(repr(c) for c in CORRECTIONS)}, ControlVariates(...), "
         f"Conducive(...), QLSDPlusPlus(...), or an object implementing the correction contract "
         f"(fedlangevin.federation.contracts.CORRECTION_SETTINGS); got {correction!r}"
     )

@@ -23,12 +23,9 @@ def check_auto(local_steps: int, auto_local_steps: bool) -> None:
                          "preconditioner, e.g. from a run with local_steps=1) for a fixed K > 1")
 
 
-def refuse_unbuilt(step_size: Any, correction: Any) -> None:
+def refuse_unbuilt(step_size: Any) -> None:
     """What FA-HMC does not do yet, refused before any work with the reason."""
     if isinstance(step_size, str) and not is_auto(step_size):
         raise ValueError(f"step_size must be 'auto', a number, a sequence or a callable k -> h_k for FA-HMC; got "
                          f"{step_size!r} (FA-LD's 'paper' rule is Thm 5.8 of the FA-LD paper, not a rule for FA-HMC)")
-    if correction is not None:
-        raise ValueError("correction: drift corrections for FA-HMC are not built yet (a control variate would add "
-                         "to the force of every kick; its set-up and accounting are FA-LD's only); use correction=None")
 

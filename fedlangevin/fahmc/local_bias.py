@@ -146,8 +146,8 @@ def due(sampler) -> bool:
 
 def build(sampler) -> FAHMCKernel:
     """The companions' kernel: the sampler's FA-HMC (problem, temperature, correlation, participation,
-    minibatches, splitting), M and gamma given per round; built once per sampler."""
-    return assemble(sampler.problem, temperature=sampler.temperature, correlation=sampler.correlation,
+    minibatches, splitting, control variates), M and gamma given per round; built once per sampler."""
+    return assemble(getattr(sampler, "centred", None) or sampler.problem, temperature=sampler.temperature, correlation=sampler.correlation,
                     rule=sampler.participation, batch_size=sampler.batch_size, friction=sampler.friction,
                     splitting=sampler.splitting, dtype=sampler.dtype, device=sampler.device,
                     noise_dtype=sampler.noise_dtype, preconditioner=sampler.preconditioner)

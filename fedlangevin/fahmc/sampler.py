@@ -19,10 +19,11 @@ from fedlangevin._validation import (
     check_path, check_real,
 )
 from fedlangevin.fahmc import auto as hauto, budget as hbudget, local_bias as hcheck
-from fedlangevin.fahmc import private as hprivate, warmup as fahmc_warmup
+from fedlangevin.fahmc import correction as hcorrection, private as hprivate, warmup as fahmc_warmup
 from fedlangevin.fahmc.arguments import check_auto, is_auto, refuse_unbuilt
 from fedlangevin.fahmc.kernel import DEFAULT_FRICTION, SPLITTINGS, FAHMCKernel, as_fahmc_preconditioner, assemble, checked_arguments
 from fedlangevin.fahmc.node import NODE
+from fedlangevin.fahmc.stored import stored_dtype, stored_rule
 from fedlangevin.federation.contracts import TRANSPORT, check_conforms
 from fedlangevin.federation.participation import Participation, as_participation
 from fedlangevin.federation.preconditioning import (
@@ -101,7 +102,9 @@ class FAHMC(Runner):
         after the all-reduce, and the whole problem, so every rank computes the same M, h and gamma (as
         FALD's warm-up; each rank then reads every client's energy, gradient and Hessian in the warm-up).
         ``None`` (default): one process, every client.
-    correction : refused (``None`` only): drift corrections of FA-HMC are not built yet.
+    correction : ``None``, ``"control_variates"`` or a ``ControlVariates`` record (:mod:`fedlangevin.fahmc.correction`:
+        the kernel runs on :class:`~fedlangevin.problems.CentredClients`, ``docs/realistic.md``); default ``"auto"``:
+        control variates under random participation or minibatches at K = 1 in one process, not in a private run.
     privacy : :class:`fedlangevin.privacy.RecordLevel` or :class:`~fedlangevin.privacy.ClientLevel`
         (``docs/fahmc.md``, "Private FA-HMC"): every local step's likelihood gradient is clipped as
         FALD's (:class:`fedlangevin.problems.clipped.Clipped`), and ``trace.privacy(delta=...)``
@@ -150,6 +153,8 @@ class FAHMC(Runner):
     check_local_bias: bool             #: a fixed K > 1 is checked by K = 1 companions (fahmc.local_bias)
     auto_local_steps: AutoLocalSteps | None = None  #: local_steps="auto"'s rule (None: a fixed K)
     privacy: Any = None                #: RecordLevel / ClientLevel, None: not private (fahmc.private)
+    correction: Any = None             #: ControlVariates or None (fahmc.correction)
+    centred: Any = None                #: the kernel's problem with them (CentredClients) or None
     _companion_kernel: Any = None      #: the companions' (or candidates') kernel, built once on first use
 
     def __init__(
@@ -172,13 +177,13 @@ class FAHMC(Runner):
         preconditioner: Any = None,
         adapt: bool | None = None,
         splitting: str | None = None,
-        correction: Any = None,
+        correction: Any = "auto",
         privacy: Any = None,
         transport: Any = None,
         check_local_bias: bool = True,
     ) -> None:
         check_problem(problem)
-        refuse_unbuilt(step_size, correction)
+        refuse_unbuilt(step_size)
         self.check_local_bias = check_bool("check_local_bias", check_local_bias)
         self.transport = None if transport is None else check_conforms(transport, TRANSPORT, "transport")
         self.given_friction = None if is_auto(friction) else check_real("friction", friction, low=0.0, low_open=True)
@@ -230,9 +235,15 @@ class FAHMC(Runner):
         if isinstance(init, str) and init != "map":
             raise ValueError(f"init must be an array of shape (d,) or ({chains}, d), None (zeros) or 'map'; got {init!r}")
         check_init(None if isinstance(init, str) else init, chains, problem.dim, dtype, device)
+        init_given = init
         init, self.map_result = resolve_init(init, problem)  # init="map": the federated mode search's MAP
         self.friction = DEFAULT_FRICTION if self.given_friction is None else self.given_friction
-        kernel = assemble(hprivate.kernel_problem(problem, self.privacy), temperature=temperature,
+        self.correction = hcorrection.resolve(
+            correction, problem, privacy=self.privacy, participation=self.participation, batch_size=self.batch_size,
+            local_steps="auto" if self.auto_local_steps else local_steps, transport=self.transport, init=init_given)
+        self.centred, cost = (None, None) if self.correction is None else hcorrection.centre(self.correction, problem,
+                                                                                               self.map_result)
+        kernel = assemble(self.centred or hprivate.kernel_problem(problem, self.privacy), temperature=temperature,
                           correlation=self.correlation, rule=self.participation,
                           batch_size=self.batch_size, friction=self.friction, splitting=self.splitting, dtype=dtype,
                           device=device, noise_dtype=self.noise_dtype, preconditioner=self.preconditioner,
@@ -247,6 +258,10 @@ class FAHMC(Runner):
             self.ledger["setup_floats"] += self.map_result.floats_down
             self.ledger["setup_floats_up"] += self.map_result.floats_up
             self.ledger["map_rounds"] += self.map_result.rounds
+        if cost is not None:  # the control variates' set-up (fedlangevin.fahmc.correction)
+            self.ledger["setup_floats"] += cost.floats_down
+            self.ledger["setup_floats_up"] += cost.floats_up
+            self.ledger["correction_rounds"] += cost.rounds
 
     # -- the runner's hooks -------------------------------------------------------------------------
     def _kernel_settings(self) -> dict:
@@ -258,6 +273,9 @@ class FAHMC(Runner):
                    check_local_bias=bool(getattr(self, "check_local_bias", False)),
                    auto_local_steps=getattr(self, "auto_local_steps", None) is not None,
                    friction=float(getattr(self, "friction", own.get("friction", 1.0))))
+        setting = getattr(self, "correction", None)
+        if setting is not None:
+            own.update(correction=repr(setting), correction_releases=setting.releases)
         private = getattr(self, "privacy", None)
         if private is not None:  # what the accounting and a resume rebuild the mechanism from
             own.update(privacy=repr(private), adjacency=private.adjacency, privacy_spent=tuple(private.spent),
@@ -370,7 +388,7 @@ class FAHMC(Runner):
             "friction": self.friction, "given_friction": self.given_friction, "adapt_matrix": self.adapt_matrix,
             "target": None if self.step_rule is None else self.step_rule.target_accept, "adapted": self.adapted,
             "adaptation": None if self.adapter is None else self.adapter.record(),
-            "local_bias": hcheck.record(self)})}
+            "local_bias": hcheck.record(self), "correction": hcorrection.record(self.correction, self.centred)})}
 
     # -- the one place the warm-up's and the check's values are applied -----------------------------
     def _apply(self, changes: fahmc_warmup.Changes, run=None) -> float:
@@ -439,13 +457,14 @@ class FAHMC(Runner):
             raise ValueError(f"privacy: the checkpoint holds a private run ({privacy!r}), which resumes without a "
                              "transport and with a numeric step_size or none (fedlangevin.fahmc.private)")
         with rs.reading(used, values=True):
-            rule = _stored_rule(stored["participation"], participation)
+            rule = stored_rule(stored["participation"], participation)
             pre = (None if stored["preconditioner"] is None
                    else preconditioner_from_record(stored["preconditioner"], preconditioner))
-            kernel = assemble(hprivate.kernel_problem(problem, privacy), **checked_arguments(
+            correction, centred = hcorrection.restore(own.get("correction"), problem)
+            kernel = assemble(centred or hprivate.kernel_problem(problem, privacy), **checked_arguments(
                 problem, stored["temperature"], stored["correlation"], rule, stored["batch_size"], stored["friction"],
                 splitting=stored["splitting"], dtype=settings["dtype"], device=new_device,
-                noise_dtype=_dtype(stored["noise_dtype"])), preconditioner=pre, transport=transport)
+                noise_dtype=stored_dtype(stored["noise_dtype"])), preconditioner=pre, transport=transport)
             current = (None if own["preconditioner"] is None
                        else preconditioner_from_record(own["preconditioner"], preconditioner))
             adapter = (None if own["adaptation"] is None
@@ -463,7 +482,7 @@ class FAHMC(Runner):
             sampler.step_rule = AutoStep(own["target"]) if sampler.adapt_step else None
             sampler.adapt_matrix, sampler.adapted = bool(own["adapt_matrix"]), bool(own["adapted"])
             sampler.transport, sampler.map_result = transport, None  # the mode search ran before the checkpoint
-            sampler.privacy = privacy
+            sampler.privacy, sampler.correction, sampler.centred = privacy, correction, centred
             stored_check = own.get("local_bias")  # None: a checkpoint written before the check (it ran without)
             sampler.check_local_bias = bool(stored_check is not None and stored_check["check"])
             Runner.__init__(sampler, kernel, problem, schedule, **kwargs)
@@ -478,22 +497,3 @@ class FAHMC(Runner):
         return rs.resume_runner(shell, path, kernel, problem=problem, step_size=step_size, device=device,
                                 fallback=fallback, transport=transport)
 
-
-def _dtype(name: str | None) -> torch.dtype | None:
-    return None if name is None else check_dtype("noise_dtype", getattr(torch, name.replace("torch.", ""), name))
-
-
-def _stored_rule(stored: Any, given: Participation | None) -> Participation:
-    """The checkpoint's participation rule: a built-in one as stored; one of your own (stored as its
-    repr) given again and checked by its repr."""
-    if not isinstance(stored, str):
-        if given is not None and given != stored:
-            raise ValueError(f"participation: {given!r} differs from the checkpoint's {stored!r}")
-        return stored
-    if given is None:
-        raise ValueError(f"participation: the checkpoint ran with a rule of your own ({stored}); give it again: "
-                         "FAHMC.resume(path, participation=...)")
-    rule = as_participation(given)
-    if repr(rule) != stored:
-        raise ValueError(f"participation: {rule!r} differs from the checkpoint's {stored}")
-    return rule

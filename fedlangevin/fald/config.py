@@ -21,7 +21,8 @@ from fedlangevin._validation import (
 from fedlangevin.federation.contracts import TRANSPORT, UPLOAD_CODEC, check_conforms
 from fedlangevin.federation.participation import Participation, as_participation
 from fedlangevin.federation.preconditioning import as_preconditioner
-from fedlangevin.corrections.drift import QLSDPlusPlus, as_correction
+from fedlangevin.corrections import drift
+from fedlangevin.corrections.drift import QLSDPlusPlus
 from fedlangevin.runner.results.settings import Settings
 from fedlangevin.warmup.acceptance import AutoStep
 from fedlangevin.warmup.local_steps import AutoLocalSteps, as_local_steps, eligible
@@ -76,7 +77,7 @@ class Config:
            correlation: Any = 0.0, participation: Any = None, chains: Any = 1, batch_size: Any = None,
            dtype: Any = torch.float64, seed: int, noise_dtype: Any = torch.float32, upload: Any = None,
            streams: Any = "single", transport: Any = None, preconditioner: Any = None, adapt: Any = None,
-           correction: Any = None, privacy: Any = None, device: Any = None, init: Any = None,
+           correction: Any = "auto", privacy: Any = None, device: Any = None, init: Any = None,
            check_local_bias: Any = True) -> "Config":
         """Every argument checked, in the order a user reads them; the combinations that are not
         supported refused by name, before any work (``seed`` is the one already drawn; ``init`` is
@@ -132,7 +133,9 @@ class Config:
         if transport is not None and (upload is not None or streams == "per_client"):
             raise ValueError("transport: not supported with an upload codec or streams='per_client' (both assume "
                              "one process holding every client); use upload=None, streams='single'")
-        correction = as_correction(correction)
+        correction = drift.resolve(correction, problem, private=privacy is not None, participation=participation,
+                                   batch_size=batch_size, local_steps="auto" if auto_local_steps else local_steps,
+                                   one_process=transport is None and streams == "single", init=init)
         if correction is not None and (transport is not None or streams != "single"):
             raise ValueError("correction: drift corrections run in one process with streams='single' (not with a "
                              "transport or streams='per_client')")
@@ -195,9 +198,7 @@ def check_budgeted(step_size, init, correction, adapt, local_steps, streams, tra
         raise ValueError("preconditioner: a budgeted run plans its step for M = I (a preconditioner scales the "
                          "sensitivity by sqrt(lambda_max(M)) and would spend more than the budget); leave it unset, "
                          "or give a clip and a step size of your own with it (trace.privacy then reports what it spends)")
-    if correction is not None:
-        raise ValueError("privacy: a drift correction releases noiseless data-dependent quantities (reference "
-                         "gradients, surrogates, memories); run without correction=")
+    drift.check_private(correction)
     if isinstance(local_steps, str):
         raise ValueError("privacy: a budgeted run needs a numeric local_steps (the plan counts K steps a round)")
     if streams != "single" or transport is not None or upload is not None:
@@ -221,6 +222,4 @@ def check_private(step_size: Any, init: Any, correction: Any) -> None:
         raise ValueError(f"privacy: init={init!r} searches the mode with noiseless gradients and Hessians; give a "
                          "budget (RecordLevel(epsilon=..., delta=...)) for a private start, or start from zeros, prior "
                          "draws or a value of your own")
-    if correction is not None:
-        raise ValueError("privacy: a drift correction releases noiseless data-dependent quantities (reference "
-                         "gradients, surrogates, memories); run without correction=")
+    drift.check_private(correction)

@@ -109,10 +109,12 @@ class FALD(Runner):
     adapt : adapt M in the first run's warm-up (default ``rounds // 2``), then freeze it (default:
         with ``step_size="auto"`` only, and not with ``streams="per_client"``).
     correction : a drift correction against heterogeneous clients (``docs/drift.md``):
-        ``"control_variates"``, ``"conducive"``, ``"qlsd++"`` or their settings records. Control
+        ``"control_variates"``, ``"conducive"``, ``"qlsd++"``, their settings records or None. Control
         variates also remove most of the client-sampling noise of random participation and, with
         ``batch_size``, centre each client's minibatch gradient at the reference point
-        (``docs/realistic.md``).
+        (``docs/realistic.md``). Default ``"auto"``: control variates under random participation or
+        minibatches at K = 1 in one process, not in a private run, none otherwise
+        (:func:`fedlangevin.corrections.drift.auto_choice`; ``sampler.correction`` says which).
     check_local_bias : with a fixed K > 1 (default True, chains >= 2), two groups of R K = 1
         companion chains (one step of K eta, two of K eta / 2 per round, coupled to the sampler's
         round noise) run beside the sampler's once M and eta are frozen (after the warm-up, which
@@ -178,7 +180,7 @@ class FALD(Runner):
         *,
         preconditioner: Any = None,
         adapt: bool | None = None,
-        correction: Any = None,
+        correction: Any = "auto",
         privacy: Any = None,
         check_local_bias: bool = True,
     ) -> None:

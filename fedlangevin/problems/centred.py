@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import torch
 
+from fedlangevin._validation import check_bool, check_real
 from fedlangevin.problems._client_data import minibatch_indices
 from fedlangevin.problems.base import FederatedProblem, check_problem
 
-__all__ = ["CentredMinibatches"]
+__all__ = ["CentredClients", "CentredMinibatches"]
 
 
 class CentredMinibatches(FederatedProblem):
@@ -106,3 +107,85 @@ class CentredMinibatches(FederatedProblem):
 
     def __repr__(self) -> str:
         return f"CentredMinibatches({self.problem!r})"
+
+
+class CentredClients(FederatedProblem):
+    """``problem`` whose clients' gradients carry VR-FALD*'s control variates at ``reference`` theta*:
+    client c's gradient (full batch or minibatch) plus the constant
+
+        c_c = s (grad f(theta*) - grad f^c(theta*)),   grad f = sum_c p_c grad f^c   (s = ``strength``),
+
+    so that every client's corrected gradient agrees near theta* (Plassier et al. 2023; ``docs/drift.md``).
+    The constants sum to zero under the weights (sum_c p_c c_c = 0): the global energy, its gradient and
+    every Hessian are ``problem``'s, and with full participation and K = 1 a round is unchanged. Under
+    partial participation the drawn clients' weighted sum scatters only with the clients' gradient
+    *differences* (the client-sampling noise of ``docs/realistic.md``). With ``minibatches=True`` (default)
+    and a problem with per-example gradients, the minibatches are centred at theta* too
+    (:class:`CentredMinibatches`). Any sampler may take it as its problem; FA-HMC's
+    ``correction="control_variates"`` builds it.
+
+    Cost: each client's full gradient at theta* once (N d floats up, d down per client); nothing per round.
+    Energies (``energy``, ``client_energy``) are ``problem``'s as they are: the linear terms <c_c, theta>
+    sum to zero in every global energy the warm-up and the mode search read.
+    """
+
+    def __init__(self, problem: FederatedProblem, reference, *, strength: float = 1.0, minibatches: bool = True) -> None:
+        check_problem(problem)
+        strength = check_real("strength", strength, low=0.0, high=1.0)
+        minibatches = check_bool("minibatches", minibatches)
+        ref = torch.as_tensor(reference).detach()
+        if ref.shape != (problem.dim,) or not bool(torch.isfinite(ref).all()):
+            raise ValueError(f"reference must be a finite vector of shape ({problem.dim},); got shape {tuple(ref.shape)}")
+        self.problem, self.reference = problem, ref.to(dtype=torch.float64, device="cpu")
+        self.strength, self.minibatches = strength, minibatches
+        self.num_clients, self.dim, self.weights = problem.num_clients, problem.dim, problem.weights
+        self.client_sizes, self.var_names = problem.client_sizes, problem.var_names
+        centrable = problem._privacy_refusal("record") is None and problem.client_sizes is not None
+        self.inner = CentredMinibatches(problem, self.reference) if minibatches and centrable else problem
+        work = problem.to(device="cpu", dtype=torch.float64)
+        n, d = self.num_clients, self.dim
+        grads = work.grad(self.reference.reshape(1, 1, d).expand(1, n, d).clone())[0]  # (N, d): grad f^c(theta*)
+        mean = work.weights.to(torch.float64) @ grads
+        self.offsets = strength * (mean[None, :] - grads)  # (N, d), float64 on the CPU
+        if not bool(torch.isfinite(self.offsets).all()):
+            raise ValueError("reference: the clients' gradients at the reference point are not finite; give a "
+                             "reference near the mode")
+        self._cast = None  # (dtype, device, offsets there)
+
+    def _offsets(self, like: torch.Tensor) -> torch.Tensor:
+        key = (like.dtype, like.device)
+        if self._cast is None or self._cast[0] != key:
+            self._cast = (key, self.offsets.to(device=like.device, dtype=like.dtype))
+        return self._cast[1]
+
+    def grad(self, theta, *, batch_size=None, generator=None):
+        out = self.inner.grad(theta, batch_size=batch_size, generator=generator)
+        return out.add_(self._offsets(out)) if self.strength > 0 else out
+
+    def prior_grad(self, theta):
+        return self.problem.prior_grad(theta)
+
+    def posterior(self, temperature: float = 1.0):
+        return self.problem.posterior(temperature)
+
+    def constrain(self, samples):
+        return self.problem.constrain(samples)
+
+    smoothness = property(lambda self: self.problem.smoothness)
+    convexity = property(lambda self: self.problem.convexity)
+
+    def to(self, device=None, dtype=None):
+        return CentredClients(self.problem.to(device=device, dtype=dtype), self.reference, strength=self.strength,
+                              minibatches=self.minibatches)
+
+    def record(self) -> dict:
+        """What rebuilds it on the same problem (a checkpoint's entry): theta*, s and the minibatch flag."""
+        return {"reference": self.reference.clone(), "strength": self.strength, "minibatches": self.minibatches}
+
+    def __getattr__(self, name):  # energies, Hessian-vector products and the problem's other capabilities
+        if name.startswith("_") or name in ("problem", "inner"):
+            raise AttributeError(name)
+        return getattr(self.problem, name)
+
+    def __repr__(self) -> str:
+        return f"CentredClients({self.problem!r}, strength={self.strength:g}, minibatches={self.minibatches})"

@@ -95,13 +95,18 @@ def test_a_map_start_is_counted_and_a_run_from_it_resumes_bit_for_bit(tmp_path):
     whole = fl.FAHMC(problem, 0.2, **args)
     search = whole.map_result
     torch.testing.assert_close(search.theta, problem.posterior(1.0)[0].double(), rtol=0, atol=1e-6)
-    assert whole.ledger["map_rounds"] == search.rounds and whole.ledger["setup_floats_up"] == search.floats_up
+    # scheme I's default correction (control variates at the MAP: no second search) adds each client's
+    # gradient there, N d floats up
+    assert whole.correction is not None and whole.ledger["correction_rounds"] == 0
+    n_d = problem.num_clients * problem.dim
+    assert whole.ledger["map_rounds"] == search.rounds and whole.ledger["setup_floats_up"] == search.floats_up + n_d
     torch.testing.assert_close(whole.state.theta, search.theta.expand(4, -1).to(whole.state.theta))
     whole_trace = whole.run(20)
     sampler = fl.FAHMC(problem, 0.2, **args)
     sampler.run(10, checkpoint=tmp_path / "map.ckpt")
     resumed = fl.FAHMC.resume(tmp_path / "map.ckpt")
     assert resumed.map_result is None and resumed.ledger["map_rounds"] == search.rounds
+    assert resumed.correction == whole.correction and torch.equal(resumed.centred.reference, whole.centred.reference)
     trace = resumed.run(10)
     assert torch.equal(trace.samples, whole_trace.samples[:, 10:])
 
@@ -204,7 +209,7 @@ class _NoStream:
     (dict(step_size="paper"), "not a rule for FA-HMC"),
     (dict(step_size=-0.1), "step_size"),
     (dict(step_size=float("nan")), "step_size"),
-    (dict(correction="control_variates"), "correction: drift corrections for FA-HMC are not built yet"),
+    (dict(correction="conducive"), "correction: FA-HMC runs control variates"),
     (dict(privacy=object()), "privacy must be fedlangevin.privacy.RecordLevel"),
     (dict(init="mode"), "init must be an array .* or 'map'; got 'mode'"),
     (dict(preconditioner=[[1.0, 2.0], [0.0, 1.0]]), "preconditioner"),
