@@ -83,16 +83,18 @@ def _run(**kwargs):
 
 
 def test_the_warning_fires_on_a_biased_setting():
-    sampler, caught = _run(participation=fl.SchemeI(3))
+    # the settings without their default correction (correction="auto" runs control variates there)
+    sampler, caught = _run(participation=fl.SchemeI(3), correction=None)
     assert sampler.setting_noise.measured and sampler.setting_noise.exceeds
     assert len(caught) == 1 and "client sampling" in caught[0] and "predicted sd ratio" in caught[0]
     assert sampler.setting_noise.max_sd_ratio > 1.5  # the exact law's: 1.88
-    sampler, caught = _run(batch_size=2)
+    sampler, caught = _run(batch_size=2, correction=None)
     assert len(caught) == 1 and "minibatch gradients" in caught[0]
 
 
 @pytest.mark.parametrize("kwargs", [dict(participation=fl.SchemeI(3), correction="control_variates"),
                                     dict(batch_size=2, correction="control_variates"),
+                                    dict(participation=fl.SchemeI(3)), dict(batch_size=2),  # the defaults: the same
                                     dict(participation=fl.SchemeII(5), problem=_problem(0.0)),
                                     dict()])
 def test_the_warning_is_silent_on_a_right_setting(kwargs):
