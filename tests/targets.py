@@ -37,6 +37,30 @@ def weight_moments(p: np.ndarray, scheme: str, s: int | None = None) -> tuple[np
     raise ValueError(scheme)
 
 
+
+def scheme_ii_enumerated_moments(p: np.ndarray, s: int, corrected: bool) -> tuple[np.ndarray, np.ndarray]:
+    """E[w] and E[w w^T] of scheme II's weights by enumerating every S-subset of the N clients (exact up to
+    rounding; small N only): 1/S on the drawn clients (the plain mean) or, ``corrected``, the nearly
+    balanced clients' weights 1/S + (N - 1)/(S - 1) (e_c - mean of the drawn e), e_c = p_c - 1/N."""
+    from itertools import combinations
+
+    n = p.size
+    ew, eww = np.zeros(n), np.zeros((n, n))
+    subsets = list(combinations(range(n), s))
+    for subset in subsets:
+        idx = np.array(subset)
+        w = np.zeros(n)
+        if not corrected:
+            w[idx] = 1.0 / s
+        elif s >= n:
+            w = p.copy()
+        else:
+            e = p[idx] - 1.0 / n
+            w[idx] = 1.0 / s + (n - 1) / (s - 1) * (e - e.mean())
+        ew += w
+        eww += np.outer(w, w)
+    return ew / len(subsets), eww / len(subsets)
+
 def fald_moments(
     hessians: np.ndarray,
     shifts: np.ndarray,

@@ -289,3 +289,23 @@ def test_no_module_in_the_package_is_longer_than_500_lines():
         if (n := len(p.read_text().splitlines())) > 500:
             long[name] = n
     assert not long, long
+
+
+#: the experiments sit above the samplers and the shared machinery (they run them); the one module of
+#: those that reads them is FA-HMC's exact moments, built on FA-LD's (fedlangevin.experiments.exact)
+EXPERIMENTS = "fedlangevin.experiments"
+READS_EXPERIMENTS = {"fedlangevin.fahmc.exact"}
+
+
+def experiments_imports(graph: dict[str, set[str]]) -> list[str]:
+    return [f"{m} imports {d}" for m, deps in sorted(graph.items())
+            if _under(m, SAMPLERS + SHARED) and m not in READS_EXPERIMENTS for d in sorted(deps) if _under(d, (EXPERIMENTS,))]
+
+
+def test_no_sampler_or_shared_module_imports_the_experiments():
+    """A sampler's module (e.g. its run-end setting check) reads the participation rules' own closed forms,
+    not fedlangevin.experiments; the rule can fail (one such import added is reported)."""
+    assert experiments_imports(GRAPH) == []
+    module = "fedlangevin.fald.setting_noise"
+    graph = {**GRAPH, module: GRAPH[module] | {"fedlangevin.experiments.exact"}}
+    assert experiments_imports(graph) == [f"{module} imports fedlangevin.experiments.exact"]

@@ -26,7 +26,8 @@ W2(N(m', Cov g'), target) is the limit, as R -> infinity, of the paper's Sec. 7.
 (the W2 of the Gaussian fitted to R replicate chains).
 
 This module is numpy only and independent of the engine's kernels (it reads only the
-participation rule's settings, ``scheme`` and ``num_sampled``; it is used to cross-check the
+participation rule's closed-form weight moments,
+:meth:`~fedlangevin.federation.participation.Participation.weight_moments`; it is used to cross-check the
 engine's Monte Carlo curves and to locate the optimal K cheaply). ``tests/targets.py``
 holds a second, brute-force implementation on the stacked (N d)-dimensional state that the
 tests compare against.
@@ -116,33 +117,17 @@ def round_operators(
 def participation_moments(p: np.ndarray, participation: Participation | None = None) -> tuple[np.ndarray, np.ndarray]:
     """E[w] (N,) and E[w w^T] (N, N) of the aggregation weights of a participation rule.
 
-    ``participation`` (default :class:`~fedlangevin.federation.participation.Full`) is read
-    through its ``scheme`` and ``num_sampled``: full (w = p), scheme I (S draws with
-    replacement with probabilities p, plain mean: w = counts / S) or scheme II (S of N
-    uniformly without replacement, w = 1/S on them, App. C.1; on nearly balanced clients its
-    corrected weights, :class:`~fedlangevin.federation.participation.SchemeII`).
+    ``participation`` (default :class:`~fedlangevin.federation.participation.Full`): full (w = p),
+    scheme I (S draws with replacement with probabilities p, plain mean: w = counts / S) or scheme II
+    (S of N uniformly without replacement, w = 1/S on them, App. C.1; on nearly balanced clients its
+    corrected weights, :class:`~fedlangevin.federation.participation.SchemeII`): the rule's closed form,
+    :meth:`~fedlangevin.federation.participation.Participation.weight_moments` (``NotImplementedError``
+    for a rule of your own that gives none).
     """
-    rule = _rule(participation)
-    p = np.asarray(p, dtype=np.float64)
-    n = p.size
-    if rule.scheme == "full":
-        return p.copy(), np.outer(p, p)
-    s = int(rule.num_sampled)
-    if rule.scheme == "I":
-        return p.copy(), (s - 1) / s * np.outer(p, p) + np.diag(p) / s
-    if s > n:
-        raise ValueError(f"num_sampled must be <= N = {n} for scheme II; got {s}")
     import torch
 
-    from fedlangevin.federation.participation import scheme_ii_moments
-
-    if rule.corrects(torch.from_numpy(p.copy())):  # nearly balanced clients: the weights' moments, enumerated
-        ew, eww = scheme_ii_moments(torch.from_numpy(p.copy()), rule)
-        return ew.numpy(), eww.numpy()
-    off = (s - 1) / (s * n * (n - 1)) if n > 1 else 0.0
-    m2 = np.full((n, n), off)
-    np.fill_diagonal(m2, 1.0 / (s * n))
-    return np.full(n, 1.0 / n), m2
+    ew, eww = _rule(participation).weight_moments(torch.from_numpy(np.array(p, dtype=np.float64)))
+    return ew.numpy(), eww.numpy()
 
 
 def noise_weights(p: np.ndarray, participation: Participation | None = None) -> np.ndarray:

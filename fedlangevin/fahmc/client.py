@@ -24,7 +24,7 @@ import torch
 
 from fedlangevin._validation import check_choice, check_real
 from fedlangevin.fahmc.kernel import SPLITTINGS, as_fahmc_preconditioner, local_steps_
-from fedlangevin.federation.noise import add_noise_, noise_scales
+from fedlangevin.federation.noise import add_noise_, client_noise_weight, noise_scales
 from fedlangevin.federation.preconditioning import RoundPreconditioner
 from fedlangevin.problems.base import FederatedProblem
 
@@ -65,7 +65,7 @@ def client_round(
     if not isinstance(problem, FederatedProblem) or problem.num_clients != 1:
         got = problem.num_clients if isinstance(problem, FederatedProblem) else type(problem).__name__
         raise ValueError(f"problem must be a FederatedProblem holding one client (use problem.clients([c])); got {got}")
-    weight = check_real("weight", weight, low=0.0, high=1.0, low_open=True)
+    weight = client_noise_weight(weight, noise_weight)
     friction = check_real("friction", friction, low=0.0, low_open=True)
     splitting = check_choice("splitting", splitting, SPLITTINGS)
     temperature = check_real("temperature", temperature, low=0.0, low_open=True)
@@ -76,8 +76,6 @@ def client_round(
         raise ValueError(f"theta and momentum must be tensors of one shape (R, d = {problem.dim}); got {shapes}")
     dtype, device, d = theta.dtype, theta.device, problem.dim
     pre = RoundPreconditioner(preconditioner, lambda given: as_fahmc_preconditioner(given, d), d, dtype, device).built
-    if noise_weight is not None:
-        weight = check_real("noise_weight", noise_weight, low=0.0, low_open=True)
     scales = noise_scales(torch.tensor([weight], dtype=torch.float64), temperature, correlation, device=device,
                           dtype=dtype, noise_dtype=noise_dtype)
     x = theta.unsqueeze(1).clone()      # (R, 1, d)

@@ -40,7 +40,7 @@ from fedlangevin.federation.contracts import (
 from fedlangevin.federation.extensions import PRECONDITIONERS, LocalTransport
 from fedlangevin.fald.kernel import FALDState
 from fedlangevin.fald.local import local_step
-from fedlangevin.federation.noise import noise_scales
+from fedlangevin.federation.noise import client_noise_weight, noise_scales
 from fedlangevin.federation.participation import Full, Participation, as_participation, synchronize
 from fedlangevin.federation.preconditioning import BUILT, RoundPreconditioner, as_preconditioner, is_identity
 from fedlangevin.federation.rounds import RoundInfo, UploadCodec, aggregate, check_gradient, initial_theta
@@ -318,9 +318,7 @@ def client_round(
     """
     if problem.num_clients != 1:
         raise ValueError(f"problem must hold one client (use problem.clients([c])); got {problem.num_clients}")
-    weight = check_real("weight", weight, low=0.0, high=1.0, low_open=True)
-    if noise_weight is not None:
-        weight = check_real("noise_weight", noise_weight, low=0.0, low_open=True)
+    weight = client_noise_weight(weight, noise_weight)
     r, d = theta.shape
     scales = noise_scales(torch.tensor([float(weight)], dtype=torch.float64), temperature, correlation,
                           device=theta.device, dtype=theta.dtype, noise_dtype=noise_dtype)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedlangevin.federation.participation import Full, SchemeI, SchemeII
+from fedlangevin.federation.participation import Full
 from fedlangevin.federation.preconditioning import preconditioner_matrix
 from fedlangevin.warmup.adaptation import DENSE_MAX_DIM
 
@@ -88,15 +88,14 @@ class SettingNoise:
 
 
 def _weight_covariance(rule, p: torch.Tensor) -> torch.Tensor:
-    """Cov(w) (N, N) float64 of the rule's weights: closed forms for schemes I and II, else estimated from
-    :data:`WEIGHT_DRAWS` draws with a fixed seed (the same estimate every call)."""
-    if isinstance(rule, Full):
-        return torch.zeros(p.numel(), p.numel(), dtype=torch.float64)
-    if isinstance(rule, (SchemeI, SchemeII)):  # closed forms (a large S would make the draws costly)
-        from fedlangevin.experiments.exact import participation_moments
-
-        ew, eww = participation_moments(p.detach().cpu().to(torch.float64).numpy(), rule)
-        return torch.from_numpy(eww - np.outer(ew, ew))
+    """Cov(w) (N, N) float64 of the rule's weights: its closed form
+    (:meth:`~fedlangevin.federation.participation.Participation.covariance_weights`; a large S would make
+    the draws costly), else estimated from :data:`WEIGHT_DRAWS` draws with a fixed seed (the same
+    estimate every call)."""
+    try:
+        return rule.covariance_weights(p.detach().cpu().to(torch.float64))
+    except NotImplementedError:  # a rule of one's own without a closed form
+        pass
     w = rule.weights(p.to(torch.float64), WEIGHT_DRAWS, torch.Generator().manual_seed(0)).to(torch.float64)
     if w.dim() == 1:
         return torch.zeros(p.numel(), p.numel(), dtype=torch.float64)

@@ -29,7 +29,9 @@ import math
 
 import torch
 
-__all__ = ["NoiseScales", "NoiseTally", "add_noise_", "given_normals", "noise_scales"]
+from fedlangevin._validation import check_real
+
+__all__ = ["NoiseScales", "NoiseTally", "add_noise_", "client_noise_weight", "given_normals", "noise_scales"]
 
 
 class NoiseScales:
@@ -132,6 +134,17 @@ class NoiseTally:
         sign = 1.0 if half == 0 else -1.0
         return tuple(None if m is None else (side + (m + sign * z) / 2) / root
                      for side, m, z in zip(self.parts[2 * half], self.parts[1], self.bridge))
+
+
+def client_noise_weight(weight: float, noise_weight: float | None = None) -> float:
+    """The weight in ONE client's private noise scale sqrt(2 tau (1 - rho^2) / q_c): its p_c (``weight``,
+    in (0, 1]) or, given, ``noise_weight`` q_c > 0 in its place (the participation rule's
+    :meth:`~fedlangevin.federation.participation.Participation.noise_weights`). The clients of FA-LD and
+    FA-HMC share this check; ``ValueError`` naming the bad argument and its range."""
+    weight = check_real("weight", weight, low=0.0, high=1.0, low_open=True)
+    if noise_weight is None:
+        return weight
+    return check_real("noise_weight", noise_weight, low=0.0, low_open=True)
 
 
 def noise_scales(

@@ -60,7 +60,10 @@ class Participation:
 
     Every rule also reads as typed settings: :attr:`scheme` (``"full"``, ``"I"`` or ``"II"``)
     and ``num_sampled`` (S, the devices sampled per round and chain; ``None`` for
-    :class:`Full`), e.g. for the exact moments of :mod:`fedlangevin.experiments.exact`.
+    :class:`Full`). The built-in rules give their weights' moments in closed form
+    (:meth:`weight_moments`, :meth:`covariance_weights`: the exact moments of
+    :mod:`fedlangevin.experiments.exact` and the setting check of :mod:`fedlangevin.fald.setting_noise`
+    read them); a rule of your own may override :meth:`weight_moments`.
 
     ``noise``: ``"calibrated"`` (default) or ``"paper"``, the injected-noise rule (module
     docstring); a rule of your own may set it as a class or instance attribute, and may give
@@ -90,6 +93,21 @@ class Participation:
         w = self.weights(p, MONTE_CARLO_DRAWS, torch.Generator().manual_seed(0))
         w = w.to(device="cpu", dtype=torch.float64)
         return (w * w) if w.dim() == 1 else (w * w).mean(0)
+
+    def weight_moments(self, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """E[w] (N,) and E[w w^T] (N, N), float64 on the CPU, of the weights :meth:`weights` draws for
+        client weights ``p``, in closed form. The built-in rules give them; this default raises
+        ``NotImplementedError`` (a rule of your own has none unless it overrides this method)."""
+        raise NotImplementedError(
+            f"participation: {type(self).__name__} gives no closed form of its weights' moments; override "
+            "weight_moments(p) -> (E[w], E[w w^T]) to give one")
+
+    def covariance_weights(self, p: torch.Tensor) -> torch.Tensor:
+        """Cov(w) (N, N), float64 on the CPU, of the weights :meth:`weights` draws for client weights ``p``:
+        E[w w^T] - E[w] E[w]^T from :meth:`weight_moments` (``NotImplementedError`` where it has no
+        closed form; zero for :class:`Full`, whose weights are fixed)."""
+        mean, second = self.weight_moments(p)
+        return second - torch.outer(mean, mean)
 
     def noise_weights(self, p: torch.Tensor) -> torch.Tensor:
         """q (N,) with client c's private noise variance 2 eta tau (1 - rho^2) / q_c per local step:
@@ -149,6 +167,10 @@ class Full(Participation):
         p = p.detach().to(device="cpu", dtype=torch.float64)
         return p * p
 
+    def weight_moments(self, p):
+        p = p.detach().to(device="cpu", dtype=torch.float64)
+        return p.clone(), torch.outer(p, p)  # w = p in every round
+
     def noise_weights(self, p):
         return p
 
@@ -194,6 +216,11 @@ class SchemeI(Participation):
     def mean_square_weights(self, p):
         p, s = p.detach().to(device="cpu", dtype=torch.float64), self.num_sampled
         return p * (1.0 - p) / s + p * p  # counts ~ Multinomial(S, p): E[count_c^2] = S p_c (1 - p_c) + S^2 p_c^2
+
+    def weight_moments(self, p):
+        p, s = p.detach().to(device="cpu", dtype=torch.float64), self.num_sampled
+        # counts ~ Multinomial(S, p): E[count_c count_k] = S (S - 1) p_c p_k + S p_c [c = k]
+        return p.clone(), (s - 1) / s * torch.outer(p, p) + torch.diag(p) / s
 
     def _calibrated(self, p):
         s = self.num_sampled
@@ -262,6 +289,18 @@ class SchemeII(Participation):
         if not self.corrects(p):
             return torch.full_like(p, 1.0 / (self.num_sampled * p.numel()))  # drawn with probability S/N, weight 1/S
         return near_balanced_square_weights(p, min(self.num_sampled, p.numel()))
+
+    def weight_moments(self, p):
+        p = p.detach().to(device="cpu", dtype=torch.float64)
+        n, s = p.numel(), self.num_sampled
+        if s > n:
+            raise ValueError(f"num_sampled (S) for SchemeII must be in [1, N={n}]; got {s}")
+        if self.corrects(p):  # E[w] = p exactly (the weights' construction)
+            return p.clone(), near_balanced_second_moments(p, s)
+        off = (s - 1) / (s * n * (n - 1)) if n > 1 else 0.0  # the plain mean: drawn together w.p. S (S - 1) / (N (N - 1))
+        second = torch.full((n, n), off, dtype=torch.float64)
+        second.fill_diagonal_(1.0 / (s * n))
+        return torch.full((n,), 1.0 / n, dtype=torch.float64), second
 
     def _calibrated(self, p):
         return self.mean_square_weights(p) / p
@@ -343,44 +382,31 @@ def near_balanced_square_weights(p: torch.Tensor, s: int) -> torch.Tensor:
     return s / n * ((1.0 + n * e) ** 2 + a * a * var_t) / (s * s)
 
 
-def scheme_ii_moments(p: torch.Tensor, rule: "SchemeII") -> tuple[torch.Tensor, torch.Tensor]:
-    """E[w] (N,) and E[w w^T] (N, N) of :class:`SchemeII`'s weights for client weights ``p`` (float64),
-    by enumerating every S-subset (exact; the plain mean's closed form where it applies). ``ValueError``
-    beyond :data:`MAX_SUBSETS` subsets."""
-    from itertools import combinations
-    from math import comb
-
-    p = p.detach().to(device="cpu", dtype=torch.float64)
-    n, s = p.numel(), min(rule.num_sampled, p.numel())
-    if comb(n, s) > MAX_SUBSETS:
-        raise ValueError(f"scheme II's weight moments are enumerated over the C({n}, {s}) = {comb(n, s)} subsets, "
-                         f"more than {MAX_SUBSETS}; use fewer clients")
-    ew, eww = torch.zeros(n, dtype=torch.float64), torch.zeros(n, n, dtype=torch.float64)
-    subsets = list(combinations(range(n), s))
-    for subset in subsets:
-        idx = torch.tensor(subset)
-        w = _subset_weights(p, idx, rule)
-        ew += w
-        eww += torch.outer(w, w)
-    return ew / len(subsets), eww / len(subsets)
-
-
-#: :func:`scheme_ii_moments` enumerates at most this many subsets
-MAX_SUBSETS = 200_000
-
-
-def _subset_weights(p: torch.Tensor, idx: torch.Tensor, rule: "SchemeII") -> torch.Tensor:
-    """Scheme II's weights (N,) when the clients ``idx`` are drawn (:meth:`SchemeII.weights`' rule)."""
-    n, s = p.numel(), idx.numel()
-    w = torch.zeros(n, dtype=torch.float64)
-    if s >= n and rule.corrects(p):
-        return p.clone()
-    if not rule.corrects(p):
-        w[idx] = 1.0 / s
-        return w
-    e = p[idx] - 1.0 / n
-    w[idx] = 1.0 / s + (n - 1) / (s - 1) * (e - e.mean())
-    return w
+def near_balanced_second_moments(p: torch.Tensor, s: int) -> torch.Tensor:
+    """E[w w^T] (N, N) of :class:`SchemeII`'s weights for nearly balanced clients (float64 ``p``, S = ``s``
+    >= 2), in closed form. With I_c the indicator that client c is drawn, T = sum_j I_j e_j and a = (N - 1) /
+    (S - 1), w_c = I_c (b_c - a T / S), b_c = 1/S + a e_c; the moments of I_c I_k T^m (m <= 2) follow from
+    the inclusion probabilities pi_m = S (S - 1) ... (S - m + 1) / (N (N - 1) ... (N - m + 1)) of m given
+    clients, with sum_j e_j = 0 (its diagonal is :func:`near_balanced_square_weights`)."""
+    n = p.numel()
+    if s >= n:
+        return torch.outer(p, p)  # every client drawn: w = p
+    pi = [1.0]
+    for m in range(4):  # pi[m]: m given clients all drawn (0 when m > S)
+        pi.append(pi[-1] * (s - m) / (n - m) if m < s else 0.0)
+    a, e = (n - 1) / (s - 1), p - 1.0 / n
+    e2, sigma = e * e, float((e * e).sum())
+    b = 1.0 / s + a * e
+    # c != k: given both drawn, T = e_c + e_k + T', T' over the other N - 2 (sum -(e_c + e_k), squares q)
+    pair, q = e[:, None] + e[None, :], sigma - e2[:, None] - e2[None, :]
+    t1 = (pi[2] - pi[3]) * pair
+    t2 = (pi[2] - 2 * pi[3]) * pair ** 2 + pi[3] * q + pi[4] * (pair ** 2 - q)
+    second = pi[2] * b[:, None] * b[None, :] - a / s * (b[:, None] + b[None, :]) * t1 + (a / s) ** 2 * t2
+    # c = k: given c drawn, T = e_c + T'', T'' over the other N - 1 (sum -e_c, squares sigma - e_c^2)
+    t1 = (pi[1] - pi[2]) * e
+    t2 = (pi[1] - 2 * pi[2]) * e2 + pi[2] * (sigma - e2) + pi[3] * (2 * e2 - sigma)
+    second.diagonal().copy_(pi[1] * b * b - 2 * a / s * b * t1 + (a / s) ** 2 * t2)
+    return second
 
 
 def as_participation(value: Participation | str | None) -> Participation:

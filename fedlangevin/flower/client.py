@@ -140,11 +140,15 @@ def local_states(node: NodeProblem, theta: torch.Tensor, cfg, arrays=None, kerne
     seed out of range, an array of another shape, ...), and the local state after them (a
     non-finite one is not sent).
     """
+    return _states(node, theta, cfg, arrays, _kernel(cfg, kernels))
+
+
+def _states(node: NodeProblem, theta: torch.Tensor, cfg, arrays, kernel) -> dict:
+    """:func:`local_states` with the message's node kernel ``kernel`` already looked up."""
     from fedlangevin._validation import check_int, check_real, check_seed, check_step_sizes
 
     if theta.dim() != 2 or theta.shape[1] != node.problem.dim:
         raise ValueError(f"train message: theta must have shape (R, d = {node.problem.dim}); got {tuple(theta.shape)}")
-    kernel = _kernel(cfg, kernels)
     t = check_int("train message: round", _entry(cfg, "round"), 0, MAX_ROUND)
     round_seed = check_seed("train message: round_seed", _entry(cfg, "round_seed"))
     etas = list(check_step_sizes("train message: step_sizes", _entry(cfg, "step_sizes")))
@@ -199,9 +203,9 @@ def handle_train(node: NodeProblem, message, kernels=None):
     cfg = content.config_records.get(CONFIG)
     if cfg is None:
         raise ValueError("train message: no config record")
-    kernel = _kernel(cfg, kernels)
+    kernel = _kernel(cfg, kernels)  # looked up once: its arrays are read here, its round runs in _states
     arrays = {name: from_array_record(content.array_records.get(name), name, "train message") for name in kernel.arrays}
-    states = local_states(node, theta, cfg, arrays, kernels)
+    states = _states(node, theta, cfg, arrays, kernel)
     app = flwr_app()
     return app.Message(app.RecordDict({k: to_array_record(k, x) for k, x in states.items()}), reply_to=message)
 

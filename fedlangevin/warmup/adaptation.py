@@ -290,7 +290,8 @@ class Adapter:
         from draws: Newton statistic <= ARRIVED at the start; False, and :meth:`start` goes on as
         without an approach: a Laplace M from ``hessian``, eta = SAFETY / lambda_max(M H), Stan's
         windows from round 0). Approaching: M = |H|^-1 at the start, eta = 5 SAFETY / lambda_max(M H)
-        capped at the approach's STEP, and Stan's windows wait until the chains have arrived."""
+        capped at the approach's STEP, and Stan's windows wait until the chains have arrived. Called only
+        while M is dense (d <= ``dense_max_dim``, :meth:`start`): it forms d x d matrices."""
         self.last = theta.detach().to(device="cpu", dtype=torch.float64).clone()
         self._at_last = self._evaluate(self.last)
         laplace = self._laplace(theta, absolute=True, hessian=hessian)

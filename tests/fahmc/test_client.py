@@ -111,7 +111,8 @@ def _call(**changes):
     ({"problem": GaussianSimulation(num_clients=2, seed=0)}, "problem"),
     ({"momentum": torch.zeros(3, 2, dtype=torch.float64)}, "momentum"),
     ({"theta": torch.zeros(2, 3, dtype=torch.float64), "momentum": torch.zeros(2, 3, dtype=torch.float64)}, "theta"),
-    ({"preconditioner": [1.0, -1.0]}, "preconditioner"),
+    ({"preconditioner": [1.0, -1.0]}, "preconditioner"), ({"noise_weight": 0.0}, "noise_weight"),
+    ({"noise_weight": math.nan}, "noise_weight"),
 ])
 def test_bad_arguments_are_refused_by_name(changes, name):
     with pytest.raises(ValueError, match=name):

@@ -3,6 +3,7 @@ point's default bit-identical to the plain round."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 
@@ -252,6 +253,9 @@ def test_client_round_is_the_kernels_round_for_one_client():
     assert torch.equal(beta, state.theta)
     with pytest.raises(ValueError, match="one client"):
         client_round(problem, theta, etas, weight=0.5, shared_generator=None, private_generator=None)
+    for bad in (0.0, -1.0, math.nan):  # the participation rule's q_c must be > 0 (finite)
+        with pytest.raises(ValueError, match="noise_weight"):
+            client_round(single, theta, etas, weight=1.0, noise_weight=bad, shared_generator=None, private_generator=None)
 
 
 @pytest.mark.parametrize("kwargs,name", [

@@ -140,3 +140,25 @@ def test_a_rule_of_ones_own_is_checked_from_its_draws():
     # 4,096 drawn weight vectors: the covariance's relative standard error is about sqrt(2 / 4096) = 2.2 %
     assert np.allclose(drawn**2 - 1, closed**2 - 1, rtol=0.1), (drawn, closed)
 
+
+
+def test_scheme_two_on_many_nearly_balanced_clients_is_checked_in_closed_form():
+    """Scheme II on 40 nearly balanced clients, S = 8 (C(40, 8) = 7.7e7 subsets, beyond any enumeration):
+    V_part at one state is the variance of the averaged drift sum_c w_c g_c over the rule's own drawn
+    rounds (2^17 of them, fixed seed), each diagonal entry within 5 Monte Carlo standard errors
+    (se = sd((y - mean y)^2) / sqrt(draws))."""
+    n, draws = 40, 1 << 17
+    u = torch.rand(n, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    p = 1.0 / n + 0.9 / (n - 1) * ((u - u.min()) / (u.max() - u.min()) - 0.5)
+    p = p / p.sum()
+    shifts = torch.randn(n, 2, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    problem = fl.problems.QuadraticProblem(torch.eye(2, dtype=torch.float64), shifts, p)
+    rule = fl.SchemeII(8)
+    rule.validate(problem.weights)
+    theta = torch.tensor([[0.3, -0.2]], dtype=torch.float64)
+    v_part, _ = drift_noise(problem, theta, rule, None)
+    g = problem.to(dtype=torch.float64).grad(theta.expand(n, 2).unsqueeze(0).clone())[0]  # (N, d)
+    y = rule.weights(problem.weights.to(torch.float64), draws, torch.Generator().manual_seed(2)) @ g
+    dev2 = (y - y.mean(0)) ** 2
+    se = dev2.std(0) / draws ** 0.5
+    assert bool(((dev2.mean(0) - v_part.diagonal()).abs() <= 5 * se).all()), (dev2.mean(0), v_part.diagonal(), se)

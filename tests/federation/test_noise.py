@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedlangevin.federation.noise import NoiseTally, add_noise_, noise_scales
+from fedlangevin.federation.noise import NoiseTally, add_noise_, client_noise_weight, noise_scales
 
 
 @pytest.mark.parametrize("rho", [0.0, 0.4, 1.0])
@@ -124,3 +124,16 @@ def _one_step_tally() -> NoiseTally:
     tally = NoiseTally()
     tally.add(None, torch.zeros(2, 2, 1))
     return tally
+
+
+def test_a_clients_noise_weight_is_its_p_c_or_the_rules_q_c():
+    """One client's noise weight: p_c in (0, 1] without a noise_weight, else q_c > 0 (finite) in its place;
+    a bad one is refused by name (FA-LD's and FA-HMC's client rounds both read this check)."""
+    assert client_noise_weight(0.25) == 0.25
+    assert client_noise_weight(0.25, 0.4) == 0.4
+    for bad in (0.0, 1.5, math.nan):
+        with pytest.raises(ValueError, match="weight"):
+            client_noise_weight(bad, 0.4)
+    for bad in (0.0, -0.1, math.nan, math.inf, "q"):
+        with pytest.raises(ValueError, match="noise_weight"):
+            client_noise_weight(0.25, bad)

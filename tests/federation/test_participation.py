@@ -12,7 +12,7 @@ import fedlangevin as fl
 from fedlangevin.federation import participation
 from fedlangevin.federation.participation import synchronize
 from fedlangevin.problems import QuadraticProblem
-from tests.targets import fald_moments
+from tests.targets import fald_moments, scheme_ii_enumerated_moments, weight_moments
 
 R = 200_000
 
@@ -59,9 +59,9 @@ def test_scheme_two_is_unbiased_on_nearly_balanced_weights(s):
     w = rule.weights(P_UNEQUAL, 1000, torch.Generator().manual_seed(0))
     torch.testing.assert_close(w.sum(1), torch.ones(1000, dtype=torch.float64), rtol=0, atol=1e-15)
     assert bool((w >= 0).all()) and bool(((w > 0).sum(1) == s).all())
-    ew, eww = participation.scheme_ii_moments(P_UNEQUAL, rule)
-    torch.testing.assert_close(ew, P_UNEQUAL, rtol=0, atol=1e-15)
-    torch.testing.assert_close(eww.diagonal(), rule.mean_square_weights(P_UNEQUAL), rtol=1e-12, atol=0)
+    ew, eww = scheme_ii_enumerated_moments(P_UNEQUAL.numpy(), s, corrected=True)
+    np.testing.assert_allclose(ew, P_UNEQUAL.numpy(), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(np.diag(eww), rule.mean_square_weights(P_UNEQUAL).numpy(), rtol=1e-12, atol=0)
     assert _check_unbiased(rule, P_UNEQUAL, _beta(4), 3).max() < 5
 
 
@@ -262,3 +262,71 @@ def test_the_calibration_changes_only_the_private_noise():
         apart = [fl.FALD(problem, participation=r, correlation=0.5, **kw).run(5, progress=False).samples
                  for r in (rule, paper)]
         assert not torch.equal(apart[0], apart[1])
+
+
+def _near_balanced(n, seed):
+    """Client weights with (N - 1)(max p - min p) = 0.9 (scheme II's nearly balanced weights)."""
+    u = torch.rand(n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    u = (u - u.min()) / (u.max() - u.min())  # spread exactly 1 before the centring
+    return 1.0 / n + 0.9 / (n - 1) * (u - u.mean())
+
+
+COVARIANCE_CASES = [
+    (fl.Full(), P_UNEQUAL),
+    (fl.SchemeI(3), P_UNEQUAL),
+    (fl.SchemeI(20), _near_balanced(12, 0)),
+    (fl.SchemeII(2), torch.full((5,), 0.2, dtype=torch.float64)),
+    (fl.SchemeII(2, allow_unbalanced=True), P_UNEQUAL),
+    (fl.SchemeII(3), P_UNEQUAL),
+    (fl.SchemeII(8), _near_balanced(40, 1)),  # C(40, 8) = 7.7e7 subsets: only the closed form reaches it
+]
+
+
+@pytest.mark.parametrize("rule, p", COVARIANCE_CASES, ids=lambda x: repr(x) if isinstance(x, participation.Participation) else "")
+def test_the_covariance_of_the_weights_matches_their_draws(rule, p):
+    """covariance_weights(p) against the sample covariance of R rounds drawn by the rule's own weights()
+    (fixed seed): every entry within 5 Monte Carlo standard errors, se_ab = sd((w_a - m_a)(w_b - m_b)) /
+    sqrt(R) (a false failure has probability 5.7e-7 per entry); entries with no spread (full
+    participation, w = p) agree to rounding. The rows sum to 0 (the weights sum to 1)."""
+    cov = rule.covariance_weights(p)
+    assert cov.dtype == torch.float64 and cov.shape == (p.numel(), p.numel())
+    torch.testing.assert_close(cov.sum(1), torch.zeros(p.numel(), dtype=torch.float64), rtol=0, atol=1e-15)
+    w = rule.weights(p, R, torch.Generator().manual_seed(5))
+    w = w.expand(R, -1) if w.dim() == 1 else w
+    dev = w - w.mean(0)
+    sample, square = dev.T @ dev / R, (dev * dev).T @ (dev * dev) / R  # means of the products and their squares
+    se = ((square - sample * sample).clamp(min=0) / R).sqrt()
+    assert bool(((sample - cov).abs() <= 5 * se + 1e-15).all()), ((sample - cov).abs() / se).max()
+
+
+def test_the_weight_moments_are_the_closed_forms_of_before():
+    """E[w] and E[w w^T] are the test targets' closed forms bit for bit (full participation, scheme I,
+    scheme II's plain mean), and on nearly balanced clients scheme II's corrected weights' moments
+    enumerated over every S-subset (rounding); covariance_weights is E[w w^T] - E[w] E[w]^T."""
+    p, balanced = P_UNEQUAL.numpy(), np.full(5, 0.2)
+    for rule, pp, scheme in ((fl.Full(), p, "full"), (fl.SchemeI(3), p, "I"), (fl.SchemeI(1), p, "I"),
+                             (fl.SchemeII(2), balanced, "II"), (fl.SchemeII(5), balanced, "II"),
+                             (fl.SchemeII(3, allow_unbalanced=True), p, "II")):
+        ew, eww = rule.weight_moments(torch.from_numpy(pp))
+        want = weight_moments(pp, scheme, rule.num_sampled)
+        np.testing.assert_array_equal(ew.numpy(), want[0])
+        np.testing.assert_array_equal(eww.numpy(), want[1])
+        np.testing.assert_array_equal(rule.covariance_weights(torch.from_numpy(pp)).numpy(),
+                                      want[1] - np.outer(want[0], want[0]))
+    for n, s in ((4, 2), (4, 3), (4, 4), (7, 3), (9, 5)):
+        pp = _near_balanced(n, n + s)
+        rule = fl.SchemeII(s)
+        ew, eww = rule.weight_moments(pp)
+        want = scheme_ii_enumerated_moments(pp.numpy(), s, corrected=True)
+        np.testing.assert_allclose(ew.numpy(), want[0], rtol=1e-13, atol=0)
+        np.testing.assert_allclose(eww.numpy(), want[1], rtol=1e-13, atol=0)
+        torch.testing.assert_close(eww.diagonal(), rule.mean_square_weights(pp), rtol=1e-13, atol=0)
+
+
+def test_a_rule_of_your_own_has_no_closed_form_covariance():
+    """A rule of one's own that gives no weight_moments is refused by name (not read as the scheme it
+    names: _EveryOther says scheme "I" but draws other weights); S > N under scheme II is refused."""
+    with pytest.raises(NotImplementedError, match="_EveryOther.*weight_moments"):
+        _EveryOther().covariance_weights(P_UNEQUAL)
+    with pytest.raises(ValueError, match="num_sampled"):
+        fl.SchemeII(5).covariance_weights(P_UNEQUAL)

@@ -79,3 +79,44 @@ def test_an_fahmc_config_needs_the_velocity_of_thetas_shape():
         local_states(_node(), THETA, cfg, {"momentum": torch.zeros(2, 2, dtype=torch.float64)})
     states = local_states(_node(), THETA, cfg, {"momentum": torch.zeros_like(THETA)})
     assert set(states) == {BETA, MOMENTUM} and all(bool(torch.isfinite(x).all()) for x in states.values())
+
+
+class _Array:
+    """An ArrayRecord's array as handle_train reads it (``.numpy()``)."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def numpy(self):
+        return self.tensor.numpy()
+
+
+def test_a_train_message_looks_its_node_kernel_up_once(monkeypatch):
+    """handle_train resolves the message's sampler family once (its arrays and its round use the same kernel)
+    and replies with local_states' states. The message and Flower's records are stood in for (duck types),
+    so this runs without Flower."""
+    from types import SimpleNamespace
+
+    from fedlangevin.flower import client as node_client
+    from fedlangevin.flower.protocol import CONFIG, node_kernels
+    from fedlangevin.flower.protocol import THETA as THETA_RECORD
+
+    calls = []
+
+    def counting(kernels=None):
+        calls.append(kernels)
+        return node_kernels(kernels)
+
+    monkeypatch.setattr(node_client, "node_kernels", counting)
+    monkeypatch.setattr(node_client, "flwr_app", lambda: SimpleNamespace(RecordDict=dict,
+                                                                          Message=lambda content, reply_to: content))
+    monkeypatch.setattr(node_client, "to_array_record", lambda name, x: x)
+    momentum = torch.randn(3, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    for cfg, arrays in ((_config(), {}), (_config(sampler="fahmc", friction=0.8, splitting="BAOAB"), {"momentum": momentum})):
+        records = {name: {name: _Array(x)} for name, x in {THETA_RECORD: THETA, **arrays}.items()}
+        message = SimpleNamespace(content=SimpleNamespace(array_records=records, config_records={CONFIG: cfg}))
+        calls.clear()
+        reply = node_client.handle_train(_node(), message)
+        assert len(calls) == 1
+        want = local_states(_node(), THETA, cfg, arrays)
+        assert set(reply) == set(want) and all(torch.equal(reply[k], want[k]) for k in want)

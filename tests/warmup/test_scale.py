@@ -1,6 +1,7 @@
 """The warm-up above the dense limit: Lanczos extremes of the mean preconditioned Hessian against
 the dense eigenvalues, the diagonal matrix-growth rule against the dense one, and FA-LD's and
-FA-HMC's defaults at d = 2,400 forming no d x d tensor."""
+FA-HMC's defaults at d = 2,400 forming no d x d tensor, and a given diagonal M just above the limit
+calling no dense builder (the approach's M, FA-HMC's friction rule)."""
 
 from __future__ import annotations
 
@@ -146,3 +147,50 @@ class _NoDiagonal:
 
     def grad(self, theta, **kwargs):
         return self._problem.grad(theta, **kwargs)
+
+
+#: the modules of a run that can build a dense M (preconditioner_matrix) or a d x d Hessian (mean_hessian)
+DENSE_BUILDERS = [(module, name) for module in ("fedlangevin.fahmc.kernel", "fedlangevin.fahmc.warmup",
+                                                "fedlangevin.fald.setting_noise", "fedlangevin.warmup.acceptance",
+                                                "fedlangevin.warmup.adaptation")
+                  for name in ("preconditioner_matrix", "mean_hessian")]
+
+
+def test_a_diagonal_preconditioner_just_above_the_dense_limit_builds_no_dense_matrix(monkeypatch):
+    """FALD and FAHMC with step_size="auto", a given diagonal M (adapted: adapt left at its default) and
+    chains started far from the mode (so that the acceptance rule would begin an approach, and FA-HMC sets
+    its friction in phase 2), on a quadratic problem with d = DENSE_MAX_DIM + 1: no dense builder
+    (preconditioner_matrix, mean_hessian) is called: the approach (Adapter._begin_approach) and the
+    friction rule's dense path stay below the limit. At d = DENSE_MAX_DIM the same runs do call them
+    (the check reaches the code it guards)."""
+    import importlib
+
+    calls = []
+    for module, name in DENSE_BUILDERS:
+        mod = importlib.import_module(module)
+        if hasattr(mod, name):
+            real = getattr(mod, name)
+
+            def record(*args, _real=real, _name=f"{module}.{name}", **kwargs):
+                calls.append(_name)
+                return _real(*args, **kwargs)
+
+            monkeypatch.setattr(mod, name, record)
+    for d in (adaptation.DENSE_MAX_DIM + 1, adaptation.DENSE_MAX_DIM):
+        g = torch.Generator().manual_seed(0)
+        hessians = torch.diag_embed(torch.rand(4, d, generator=g, dtype=torch.float64) + 0.5)
+        prob = QuadraticProblem(hessians, torch.randn(4, d, generator=g, dtype=torch.float64), [0.25] * 4)
+        diagonal = torch.rand(d, generator=g, dtype=torch.float64) + 0.5
+        for cls in (fl.FALD, fl.FAHMC):
+            calls.clear()
+            sampler = cls(prob, chains=3, seed=0, preconditioner=diagonal, init=torch.full((d,), 30.0, dtype=torch.float64))
+            sampler.run(45, warmup=40, progress=False)
+            if cls is fl.FAHMC:
+                assert hmc_warmup.GAMMA_MIN <= sampler.friction <= hmc_warmup.GAMMA_MAX  # the friction rule ran
+            if d > adaptation.DENSE_MAX_DIM:
+                assert isinstance(sampler.preconditioner.diagonal, torch.Tensor)  # M stays diagonal
+                assert calls == [], f"{cls.__name__} at d = {d}: {calls[:5]}"
+            else:  # the approach's M (both samplers' warm-up) and FA-HMC's friction rule
+                want = {"fedlangevin.warmup.adaptation.preconditioner_matrix"} | (
+                    {"fedlangevin.fahmc.warmup.preconditioner_matrix"} if cls is fl.FAHMC else set())
+                assert want <= set(calls), f"{cls.__name__} at d = {d}: the dense path was not taken ({set(calls)})"
