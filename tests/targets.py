@@ -177,5 +177,6 @@ def small_logistic(n_per_client: int = 100, clients: int = 4, seed: int = 0):
     out = []
     for _ in range(clients):
         x = torch.randn(n_per_client, 5, generator=g, dtype=torch.float64)
-        out.append((x, torch.distributions.Categorical(logits=x @ w.T).sample()))
+        labels = torch.multinomial(torch.softmax(x @ w.T, dim=1), 1, generator=g).squeeze(1)  # seeded: the same data
+        out.append((x, labels))
     return LogisticRegression(out, prior_scale=1.0)

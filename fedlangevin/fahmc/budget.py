@@ -45,8 +45,15 @@ def step_rule(friction: float | None):
     gamma = float(friction)
     return StepRule(to_eta=lambda h: equivalent_step_size(h, gamma),
                     public=lambda lam0: HMC_SAFETY / math.sqrt(lam0),
-                    rate=lambda lam0: 0.5 * (gamma - math.sqrt(max(gamma * gamma - 4.0 * lam0, 0.0))),
+                    rate=lambda lam0: 0.5 * (gamma - math.sqrt(_discriminant(gamma, lam0))),
                     symbol="h", friction=gamma)
+
+
+def _discriminant(gamma: float, lam0: float) -> float:
+    """gamma^2 - 4 lambda_0, zero within rounding of gamma^2: at the critical friction 2 sqrt(lambda_0) a
+    rounding of +1 ulp would otherwise take sqrt(ulp) ~ 1e-8 relative off the relaxation rate."""
+    disc = gamma * gamma - 4.0 * lam0
+    return 0.0 if disc <= 1e-12 * gamma * gamma else disc
 
 
 #: the schedule's step size until the plan sets h (no round runs before the plan)

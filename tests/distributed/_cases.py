@@ -159,7 +159,9 @@ HMC_AUTO_ROUNDS = 40  # step_size="auto": a warm-up of 20 rounds, both of its ph
 #: participation, minibatches, a preconditioner, both splittings, and the adaptive warm-up
 HMC_CASES = {
     "hmc_k1_rho0": (gaussian_problem, dict(local_steps=1, correlation=0.0)),
-    "hmc_k1_rho07_minibatch": (logistic_problem, dict(step_size=0.3, local_steps=1, correlation=0.7, batch_size=3)),
+    # correction=None: "auto" runs control variates in one process only, and the ranks are compared with it
+    "hmc_k1_rho07_minibatch": (logistic_problem, dict(step_size=0.3, local_steps=1, correlation=0.7, batch_size=3,
+                                                      correction=None)),
     "hmc_k3_rho0_obabo": (gaussian_problem, dict(local_steps=3, correlation=0.0, splitting="OBABO")),
     "hmc_k3_rho07_preconditioned": (gaussian_problem, dict(local_steps=3, correlation=0.7,
                                                            preconditioner=torch.tensor([0.5, 1.5]).double())),
