@@ -41,3 +41,22 @@ def test_each_setting_samples_the_posterior_with_control_variates(pilot, setting
     se = 1 / math.sqrt(row.min_ess_bulk)
     assert row.max_mean_error <= 0.1 + 3 * se, row
     assert 0.9 - 3 * se / math.sqrt(2) <= row.min_sd_ratio and row.max_sd_ratio <= 1.1 + 3 * se / math.sqrt(2), row
+
+
+@pytest.mark.parametrize("setting", ["scheme1", "scheme2", "minibatch"])
+def test_each_setting_samples_the_posterior_with_the_defaults(setting):
+    # FALD's defaults (step_size="auto" adapting in the setting, correction="auto": control variates) from
+    # init="map", with the same tolerances as above
+    post = load("kilpisjarvi_mod-kilpisjarvi")
+    participation = {"scheme1": fl.SchemeI(5), "scheme2": fl.SchemeII(5)}.get(setting)
+    batch = Recipe(batch_fraction=0.1 if setting == "minibatch" else None).batch_size(post.problem)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sampler = fl.FALD(post.problem, chains=16, seed=1, init="map", participation=participation, batch_size=batch)
+        trace = sampler.run(800, progress=False)
+    assert sampler.correction is not None and sampler.correction.name == "control_variates"
+    assert not [w for w in caught if "off the target" in str(w.message)]
+    row = compare(post, np.asarray(trace.numpy()), 1.0)
+    se = 1 / math.sqrt(row.min_ess_bulk)
+    assert row.max_mean_error <= 0.1 + 3 * se, row
+    assert 0.9 - 3 * se / math.sqrt(2) <= row.min_sd_ratio and row.max_sd_ratio <= 1.1 + 3 * se / math.sqrt(2), row
