@@ -221,7 +221,9 @@ def trace_privacy(trace: Any, *, delta: float, sensitivity: float | None = None,
         raise ValueError(
             f"trace.privacy: the run used the drift correction {settings.correction}, which also releases {releases}, "
             "outside the Langevin noise; no sound accounting of that release exists here (a noiseless data-dependent "
-            "release can have unbounded privacy loss), so no epsilon is reported. Account a run without correction=")
+            "release can have unbounded privacy loss), so no epsilon is reported. Account a run with correction=None (the "
+            "default correction='auto' runs control variates under random participation or minibatches in a run "
+            "without privacy=; a run with privacy=... runs none)")
     released = max(int(getattr(settings, "chains", trace.num_chains)), int(trace.num_chains))
     r = check_int("chains", released if chains is None else chains, 1, released)
     k = int(settings.local_steps)
