@@ -33,7 +33,32 @@ from fedlangevin.problems.base import FederatedProblem, check_problem
 __all__ = ["CentredClients", "CentredMinibatches"]
 
 
-class CentredMinibatches(FederatedProblem):
+class Wrapped(FederatedProblem):
+    """What a problem wrapper passes through to ``self.problem`` as it is: the prior's gradient, the
+    posterior and constraints, the smoothness constants, and (``__getattr__``) the energies, Hessian-vector
+    products and other capabilities. A subclass sets ``problem`` and overrides ``grad``."""
+
+    problem: FederatedProblem
+
+    def prior_grad(self, theta):
+        return self.problem.prior_grad(theta)
+
+    def posterior(self, temperature: float = 1.0):
+        return self.problem.posterior(temperature)
+
+    def constrain(self, samples):
+        return self.problem.constrain(samples)
+
+    smoothness = property(lambda self: self.problem.smoothness)
+    convexity = property(lambda self: self.problem.convexity)
+
+    def __getattr__(self, name):
+        if name.startswith("_") or name in ("problem", "inner"):
+            raise AttributeError(name)
+        return getattr(self.problem, name)
+
+
+class CentredMinibatches(Wrapped):
     """``problem`` whose minibatch gradients are centred at ``reference`` theta* (d,) (module
     docstring); full-batch gradients (``batch_size=None``) are ``problem``'s own.
 
@@ -82,34 +107,17 @@ class CentredMinibatches(FederatedProblem):
         out = (here - there).sum(2).mul_(scale[:, None]).add_(full)
         return out.add_(self.problem.prior_grad(theta))
 
-    def prior_grad(self, theta):
-        return self.problem.prior_grad(theta)
-
     def _per_example_grads(self, theta, rows):
         return self.problem._per_example_grads(theta, rows)
 
-    def posterior(self, temperature: float = 1.0):
-        return self.problem.posterior(temperature)
-
-    def constrain(self, samples):
-        return self.problem.constrain(samples)
-
-    smoothness = property(lambda self: self.problem.smoothness)
-    convexity = property(lambda self: self.problem.convexity)
-
     def to(self, device=None, dtype=None):
         return CentredMinibatches(self.problem.to(device=device, dtype=dtype), self.reference)
-
-    def __getattr__(self, name):  # energies and the problem's other capabilities, as they are
-        if name.startswith("_") or name == "problem":
-            raise AttributeError(name)
-        return getattr(self.problem, name)
 
     def __repr__(self) -> str:
         return f"CentredMinibatches({self.problem!r})"
 
 
-class CentredClients(FederatedProblem):
+class CentredClients(Wrapped):
     """``problem`` whose clients' gradients carry VR-FALD*'s control variates at ``reference`` theta*:
     client c's gradient (full batch or minibatch) plus the constant
 
@@ -162,18 +170,6 @@ class CentredClients(FederatedProblem):
         out = self.inner.grad(theta, batch_size=batch_size, generator=generator)
         return out.add_(self._offsets(out)) if self.strength > 0 else out
 
-    def prior_grad(self, theta):
-        return self.problem.prior_grad(theta)
-
-    def posterior(self, temperature: float = 1.0):
-        return self.problem.posterior(temperature)
-
-    def constrain(self, samples):
-        return self.problem.constrain(samples)
-
-    smoothness = property(lambda self: self.problem.smoothness)
-    convexity = property(lambda self: self.problem.convexity)
-
     def to(self, device=None, dtype=None):
         return CentredClients(self.problem.to(device=device, dtype=dtype), self.reference, strength=self.strength,
                               minibatches=self.minibatches)
@@ -181,11 +177,6 @@ class CentredClients(FederatedProblem):
     def record(self) -> dict:
         """What rebuilds it on the same problem (a checkpoint's entry): theta*, s and the minibatch flag."""
         return {"reference": self.reference.clone(), "strength": self.strength, "minibatches": self.minibatches}
-
-    def __getattr__(self, name):  # energies, Hessian-vector products and the problem's other capabilities
-        if name.startswith("_") or name in ("problem", "inner"):
-            raise AttributeError(name)
-        return getattr(self.problem, name)
 
     def __repr__(self) -> str:
         return f"CentredClients({self.problem!r}, strength={self.strength:g}, minibatches={self.minibatches})"
