@@ -111,7 +111,7 @@ def run_classification(
         eta, factor = candidates[i]
         sampler = fl.FALD(problem, step_size=eta, local_steps=k, temperature=s.temperature,
                           chains=s.chains, batch_size=s.batch_size, dtype=dtype, seed=s.seed,
-                          check_local_bias=False)  # the paper's fixed K, on purpose
+                          check_local_bias=False, correction=None)  # the paper's FA-LD at its fixed K, on purpose
         t0 = time.perf_counter()
         try:
             trace = sampler.run(s.rounds, thin=s.thin, progress=False)

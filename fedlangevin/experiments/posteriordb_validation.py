@@ -21,7 +21,7 @@ __all__ = ["RECIPES", "Recipe", "ValidationRow", "compare", "validate"]
 @dataclass(frozen=True)
 class Recipe:
     """What a validation run sets besides the defaults: ``correction`` (``FALD(correction=)``,
-    ``docs/drift.md``) and ``correlation`` (rho of eq. 14); ``label`` names it in the table.
+    ``docs/drift.md``; default ``"auto"``, the sampler's) and ``correlation`` (rho of eq. 14); ``label`` names it in the table.
 
     ``RECIPES["defaults"]`` is FA-LD as a user gets it. ``RECIPES["corrected"]`` adds control
     variates and shared noise (rho = 1), what K > 1 needs on these posteriors (docs/validation.md:
@@ -32,7 +32,7 @@ class Recipe:
     """
 
     label: str = "FA-LD"
-    correction: str | None = None
+    correction: str | None = "auto"
     correlation: float = 0.0
     participation: Any = None
     batch_fraction: float | None = None
