@@ -70,6 +70,7 @@ class SettingNoise:
     minibatch: float
     exceeds: bool
     note: str = ""
+    corrected: bool = False  #: the run had a drift correction (the remedy then is not control variates)
 
     @property
     def max_sd_ratio(self) -> float:
@@ -82,9 +83,13 @@ class SettingNoise:
         source = ("client sampling" if self.participation >= self.minibatch else "minibatch gradients")
         return (f"the setting is off the target: the noise of the averaged drift ({source}; measured at the chains' "
                 f"last states) {size} the posterior sd of {names[j]} (predicted sd ratio "
-                f"{ratio:.3g}, tolerance {1 + TOLERANCE:g}). Control variates remove most of it "
-                "(correction='control_variates': they centre the clients' gradients and minibatches at the mode); "
-                "or use larger minibatches, more clients per round, a smaller step size. See docs/realistic.md")
+                f"{ratio:.3g}, tolerance {1 + TOLERANCE:g}). " + (
+                    "That is what the run's drift correction leaves: use larger minibatches, more clients per round "
+                    "or a smaller step size. " if self.corrected else
+                    "Control variates remove most of it (correction='control_variates': they centre the clients' "
+                    "gradients and minibatches at the mode; the default 'auto' runs them at K = 1 in one process "
+                    "without privacy); or use larger minibatches, more clients per round, a smaller step size. ")
+                + "See docs/realistic.md")
 
 
 def _weight_covariance(rule, p: torch.Tensor) -> torch.Tensor:
@@ -207,7 +212,8 @@ def check(sampler, draws: torch.Tensor | None, generator_seed: int = 0) -> Setti
     shares = [float((x.diagonal() if x.dim() == 2 else x).abs().sum()) for x in (part, mb)]
     total = max(sum(shares), 1e-300)
     exceeds = bool(np.max(ratios) > 1 + TOLERANCE)
-    return SettingNoise(True, tuple(float(r) for r in ratios), shares[0] / total, shares[1] / total, exceeds)
+    return SettingNoise(True, tuple(float(r) for r in ratios), shares[0] / total, shares[1] / total, exceeds,
+                        corrected=getattr(sampler, "built_correction", None) is not None)
 
 
 def warn(record: SettingNoise | None, names) -> None:

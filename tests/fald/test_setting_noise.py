@@ -162,3 +162,14 @@ def test_scheme_two_on_many_nearly_balanced_clients_is_checked_in_closed_form():
     dev2 = (y - y.mean(0)) ** 2
     se = dev2.std(0) / draws ** 0.5
     assert bool(((dev2.mean(0) - v_part.diagonal()).abs() <= 5 * se).all()), (dev2.mean(0), v_part.diagonal(), se)
+
+
+def test_the_warning_names_the_remedy_the_run_has_left():
+    # a run that already ran a drift correction is not told to run control variates
+    from fedlangevin.fald.setting_noise import SettingNoise
+
+    plain = SettingNoise(True, (1.02, 1.3), 1.0, 0.0, True)
+    corrected = SettingNoise(True, (1.02, 1.3), 1.0, 0.0, True, corrected=True)
+    assert "Control variates remove most of it" in plain.message(["a", "b"])
+    text = corrected.message(["a", "b"])
+    assert "what the run's drift correction leaves" in text and "Control variates" not in text and "of b" in text
