@@ -20,7 +20,7 @@ The anchor: the MAP of the same model and prior (scikit-learn ``LogisticRegressi
 accuracy 0.9264, ECE 0.0060, NLL 0.2725.
 
     python benchmarks/bench_mnist.py [--samplers fald fahmc] [--clients 10 100] [--rounds 400]
-        [--chains 4] [--batch-size 200] [--dataset mnist] [--threads 1] [--json out.json]
+        [--chains 4] [--batch-size 200] [--dataset mnist] [--threads 1] [--init map] [--json out.json]
 """
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ CHILD = textwrap.dedent("""
     parts = make_partition("iid", data.y_train, cfg["clients"], torch.Generator().manual_seed(0))
     prob = LogisticRegression.from_partition(data.X_train, data.y_train, parts, num_classes=data.num_classes)
     cls = {"fald": fl.FALD, "fahmc": fl.FAHMC}[cfg["sampler"]]
-    sampler = cls(prob, chains=cfg["chains"], batch_size=cfg["batch_size"], seed=0)
+    extra = {} if cfg.get("init") is None else {"init": cfg["init"]}
+    sampler = cls(prob, chains=cfg["chains"], batch_size=cfg["batch_size"], seed=0, **extra)
     t0 = time.perf_counter()
     trace = sampler.run(cfg["rounds"], progress=False)
     wall = time.perf_counter() - t0
@@ -90,6 +91,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=200)
     ap.add_argument("--dataset", default="mnist")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--init", choices=["map"], default=None, help="init='map' (default: the sampler's, zeros)")
     ap.add_argument("--timeout", type=float, default=4 * 3600.0)
     ap.add_argument("--json", default=None, help="append each row as a JSON line to this file")
     args = ap.parse_args()
@@ -98,7 +100,7 @@ def main() -> None:
     for clients in args.clients:
         for sampler in args.samplers:
             cfg = {"sampler": sampler, "clients": clients, "rounds": args.rounds, "chains": args.chains,
-                   "batch_size": args.batch_size, "dataset": args.dataset, "threads": args.threads}
+                   "batch_size": args.batch_size, "dataset": args.dataset, "threads": args.threads, "init": args.init}
             res = measure(cfg, args.timeout, child=CHILD)
             name = {"fald": "FA-LD", "fahmc": "FA-HMC"}[sampler]
             if "error" in res:
