@@ -225,3 +225,43 @@ def test_a_control_variates_record_without_minibatches_resumes_plain():
     old = {"kind": "control_variates", "reference": None, "strength": 1.0, "search_rounds": 50}
     assert correction_from_record(old).minibatches is False
     assert correction_from_record(fl.ControlVariates().record()).minibatches is True
+
+
+# -- correction="auto": what it runs and why (fedlangevin.corrections.drift.auto_choice) ---------------------------
+def _auto(problem=None, **setting):
+    from fedlangevin.corrections.drift import auto_choice
+    from fedlangevin.problems import GaussianSimulation
+
+    problem = problem or GaussianSimulation(num_clients=4, alpha=1.0, samples_per_client=12, seed=1)
+    base = dict(private=False, participation=fl.Full(), batch_size=None, local_steps=1, one_process=True)
+    return auto_choice(problem, **{**base, **setting})
+
+
+@pytest.mark.parametrize("setting, runs, why", [
+    (dict(), False, "every client and full-batch gradients"),
+    (dict(participation=fl.SchemeI(2)), True, "random participation or minibatches"),
+    (dict(batch_size=3), True, "random participation or minibatches"),
+    (dict(participation=fl.SchemeII(2, noise="paper")), False, "noise='paper'"),
+    (dict(batch_size=3, private=True), False, "a private run"),
+    (dict(batch_size=3, one_process=False), False, "corrections run in one process"),
+    (dict(batch_size=3, local_steps=5), False, "local_steps=5"),
+    (dict(batch_size=3, local_steps="auto"), False, "local_steps='auto'"),
+])
+def test_auto_runs_control_variates_only_where_they_remove_noise_and_can_run(setting, runs, why):
+    chosen, reason = _auto(**setting)
+    assert isinstance(chosen, fl.ControlVariates) if runs else chosen is None
+    assert why in reason
+
+
+def test_auto_needs_a_reference_search_above_the_dense_limit():
+    # d > DENSE_MAX_DIM: the L-BFGS search needs the problem's energy; without one (and without init="map") none
+    from fedlangevin.problems import QuadraticProblem
+    from tests.targets import OpaqueProblem
+
+    d = 101
+    quad = QuadraticProblem(torch.eye(d, dtype=torch.float64), torch.zeros(3, d, dtype=torch.float64), [0.5, 0.3, 0.2])
+    assert isinstance(_auto(quad, participation=fl.SchemeI(2))[0], fl.ControlVariates)
+    opaque = OpaqueProblem(quad)
+    chosen, reason = _auto(opaque, participation=fl.SchemeI(2))
+    assert chosen is None and "no energy for the reference search" in reason
+    assert isinstance(_auto(opaque, participation=fl.SchemeI(2), init="map")[0], fl.ControlVariates)
