@@ -19,13 +19,15 @@ from fedlangevin._validation import (
     check_path, check_real,
 )
 from fedlangevin.fahmc import auto as hauto, budget as hbudget, local_bias as hcheck
-from fedlangevin.fahmc import correction as hcorrection, private as hprivate, warmup as fahmc_warmup
+from fedlangevin.fahmc import correction as hcorrection, private as hprivate, setting_noise as hnoise
+from fedlangevin.fahmc import warmup as fahmc_warmup
+from fedlangevin.warmup import setting_noise as shared_noise
 from fedlangevin.fahmc.arguments import check_auto, is_auto, refuse_unbuilt
 from fedlangevin.fahmc.kernel import DEFAULT_FRICTION, SPLITTINGS, FAHMCKernel, as_fahmc_preconditioner, assemble, checked_arguments
 from fedlangevin.fahmc.node import NODE
 from fedlangevin.fahmc.stored import stored_dtype, stored_rule
 from fedlangevin.federation.contracts import TRANSPORT, check_conforms
-from fedlangevin.federation.participation import Participation, as_participation
+from fedlangevin.federation.participation import Full, Participation, as_participation
 from fedlangevin.federation.preconditioning import (
     broadcast_floats, is_identity, spectral_norm, preconditioner_from_record, preconditioner_record,
 )
@@ -92,16 +94,9 @@ class FAHMC(Runner):
         the friction only; ``adapt=True`` needs ``step_size="auto"``).
     splitting : ``"BAOAB"`` or ``"OBABO"``; default BAOAB, OBABO in a private run (BAOAB is refused there).
     transport : a distributed run's synchronisation, e.g. :class:`fedlangevin.distributed.ProcessGroup`
-        (``docs/distributed.md``), checked against the transport contract before any work: this process
-        runs the local steps of the transport's clients only, and the partial sums of theta and v go
-        through one all-reduce a round (:mod:`fedlangevin.fahmc.kernel`); with ``exact=True`` the samples
-        are the one-process run's (up to the order of the floating-point summation), with ``exact=False``
-        each rank's private noise and minibatches come from its own stream (the same law). Only the
-        writing process (rank 0) keeps draws, checkpoints and stores. ``step_size="auto"`` works as in one
-        process: its warm-up statistics read the broadcast (theta, v), which every rank holds bit for bit
-        after the all-reduce, and the whole problem, so every rank computes the same M, h and gamma (as
-        FALD's warm-up; each rank then reads every client's energy, gradient and Hessian in the warm-up).
-        ``None`` (default): one process, every client.
+        (``docs/distributed.md``: this process runs its clients' local steps, theta and v are all-reduced once
+        a round; ``exact=True`` gives the one-process samples; only rank 0 keeps draws, checkpoints and
+        stores; ``step_size="auto"`` adapts as in one process). ``None`` (default): one process, every client.
     correction : ``None``, ``"control_variates"`` or a ``ControlVariates`` record (:mod:`fedlangevin.fahmc.correction`:
         the kernel runs on :class:`~fedlangevin.problems.CentredClients`, ``docs/realistic.md``); default ``"auto"``:
         control variates under random participation or minibatches at K = 1 in one process, not in a private run.
@@ -155,6 +150,7 @@ class FAHMC(Runner):
     privacy: Any = None                #: RecordLevel / ClientLevel, None: not private (fahmc.private)
     correction: Any = None             #: ControlVariates or None (fahmc.correction)
     centred: Any = None                #: the kernel's problem with them (CentredClients) or None
+    setting_noise: Any = None          #: the last run's check of its participation / minibatch setting
     _companion_kernel: Any = None      #: the companions' (or candidates') kernel, built once on first use
 
     def __init__(
@@ -377,9 +373,12 @@ class FAHMC(Runner):
             self._apply(hcheck.start(self))
 
     def _end_run(self, run) -> None:
-        """The companions' verdict (and its warning) from everything kept so far."""
+        """The companions' verdict and the setting's check (fahmc.setting_noise), each with its warning."""
         if self.companions is not None and self.companions.rule is None:
             self._apply(fahmc_warmup.Changes(local_bias=hcheck.verdict(self.companions)))
+        if run.draws.kind != "none" and (not isinstance(self.participation, Full) or self.batch_size is not None):
+            self.setting_noise = hnoise.check(self, run.draws.view()[0])
+            shared_noise.warn(self.setting_noise, self.problem.parameter_names())
 
     def _record(self) -> dict:
         """The runner's entries and FA-HMC's own: the current M and gamma, the warm-up in progress."""

@@ -27,122 +27,20 @@ participation with full-batch gradients has Q = 0 and is not checked.
 
 from __future__ import annotations
 
-import math
-import warnings
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
 from fedlangevin.federation.participation import Full
 from fedlangevin.federation.preconditioning import preconditioner_matrix
 from fedlangevin.warmup.adaptation import DENSE_MAX_DIM
+from fedlangevin.warmup.setting_noise import (MAX_DRAWS, MIN_KEPT, ROWS, TOLERANCE, SettingNoise, drift_noise,
+                                             warn)
 
-__all__ = ["MIN_KEPT", "ROWS", "TOLERANCE", "SettingNoise", "check", "drift_noise", "predicted_sd_ratios"]
+__all__ = ["MIN_KEPT", "ROWS", "TOLERANCE", "SettingNoise", "check", "drift_noise", "predicted_sd_ratios", "warn"]
 
-#: a predicted sd inflation above this share warns (the validation's acceptance is 10 %, of which
-#: the discretisation takes 1-4 %)
-TOLERANCE = 0.05
-#: kept draws a verdict needs (their covariance stands in for the posterior's)
-MIN_KEPT = 50
-#: the last draws of each chain whose covariance stands in for the posterior's
-MAX_DRAWS = 1000
-#: per-example gradients per client (and chain) that estimate a client's minibatch noise
-ROWS = 64
-#: chains whose states estimate the minibatch noise, and the most bytes their per-example gradients take
-MB_CHAINS = 8
-PER_EXAMPLE_BYTES = 1 << 26
-#: weight vectors drawn to estimate the covariance of a participation rule's weights
-WEIGHT_DRAWS = 4096
+
 #: iterations of the fixed point Sigma = C - X(Sigma) (:func:`predicted_sd_ratios`)
 FIXED_POINT_ITERATIONS = 50
-
-
-@dataclass(frozen=True)
-class SettingNoise:
-    """The check's record: ``sd_ratios`` predicted per parameter (None: not measured, ``note`` says
-    why), the largest share of the extra variance due to client sampling (``participation``) and to
-    minibatches (``minibatch``), and whether the largest ratio exceeds 1 + :data:`TOLERANCE`."""
-
-    measured: bool
-    sd_ratios: tuple | None
-    participation: float
-    minibatch: float
-    exceeds: bool
-    note: str = ""
-    corrected: bool = False  #: the run had a drift correction (the remedy then is not control variates)
-
-    @property
-    def max_sd_ratio(self) -> float:
-        return max(self.sd_ratios) if self.sd_ratios else math.nan
-
-    def message(self, names) -> str:
-        j = int(np.argmax(self.sd_ratios))
-        ratio = self.sd_ratios[j]
-        size = "more than doubles" if not math.isfinite(ratio) else f"widens by {100 * (ratio - 1):.0f} %"
-        source = ("client sampling" if self.participation >= self.minibatch else "minibatch gradients")
-        return (f"the setting is off the target: the noise of the averaged drift ({source}; measured at the chains' "
-                f"last states) {size} the posterior sd of {names[j]} (predicted sd ratio "
-                f"{ratio:.3g}, tolerance {1 + TOLERANCE:g}). " + (
-                    "That is what the run's drift correction leaves: use larger minibatches, more clients per round "
-                    "or a smaller step size. " if self.corrected else
-                    "Control variates remove most of it (correction='control_variates': they centre the clients' "
-                    "gradients and minibatches at the mode; the default 'auto' runs them at K = 1 in one process "
-                    "without privacy); or use larger minibatches, more clients per round, a smaller step size. ")
-                + "See docs/realistic.md")
-
-
-def _weight_covariance(rule, p: torch.Tensor) -> torch.Tensor:
-    """Cov(w) (N, N) float64 of the rule's weights: its closed form
-    (:meth:`~fedlangevin.federation.participation.Participation.covariance_weights`; a large S would make
-    the draws costly), else estimated from :data:`WEIGHT_DRAWS` draws with a fixed seed (the same
-    estimate every call)."""
-    try:
-        return rule.covariance_weights(p.detach().cpu().to(torch.float64))
-    except NotImplementedError:  # a rule of one's own without a closed form
-        pass
-    w = rule.weights(p.to(torch.float64), WEIGHT_DRAWS, torch.Generator().manual_seed(0)).to(torch.float64)
-    if w.dim() == 1:
-        return torch.zeros(p.numel(), p.numel(), dtype=torch.float64)
-    return torch.cov(w.T)
-
-
-def drift_noise(problem, theta: torch.Tensor, rule, batch_size: int | None, *, term=None, centre=None,
-                generator: torch.Generator | None = None, dense: bool = True):
-    """(V_part, V_mb) at the chains' states ``theta`` (R, d), float64: (d, d) when ``dense``, else their
-    diagonals (d,). ``term``: a correction's term added to every client's gradient ((N, d) or
-    (R, N, d)); ``centre``: theta* (d,) whose per-example gradients are subtracted (centred minibatches)."""
-    r, d = theta.shape
-    n = problem.num_clients
-    p = problem.weights.to(torch.float64)
-    x = theta.to(torch.float64).unsqueeze(1).expand(r, n, d).contiguous()
-    work = problem.to(dtype=torch.float64)
-    g = work.grad(x.clone())
-    if term is not None:
-        g = g + term.to(torch.float64)
-    cov_w = _weight_covariance(rule, p)
-    if dense:
-        v_part = torch.einsum("ab,rai,rbj->ij", cov_w, g, g) / r
-    else:
-        v_part = torch.einsum("ab,rai,rbi->i", cov_w, g, g) / r
-    v_mb = torch.zeros_like(v_part)
-    if batch_size is not None:
-        sizes = work.client_sizes.to(torch.float64)
-        chains = min(r, MB_CHAINS)  # a few chains' states: the per-example gradients stay within PER_EXAMPLE_BYTES
-        rows_n = min(ROWS, int(sizes.min()), max(2, PER_EXAMPLE_BYTES // (8 * chains * n * d)))
-        u = torch.rand(chains, n, rows_n, generator=generator, dtype=torch.float64)
-        rows = (u * sizes[None, :, None]).long().minimum(sizes.long()[None, :, None] - 1)
-        per = work._per_example_grads(x[:chains], rows)  # (chains, N, B, d)
-        if centre is not None:
-            star = centre.to(torch.float64).expand(chains, n, d).contiguous()
-            per = per - work._per_example_grads(star, rows)
-        dev = per - per.mean(2, keepdim=True)
-        scale = rule.mean_square_weights(p) * (sizes / p) ** 2 / (batch_size * max(rows_n - 1, 1))  # (N,)
-        if dense:
-            v_mb = torch.einsum("n,rnbi,rnbj->ij", scale, dev, dev) / chains
-        else:
-            v_mb = torch.einsum("n,rnbi->i", scale, dev * dev) / chains
-    return v_part, v_mb
 
 
 def predicted_sd_ratios(extra: torch.Tensor, preconditioner, sigma: np.ndarray, temperature: float) -> np.ndarray:
@@ -214,9 +112,3 @@ def check(sampler, draws: torch.Tensor | None, generator_seed: int = 0) -> Setti
     exceeds = bool(np.max(ratios) > 1 + TOLERANCE)
     return SettingNoise(True, tuple(float(r) for r in ratios), shares[0] / total, shares[1] / total, exceeds,
                         corrected=getattr(sampler, "built_correction", None) is not None)
-
-
-def warn(record: SettingNoise | None, names) -> None:
-    """The run's warning where the record exceeds the tolerance."""
-    if record is not None and record.measured and record.exceeds:
-        warnings.warn(record.message(names), UserWarning, stacklevel=4)
