@@ -33,16 +33,12 @@ import math
 import numpy as np
 import torch
 
-from fedlangevin.warmup.setting_noise import MAX_DRAWS, MIN_KEPT, TOLERANCE, SettingNoise, drift_noise
+from fedlangevin.warmup.setting_noise import MAX_DRAWS, MIN_KEPT, TOLERANCE, SettingNoise, drift_noise, sd_ratios_from
 from fedlangevin.federation.participation import Full
 from fedlangevin.federation.preconditioning import preconditioner_matrix
 from fedlangevin.warmup.adaptation import DENSE_MAX_DIM
 
 __all__ = ["check", "predicted_sd_ratios"]
-
-#: iterations of the fixed point Sigma = C - X(Sigma)
-FIXED_POINT_ITERATIONS = 50
-
 
 def _diagonal(preconditioner, d: int) -> np.ndarray:
     if preconditioner is None:
@@ -67,23 +63,15 @@ def predicted_sd_ratios(noise: torch.Tensor, preconditioner, sigma: np.ndarray, 
         return np.sqrt(1.0 + h * h * m * noise.numpy() / ((1.0 - a * a) * temperature))
     m = preconditioner_matrix(preconditioner, d).numpy()
     extra = (2.0 * friction * h * h / (1.0 - a * a)) * (m @ noise.numpy() @ m)
-    observed = np.asarray(sigma, dtype=np.float64)
-    target = observed
-    for _ in range(FIXED_POINT_ITERATIONS):
+    d2 = np.zeros((2 * d, 2 * d))
+    d2[d:, d:] = extra
+
+    def excess(target):
         drift = np.block([[np.zeros((d, d)), np.eye(d)],
                           [-m @ (temperature * np.linalg.inv(target)), -friction * np.eye(d)]])
-        diffusion = np.zeros((2 * d, 2 * d))
-        diffusion[d:, d:] = extra
-        x = solve_continuous_lyapunov(drift, -diffusion)[:d, :d]
-        nxt = np.linalg.solve(np.eye(d) + x @ np.linalg.inv(target), observed)
-        nxt = 0.5 * (nxt + nxt.T)
-        if not np.isfinite(nxt).all() or np.linalg.eigvalsh(nxt).min() <= 0:
-            return np.full(d, np.inf)
-        if np.allclose(nxt, target, rtol=1e-6, atol=0):
-            target = nxt
-            break
-        target = nxt
-    return np.sqrt(np.diag(observed) / np.diag(target))
+        return solve_continuous_lyapunov(drift, -d2)[:d, :d]
+
+    return sd_ratios_from(np.asarray(sigma, dtype=np.float64), excess)
 
 
 def check(sampler, draws: torch.Tensor | None, generator_seed: int = 0) -> SettingNoise | None:

@@ -34,13 +34,9 @@ from fedlangevin.federation.participation import Full
 from fedlangevin.federation.preconditioning import preconditioner_matrix
 from fedlangevin.warmup.adaptation import DENSE_MAX_DIM
 from fedlangevin.warmup.setting_noise import (MAX_DRAWS, MIN_KEPT, ROWS, TOLERANCE, SettingNoise, drift_noise,
-                                             warn)
+                                             sd_ratios_from, warn)
 
 __all__ = ["MIN_KEPT", "ROWS", "TOLERANCE", "SettingNoise", "check", "drift_noise", "predicted_sd_ratios", "warn"]
-
-
-#: iterations of the fixed point Sigma = C - X(Sigma) (:func:`predicted_sd_ratios`)
-FIXED_POINT_ITERATIONS = 50
 
 
 def predicted_sd_ratios(extra: torch.Tensor, preconditioner, sigma: np.ndarray, temperature: float) -> np.ndarray:
@@ -60,21 +56,8 @@ def predicted_sd_ratios(extra: torch.Tensor, preconditioner, sigma: np.ndarray, 
 
     m = preconditioner_matrix(preconditioner, d).numpy()
     noise = m @ extra.numpy() @ m
-    observed = np.asarray(sigma, dtype=np.float64)
-    target = observed
-    for _ in range(FIXED_POINT_ITERATIONS):  # Sigma = C - X(Sigma): the draws' covariance C holds the excess too
-        x = solve_continuous_lyapunov(m @ (temperature * np.linalg.inv(target)), noise)
-        # X is homogeneous of degree 1 in Sigma: Sigma = (I + X Sigma^-1)^-1 C is exact where X Sigma^-1 is
-        # a multiple of I (one step), and converges to the fixed point Sigma = C - X(Sigma) near it
-        nxt = np.linalg.solve(np.eye(d) + x @ np.linalg.inv(target), observed)
-        nxt = 0.5 * (nxt + nxt.T)
-        if not np.isfinite(nxt).all() or np.linalg.eigvalsh(nxt).min() <= 0:  # no target covariance is left
-            return np.full(d, np.inf)
-        if np.allclose(nxt, target, rtol=1e-6, atol=0):
-            target = nxt
-            break
-        target = nxt
-    return np.sqrt(np.diag(observed) / np.diag(target))
+    return sd_ratios_from(np.asarray(sigma, dtype=np.float64),
+                          lambda target: solve_continuous_lyapunov(m @ (temperature * np.linalg.inv(target)), noise))
 
 
 def check(sampler, draws: torch.Tensor | None, generator_seed: int = 0) -> SettingNoise | None:

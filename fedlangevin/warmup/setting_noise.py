@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["MAX_DRAWS", "MIN_KEPT", "ROWS", "TOLERANCE", "SettingNoise", "drift_noise", "warn"]
+__all__ = ["MAX_DRAWS", "MIN_KEPT", "ROWS", "TOLERANCE", "SettingNoise", "drift_noise", "sd_ratios_from", "warn"]
 
 #: a predicted sd inflation above this share warns (the validation's acceptance is 10 %, of which
 #: the discretisation takes 1-4 %)
@@ -35,6 +35,8 @@ MB_CHAINS = 8
 PER_EXAMPLE_BYTES = 1 << 26
 #: weight vectors drawn to estimate the covariance of a participation rule's weights
 WEIGHT_DRAWS = 4096
+#: iterations of the fixed point Sigma = C - X(Sigma) (:func:`sd_ratios_from`)
+FIXED_POINT_ITERATIONS = 50
 
 
 @dataclass(frozen=True)
@@ -128,3 +130,24 @@ def warn(record: SettingNoise | None, names) -> None:
     """The run's warning where the record exceeds the tolerance."""
     if record is not None and record.measured and record.exceeds:
         warnings.warn(record.message(names), UserWarning, stacklevel=4)
+
+
+def sd_ratios_from(observed: np.ndarray, excess) -> np.ndarray:
+    """Predicted sd ratios sqrt(C_jj / Sigma_jj) (d,) from the kept draws' covariance C = ``observed`` (d, d),
+    which holds the excess too: Sigma solves the fixed point Sigma = C - X(Sigma), with ``excess`` the
+    sampler's linearised excess covariance Sigma -> X(Sigma); inf where no target covariance is left."""
+    d = observed.shape[0]
+    target = observed
+    for _ in range(FIXED_POINT_ITERATIONS):
+        x = excess(target)
+        # X is homogeneous of degree 1 in Sigma: Sigma = (I + X Sigma^-1)^-1 C is exact where X Sigma^-1 is
+        # a multiple of I (one step), and converges to the fixed point Sigma = C - X(Sigma) near it
+        nxt = np.linalg.solve(np.eye(d) + x @ np.linalg.inv(target), observed)
+        nxt = 0.5 * (nxt + nxt.T)
+        if not np.isfinite(nxt).all() or np.linalg.eigvalsh(nxt).min() <= 0:  # no target covariance is left
+            return np.full(d, np.inf)
+        if np.allclose(nxt, target, rtol=1e-6, atol=0):
+            target = nxt
+            break
+        target = nxt
+    return np.sqrt(np.diag(observed) / np.diag(target))
