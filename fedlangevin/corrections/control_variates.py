@@ -33,8 +33,8 @@ from typing import Any, ClassVar
 import torch
 
 from fedlangevin._validation import check_bool
-from fedlangevin.corrections.base import SetupCost, check_fraction, check_rounds, client_gradients, find_reference
-from fedlangevin.problems.centred import CentredClients, CentredMinibatches
+from fedlangevin.corrections.base import SetupCost, check_fraction, check_rounds, find_reference
+from fedlangevin.problems.centred import CentredClients, CentredMinibatches, control_variate_offsets
 
 __all__ = ["ControlVariates"]
 
@@ -88,11 +88,17 @@ class ControlVariates:
         what FA-HMC runs on) and the set-up's cost: theta* is ``reference``, else ``mode`` (``init="map"``'s),
         else the federated search of :func:`~fedlangevin.corrections.base.find_reference`; then every
         client's gradient at theta* (N d floats up, N d down)."""
+        ref, cost = self.reference_point(problem, mode)
+        return CentredClients(problem, ref, strength=self.strength, minibatches=self.minibatches), cost
+
+    def reference_point(self, problem, mode: torch.Tensor | None = None) -> tuple[torch.Tensor, SetupCost]:
+        """theta* (d,) float64 (``reference``, else ``mode``, else the federated search of
+        :func:`~fedlangevin.corrections.base.find_reference`) and the set-up's whole cost: the search, and
+        every client's gradient there (N d floats up) and their average back (N d down)."""
         work = problem.to(device="cpu", dtype=torch.float64)
         ref, cost = find_reference(work, self.reference, self.search_rounds, mode)
-        n, d = problem.num_clients, problem.dim
-        centred = CentredClients(problem, ref, strength=self.strength, minibatches=self.minibatches)
-        return centred, cost + SetupCost(0, float(n * d), float(n * d))
+        n, d = work.num_clients, work.dim
+        return ref, cost + SetupCost(0, float(n * d), float(n * d))
 
     def build(self, problem, *, dtype: torch.dtype, device, upload=None) -> "BuiltControlVariates":
         return BuiltControlVariates(self, problem, dtype, torch.device(device))
@@ -124,13 +130,8 @@ class BuiltControlVariates:
         return cached[2]
 
     def init(self, theta: torch.Tensor, mode: torch.Tensor | None = None) -> dict:
-        work = self.problem.to(device="cpu", dtype=torch.float64)
-        ref, cost = find_reference(work, self.settings.reference, self.settings.search_rounds, mode)
-        n, d = work.num_clients, work.dim
-        grads = client_gradients(work, ref)  # (N, d): grad f^c(theta*)
-        mean = work.weights.to(torch.float64) @ grads  # grad f(theta*)
-        self.cost = cost + SetupCost(0, float(n * d), float(n * d))
-        offset = self.settings.strength * (mean[None, :] - grads)
+        ref, self.cost = self.settings.reference_point(self.problem, mode)
+        offset = control_variate_offsets(self.problem, ref, self.settings.strength)
         return {"reference": ref.to(device=self.device, dtype=self.dtype),
                 "offset": offset.to(device=self.device, dtype=self.dtype)}
 

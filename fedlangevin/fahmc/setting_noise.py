@@ -33,21 +33,13 @@ import math
 import numpy as np
 import torch
 
-from fedlangevin.warmup.setting_noise import MAX_DRAWS, MIN_KEPT, TOLERANCE, SettingNoise, drift_noise, sd_ratios_from
+from fedlangevin.warmup.setting_noise import (MAX_DRAWS, MIN_KEPT, TOLERANCE, SettingNoise, drift_noise,
+                                             preconditioner_diagonal, sd_ratios_from)
 from fedlangevin.federation.participation import Full
 from fedlangevin.federation.preconditioning import preconditioner_matrix
 from fedlangevin.warmup.adaptation import DENSE_MAX_DIM
 
 __all__ = ["check", "predicted_sd_ratios"]
-
-def _diagonal(preconditioner, d: int) -> np.ndarray:
-    if preconditioner is None:
-        return np.ones(d)
-    diagonal = getattr(preconditioner, "diagonal", None)
-    if diagonal is not None:
-        return torch.as_tensor(diagonal).to(torch.float64).cpu().numpy()
-    return np.diag(preconditioner_matrix(preconditioner, d).numpy())
-
 
 def predicted_sd_ratios(noise: torch.Tensor, preconditioner, sigma: np.ndarray, temperature: float, h: float,
                         friction: float) -> np.ndarray:
@@ -59,7 +51,7 @@ def predicted_sd_ratios(noise: torch.Tensor, preconditioner, sigma: np.ndarray, 
     d = noise.shape[0]
     a = math.exp(-friction * h)
     if noise.dim() == 1:
-        m = _diagonal(preconditioner, d)
+        m = preconditioner_diagonal(preconditioner, d)
         return np.sqrt(1.0 + h * h * m * noise.numpy() / ((1.0 - a * a) * temperature))
     m = preconditioner_matrix(preconditioner, d).numpy()
     extra = (2.0 * friction * h * h / (1.0 - a * a)) * (m @ noise.numpy() @ m)

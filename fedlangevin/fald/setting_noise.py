@@ -34,7 +34,7 @@ from fedlangevin.federation.participation import Full
 from fedlangevin.federation.preconditioning import preconditioner_matrix
 from fedlangevin.warmup.adaptation import DENSE_MAX_DIM
 from fedlangevin.warmup.setting_noise import (MAX_DRAWS, MIN_KEPT, ROWS, TOLERANCE, SettingNoise, drift_noise,
-                                             sd_ratios_from, warn)
+                                             preconditioner_diagonal, sd_ratios_from, warn)
 
 __all__ = ["MIN_KEPT", "ROWS", "TOLERANCE", "SettingNoise", "check", "drift_noise", "predicted_sd_ratios", "warn"]
 
@@ -45,12 +45,7 @@ def predicted_sd_ratios(extra: torch.Tensor, preconditioner, sigma: np.ndarray, 
     (module docstring); inf where no target covariance is left (the excess is as large as the spread)."""
     d = extra.shape[0]
     if extra.dim() == 1:  # M and H taken diagonal: X_jj / Sigma_jj = m_j Q_jj / (2 tau), Sigma drops out
-        if preconditioner is None:
-            m = np.ones(d)
-        else:
-            diagonal = getattr(preconditioner, "diagonal", None)
-            m = (torch.as_tensor(diagonal).to(torch.float64).numpy() if diagonal is not None
-                 else np.diag(preconditioner_matrix(preconditioner, d).numpy()))
+        m = preconditioner_diagonal(preconditioner, d)
         return np.sqrt(1.0 + m * extra.numpy() / (2 * temperature))
     from scipy.linalg import solve_continuous_lyapunov
 

@@ -30,7 +30,18 @@ from fedlangevin._validation import check_bool, check_real
 from fedlangevin.problems._client_data import minibatch_indices
 from fedlangevin.problems.base import FederatedProblem, check_problem
 
-__all__ = ["CentredClients", "CentredMinibatches"]
+__all__ = ["CentredClients", "CentredMinibatches", "control_variate_offsets"]
+
+
+def control_variate_offsets(problem: FederatedProblem, reference: torch.Tensor, strength: float = 1.0) -> torch.Tensor:
+    """VR-FALD*'s constants c_c = s (grad f(theta*) - grad f^c(theta*)) (N, d), float64 on the CPU, grad f =
+    sum_c p_c grad f^c: every client's full gradient at ``reference`` theta* (d,), once."""
+    work = problem.to(device="cpu", dtype=torch.float64)
+    n, d = work.num_clients, work.dim
+    ref = torch.as_tensor(reference, dtype=torch.float64)
+    grads = work.grad(ref.reshape(1, 1, d).expand(1, n, d).clone())[0]  # (N, d): grad f^c(theta*)
+    mean = work.weights.to(torch.float64) @ grads  # grad f(theta*)
+    return strength * (mean[None, :] - grads)
 
 
 class Wrapped(FederatedProblem):
@@ -150,11 +161,7 @@ class CentredClients(Wrapped):
         self.client_sizes, self.var_names = problem.client_sizes, problem.var_names
         centrable = problem._privacy_refusal("record") is None and problem.client_sizes is not None
         self.inner = CentredMinibatches(problem, self.reference) if minibatches and centrable else problem
-        work = problem.to(device="cpu", dtype=torch.float64)
-        n, d = self.num_clients, self.dim
-        grads = work.grad(self.reference.reshape(1, 1, d).expand(1, n, d).clone())[0]  # (N, d): grad f^c(theta*)
-        mean = work.weights.to(torch.float64) @ grads
-        self.offsets = strength * (mean[None, :] - grads)  # (N, d), float64 on the CPU
+        self.offsets = control_variate_offsets(problem, self.reference, strength)  # (N, d), float64 on the CPU
         if not bool(torch.isfinite(self.offsets).all()):
             raise ValueError("reference: the clients' gradients at the reference point are not finite; give a "
                              "reference near the mode")

@@ -19,7 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["MAX_DRAWS", "MIN_KEPT", "ROWS", "TOLERANCE", "SettingNoise", "drift_noise", "sd_ratios_from", "warn"]
+from fedlangevin.federation.preconditioning import preconditioner_matrix
+
+__all__ = ["MAX_DRAWS", "MIN_KEPT", "ROWS", "TOLERANCE", "SettingNoise", "drift_noise", "preconditioner_diagonal",
+           "sd_ratios_from", "warn"]
 
 #: a predicted sd inflation above this share warns (the validation's acceptance is 10 %, of which
 #: the discretisation takes 1-4 %)
@@ -151,3 +154,13 @@ def sd_ratios_from(observed: np.ndarray, excess) -> np.ndarray:
             break
         target = nxt
     return np.sqrt(np.diag(observed) / np.diag(target))
+
+
+def preconditioner_diagonal(preconditioner, d: int) -> np.ndarray:
+    """M's diagonal (d,) float64: ones for None (I), a diagonal M's own, else the dense matrix's diagonal."""
+    if preconditioner is None:
+        return np.ones(d)
+    diagonal = getattr(preconditioner, "diagonal", None)
+    if diagonal is not None:
+        return torch.as_tensor(diagonal).to(torch.float64).cpu().numpy()
+    return np.diag(preconditioner_matrix(preconditioner, d).numpy())
