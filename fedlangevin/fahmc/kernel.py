@@ -189,13 +189,16 @@ class FAHMCKernel:
         return FAHMCState(theta=theta, momentum=torch.zeros_like(theta), step=0, round=0)
 
     def step(self, state: FAHMCState, step_sizes: Sequence[float], generator: torch.Generator | None, *,
-             preconditioner: Any = BUILT, friction: Any = BUILT):
+             preconditioner: Any = BUILT, friction: Any = BUILT, noise_factor: torch.Tensor | None = None):
         """One communication round: broadcast (theta, v), K = len(step_sizes) local steps of the
         splitting on every client, the weighted average of (theta_c, v_c) (module docstring).
 
         preconditioner : this round's M (a (d, d) or (d,) array or a preconditioner object; None: I),
             placed and checked once per new object; friction : this round's gamma > 0, or
-            :data:`OVERDAMPED` for the overdamped step. Default: the ones given to :func:`build`."""
+            :data:`OVERDAMPED` for the overdamped step. Default: the ones given to :func:`build`.
+            noise_factor : B, (d, d) or (d,), applied to the refresh's standard normals before A (the
+            refresh's noise becomes A B xi): the gradient-noise correction of
+            :mod:`fedlangevin.fahmc.gradient_noise` (None: B = I)."""
         if self._check_step_sizes:
             step_sizes = check_step_sizes("step_sizes", step_sizes)
         pre = self._current(preconditioner)
@@ -211,7 +214,7 @@ class FAHMCKernel:
         private = generator if own is None else own
         local_steps_(x, u, step_sizes, splitting="OBABO" if overdamped else self.splitting,  # overdamped: O is a fresh draw
                      force=lambda x: self._force(x, private, pre),
-                     refresh=lambda u, h: self._refresh(u, h, gamma, pre, generator, own))
+                     refresh=lambda u, h: self._refresh(u, h, gamma, pre, generator, own, noise_factor))
         w = self.participation.weights(self._p, r, generator)
         if self._transport is None:
             theta, v = synchronize(x, w), synchronize(u, w)
@@ -227,14 +230,17 @@ class FAHMCKernel:
         return -(grad if pre is None else pre.drift(grad))
 
     def _refresh(self, u: torch.Tensor, h: float, gamma: float, pre: Any, generator: torch.Generator | None,
-                 own: torch.Generator | None = None) -> None:
+                 own: torch.Generator | None = None, factor: torch.Tensor | None = None) -> None:
         """O of (2), in place: v <- a v + sqrt(tau (1 - a^2)) A (shared + private noise). FA-LD's
         noise for a step of size eta adds sqrt(2 eta tau) (...) (:mod:`fedlangevin.federation.noise`):
         eta = (1 - a^2) / 2 gives this one (a = 0 for the overdamped step: fresh noise). ``own``: the
-        held clients' private stream (``exact = False``; the shared normals stay on ``generator``)."""
+        held clients' private stream (``exact = False``; the shared normals stay on ``generator``);
+        ``factor``: B of :meth:`step` (the noise A B xi)."""
         u.mul_(math.exp(-gamma * h))
         one_minus_a2 = -math.expm1(-2.0 * gamma * h)
         transform = None if pre is None else pre.noise
+        if factor is not None:
+            transform = _with_factor(factor.to(device=u.device, dtype=u.dtype), transform)
         if own is None:
             add_noise_(u, self._scales, 0.5 * one_minus_a2, generator, clients=self._held, transform=transform)
         else:
@@ -284,6 +290,15 @@ def as_fahmc_preconditioner(preconditioner: Any, dim: int) -> Any:
         message = str(exc)
         raise ValueError(message if message.startswith("preconditioner") else f"preconditioner: {message}") from None
     return None if is_identity(pre) else pre
+
+
+def _with_factor(factor: torch.Tensor, transform: Callable | None) -> Callable:
+    """The noise map xi -> A B xi for B = ``factor`` ((d, d) or (d,)) and A = ``transform`` (None: I)."""
+    def scaled(xi: torch.Tensor) -> torch.Tensor:
+        xi = xi.to(factor.dtype)
+        return xi * factor if factor.dim() == 1 else xi @ factor.T
+
+    return scaled if transform is None else (lambda xi: transform(scaled(xi)))
 
 
 def _step_friction(friction: Any) -> float:

@@ -20,6 +20,7 @@ from fedlangevin._validation import (
 )
 from fedlangevin.fahmc import auto as hauto, budget as hbudget, local_bias as hcheck
 from fedlangevin.fahmc import correction as hcorrection, private as hprivate, setting_noise as hnoise
+from fedlangevin.fahmc import divergence, gradient_noise as hgn
 from fedlangevin.fahmc import warmup as fahmc_warmup
 from fedlangevin.warmup import setting_noise as shared_noise
 from fedlangevin.fahmc.arguments import check_auto, is_auto, refuse_unbuilt
@@ -100,6 +101,10 @@ class FAHMC(Runner):
     correction : ``None``, ``"control_variates"`` or a ``ControlVariates`` record (:mod:`fedlangevin.fahmc.correction`:
         the kernel runs on :class:`~fedlangevin.problems.CentredClients`, ``docs/realistic.md``); default ``"auto"``:
         control variates under random participation or minibatches at K = 1 in one process, not in a private run.
+    gradient_noise : ``"auto"`` (default) or None: at the end of ``step_size="auto"``'s warm-up, under random
+        participation or minibatches at K = 1 in one process without privacy, the force's measured noise is
+        taken out of the momentum refresh (SGHMC's B-hat; :mod:`fedlangevin.fahmc.gradient_noise`;
+        ``noise_correction`` holds it); None: never.
     privacy : :class:`fedlangevin.privacy.RecordLevel` or :class:`~fedlangevin.privacy.ClientLevel`
         (``docs/fahmc.md``, "Private FA-HMC"): every local step's likelihood gradient is clipped as
         FALD's (:class:`fedlangevin.problems.clipped.Clipped`), and ``trace.privacy(delta=...)``
@@ -151,6 +156,8 @@ class FAHMC(Runner):
     correction: Any = None             #: ControlVariates or None (fahmc.correction)
     centred: Any = None                #: the kernel's problem with them (CentredClients) or None
     setting_noise: Any = None          #: the last run's check of its participation / minibatch setting
+    gradient_noise: bool = False       #: take the force's noise out of the refresh (fahmc.gradient_noise)
+    noise_correction: Any = None       #: the GradientNoise in use (None: none)
     _companion_kernel: Any = None      #: the companions' (or candidates') kernel, built once on first use
 
     def __init__(
@@ -177,9 +184,11 @@ class FAHMC(Runner):
         privacy: Any = None,
         transport: Any = None,
         check_local_bias: bool = True,
+        gradient_noise: Any = "auto",
     ) -> None:
         check_problem(problem)
         refuse_unbuilt(step_size)
+        self.gradient_noise = hgn.check_choice(gradient_noise)
         self.check_local_bias = check_bool("check_local_bias", check_local_bias)
         self.transport = None if transport is None else check_conforms(transport, TRANSPORT, "transport")
         self.given_friction = None if is_auto(friction) else check_real("friction", friction, low=0.0, low_open=True)
@@ -286,28 +295,9 @@ class FAHMC(Runner):
         return self.participation.uploads(info.weights)
 
     def _diagnose(self, state, gen_state, etas, bad_rows):
-        """The base's account of a round that ended non-finite, unless the problem's gradient is NaN/inf
-        at the round's start (finite parameters below sqrt(max float), where no smooth energy's gradient
-        overflows): then the gradient is named as the cause, not the step size."""
-        steps, causes, detail = super()._diagnose(state, gen_state, etas, bad_rows)
-        if getattr(self, "privacy", None) is not None:  # no noiseless gradient of the data in a private run
-            return steps, causes, detail
-        theta = self.state.theta[torch.as_tensor(bad_rows, dtype=torch.long, device=self.state.theta.device)]
-        n = self.problem.num_clients
-        grad = self.problem.to(device=self.device, dtype=self.dtype).grad(
-            theta.unsqueeze(1).expand(-1, n, -1).contiguous())
-        large = float(torch.finfo(theta.dtype).max) ** 0.5
-        nan = (~torch.isfinite(grad).flatten(1).all(1)) & (theta.abs().amax(1) < large)
-        chains = [int(self.active[r]) for r, bad in zip(bad_rows, nan.tolist()) if bad]
-        if not chains:
-            return steps, causes, detail
-        for c in chains:
-            causes[c] = "gradient"
-        size = float(theta[nan].abs().max())
-        others = [c for c in steps if c not in chains]
-        text = (f"the problem's gradient was NaN/inf at finite, moderate parameters (the round's start, |theta| <= "
-                f"{size:.3g}) in chain(s) {chains[:10]}: check the energy and its gradient there")
-        return steps, causes, text + (f"; in chain(s) {others[:10]}: {detail}" if others else "")
+        """The base's account of a round that ended non-finite, unless the gradient is the cause
+        (:func:`fedlangevin.fahmc.divergence.gradient_cause`)."""
+        return divergence.gradient_cause(self, bad_rows, *super()._diagnose(state, gen_state, etas, bad_rows))
 
     def _per_round_floats(self) -> tuple[float, float]:
         """Besides theta's d floats per upload and N d down: the velocity's as many."""
@@ -316,7 +306,8 @@ class FAHMC(Runner):
 
     def _step_arguments(self) -> dict:
         """M and gamma are step arguments like h (the kernel is built once; the warm-up changes them)."""
-        return {"preconditioner": self.preconditioner, "friction": self.friction}
+        factor = None if self.noise_correction is None else self.noise_correction.factor
+        return {"preconditioner": self.preconditioner, "friction": self.friction, "noise_factor": factor}
 
     def _round_etas(self, rounds: int):
         return fald_session.round_etas(self, rounds, kphase.round_etas(self))
@@ -387,7 +378,8 @@ class FAHMC(Runner):
             "friction": self.friction, "given_friction": self.given_friction, "adapt_matrix": self.adapt_matrix,
             "target": None if self.step_rule is None else self.step_rule.target_accept, "adapted": self.adapted,
             "adaptation": None if self.adapter is None else self.adapter.record(),
-            "local_bias": hcheck.record(self), "correction": hcorrection.record(self.correction, self.centred)})}
+            "local_bias": hcheck.record(self), "correction": hcorrection.record(self.correction, self.centred),
+            "gradient_noise": self.gradient_noise, "noise_correction": hgn.record(self.noise_correction)})}
 
     # -- the one place the warm-up's and the check's values are applied -----------------------------
     def _apply(self, changes: fahmc_warmup.Changes, run=None) -> float:
@@ -413,6 +405,10 @@ class FAHMC(Runner):
             self.state = dataclasses.replace(self.state, momentum=changes.momentum)
         if changes.finished:
             self.adapter, self.adapted = None, True
+            if self.gradient_noise and not hgn.why_not(self):  # the force's noise out of the refresh
+                noise = hnoise.measured_noise(self, hgn.dense(problem.dim), **hgn.sizes())
+                self.noise_correction, floats = hgn.measure(self, noise)
+                self._count_setup(run, "setup_floats_up", floats)
         self._apply_local_steps(changes)
         return sent
 
@@ -482,6 +478,9 @@ class FAHMC(Runner):
             sampler.adapt_matrix, sampler.adapted = bool(own["adapt_matrix"]), bool(own["adapted"])
             sampler.transport, sampler.map_result = transport, None  # the mode search ran before the checkpoint
             sampler.privacy, sampler.correction, sampler.centred = privacy, correction, centred
+            sampler.gradient_noise = bool(own.get("gradient_noise", False))  # False: written before the correction
+            with rs.reading(used, values=True):
+                sampler.noise_correction = hgn.restore(own.get("noise_correction"))
             stored_check = own.get("local_bias")  # None: a checkpoint written before the check (it ran without)
             sampler.check_local_bias = bool(stored_check is not None and stored_check["check"])
             Runner.__init__(sampler, kernel, problem, schedule, **kwargs)

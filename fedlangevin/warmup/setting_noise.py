@@ -92,10 +92,13 @@ def _weight_covariance(rule, p: torch.Tensor) -> torch.Tensor:
 
 
 def drift_noise(problem, theta: torch.Tensor, rule, batch_size: int | None, *, term=None, centre=None,
-                generator: torch.Generator | None = None, dense: bool = True):
+                generator: torch.Generator | None = None, dense: bool = True, rows: int = ROWS,
+                chains: int = MB_CHAINS, budget: int = PER_EXAMPLE_BYTES):
     """(V_part, V_mb) at the chains' states ``theta`` (R, d), float64: (d, d) when ``dense``, else their
     diagonals (d,). ``term``: a correction's term added to every client's gradient ((N, d) or
-    (R, N, d)); ``centre``: theta* (d,) whose per-example gradients are subtracted (centred minibatches)."""
+    (R, N, d)); ``centre``: theta* (d,) whose per-example gradients are subtracted (centred minibatches);
+    ``rows``, ``chains``, ``budget``: per-example gradients per client and chain, the chains that draw them
+    and the most bytes they take (module docstring)."""
     r, d = theta.shape
     n = problem.num_clients
     p = problem.weights.to(torch.float64)
@@ -112,8 +115,8 @@ def drift_noise(problem, theta: torch.Tensor, rule, batch_size: int | None, *, t
     v_mb = torch.zeros_like(v_part)
     if batch_size is not None:
         sizes = work.client_sizes.to(torch.float64)
-        chains = min(r, MB_CHAINS)  # a few chains' states: the per-example gradients stay within PER_EXAMPLE_BYTES
-        rows_n = min(ROWS, int(sizes.min()), max(2, PER_EXAMPLE_BYTES // (8 * chains * n * d)))
+        chains = min(r, chains)  # a few chains' states: the per-example gradients stay within the budget
+        rows_n = min(rows, int(sizes.min()), max(2, budget // (8 * chains * n * d)))
         u = torch.rand(chains, n, rows_n, generator=generator, dtype=torch.float64)
         rows = (u * sizes[None, :, None]).long().minimum(sizes.long()[None, :, None] - 1)
         per = work._per_example_grads(x[:chains], rows)  # (chains, N, B, d)

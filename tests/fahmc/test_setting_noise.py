@@ -23,9 +23,11 @@ from tests.problems.test_centred import shared_hessian
 def test_the_prediction_brackets_the_exact_law(problem, h, gamma):
     """Scheme I without correction: the exact law's sd ratios against the prediction read from 4,000 draws of
     that law (the check's Sigma is the kept draws'), V_part at the same draws. The prediction's excess variance
-    (ratio^2 - 1) is within [0.9, 1.55] times the exact law's: the continuous-time linearisation overstates it
-    by a factor 1 + O(h) (1.1 at h = 0.1, 1.2-1.3 at h = 0.3 on these problems, measured with other seeds),
-    and V_part read from 4,000 draws moves the ratio by up to 0.15 where the excess is small (0.17)."""
+    (ratio^2 - 1) is within [0.85, 1.1] times the exact law's: with the kick's weight k(a) the continuous-time
+    linearisation is off by 1 + O(h) (0.95-1.0 at h = 0.1, 0.91-0.97 at h = 0.3 from the exact covariance,
+    0.8 on one coordinate whose excess is 0.17), and V_part read from 4,000 draws moves it by a few per cent
+    (0.90-1.02 measured with this seed). Without k (h^2 for k h^2, as the check once read) it was 1.2-1.3 at
+    h = 0.3: the test can fail."""
     problem = problem()
     rule = fl.SchemeI(2)
     _, full = stationary_moments(problem, [h], gamma)
@@ -34,7 +36,7 @@ def test_the_prediction_brackets_the_exact_law(problem, h, gamma):
     draws = torch.from_numpy(np.random.default_rng(0).multivariate_normal(mean[:2], cov[:2, :2], size=4000))
     v_part, _ = drift_noise(problem, draws, rule, None, dense=True)
     predicted = predicted_sd_ratios(v_part, None, np.cov(draws.numpy().T), 1.0, h, gamma) ** 2 - 1
-    assert (predicted >= 0.9 * exact).all() and (predicted <= 1.55 * exact).all(), (predicted, exact)
+    assert (predicted >= 0.85 * exact).all() and (predicted <= 1.1 * exact).all(), (predicted, exact)
 
 
 def _run(**kwargs):
