@@ -57,11 +57,11 @@ __all__ = ["BUDGET", "CHAINS", "MAX_FRACTION", "ROWS", "GradientNoise", "check_c
 
 #: the largest share of the refresh's variance the correction takes out, per direction (module docstring)
 MAX_FRACTION = 0.8
-#: per-example gradients per client and chain, chains and bytes that measure V_mb here: more than the
-#: end-of-run check's (:data:`fedlangevin.warmup.setting_noise.ROWS`), once per sampler. Why: the correction
-#: acts on V's largest whitened direction, which a few records with large gradients can set (diamonds'
-#: minibatches: c lambda_max read 0.44-11 from 64 rows of 8 chains, 1.3-2.1 from all 500 rows of 16)
-ROWS, CHAINS, BUDGET = 1024, 32, 1 << 28
+#: per-example gradients per client and chain, and chains, that measure V_mb here: more than the end-of-run
+#: check's (:data:`fedlangevin.warmup.setting_noise.ROWS`), once per sampler, within the same bytes. Why: the
+#: correction acts on V's largest whitened direction, which a few records with large gradients can set
+#: (diamonds' minibatches: c lambda_max read 0.44-11 from 64 rows of 8 chains, 1.3-2.1 from all 500 rows of 16)
+ROWS, CHAINS, BUDGET = 1024, 32, 1 << 26
 
 
 @dataclass(frozen=True)
