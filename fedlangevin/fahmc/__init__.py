@@ -12,6 +12,9 @@ a second sampler family on the shared runner (``docs/fahmc.md``).
   to transports by :mod:`fedlangevin.fahmc.node` (``NODE``, ``FAHMC.node``);
 - :mod:`fedlangevin.fahmc.local_bias`: the check of a fixed K > 1 against K = 1 companion chains
   (``check_local_bias``), with FA-LD's estimator;
+- :mod:`fedlangevin.fahmc.gradient_noise`: the force's measured noise under random participation or
+  minibatches taken out of the momentum refresh (``gradient_noise="auto"``, SGHMC's B-hat), and
+  :mod:`fedlangevin.fahmc.setting_noise`, the end-of-run check of what is left;
 - :mod:`fedlangevin.fahmc.sampler`: :class:`FAHMC`, the user-facing runner (checkpoints, resume,
   draws, divergence handling through :class:`fedlangevin.runner.base.Runner`).
 """
