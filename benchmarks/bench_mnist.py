@@ -78,7 +78,10 @@ CHILD = textwrap.dedent("""
         np.asarray(getattr(sampler, "step_size", np.nan), dtype=float)))),
         "accuracy": s["accuracy"], "ece": s["ece"], "nll": s["nll"],
         "rhat_lpd": f.max_rhat, "ess_lpd": f.min_ess_bulk, "rhat_proj": proj.max_rhat,
-        "lpd_chain_means": lpd.mean(1).tolist()}))
+        "lpd_chain_means": lpd.mean(1).tolist(), "friction": getattr(sampler, "friction", None),
+        "noise_correction": None if getattr(sampler, "noise_correction", None) is None else {
+            "max_fraction": sampler.noise_correction.max_fraction, "floored": sampler.noise_correction.floored,
+            "friction": sampler.noise_correction.friction}}))
 """)
 
 
