@@ -30,14 +30,10 @@ minibatches, K = 1 (fixed), one process and no privacy. V is measured once there
 The clients' gradients (N R d floats) and, with minibatches, each client's noise covariance (d (d + 1) / 2
 floats, d above the dense limit) are counted as set-up uploads.
 
-Where the noise is more than the refresh can give up (c lambda_max(A^T V A) > :data:`MAX_FRACTION`), the
-friction is raised until it is not: c falls as gamma grows (to h^2 / (4 tau) as gamma -> infinity, where
-the refresh is a fresh draw), so a larger friction leaves room to take the noise out exactly, at the cost
-of a more diffusive chain (on mesquite, four times the adapted friction cost 0.41 of full participation's
-ESS). Where even gamma h = :data:`MAX_FRICTION_STEP` is not enough, B^2 is floored at 1 -
-:data:`MAX_FRACTION`: the part not taken out stays, and the end-of-run check
-(:mod:`fedlangevin.fahmc.setting_noise`), which subtracts what was taken out, warns with the numbers. Why
-a cap below 1: V is an estimate, and taking out more than it holds would narrow the posterior instead.
+Where the noise is larger than the refresh can give up (c lambda_max(A^T V A) > MAX_FRACTION), B^2 is
+floored at 1 - ``MAX_FRACTION``: the part not taken out stays, and the end-of-run check
+(:mod:`fedlangevin.fahmc.setting_noise`), which subtracts what was taken out, warns with the numbers.
+Why a floor: V is an estimate, and taking out more than it holds would narrow the posterior instead.
 
 Measured (``docs/realistic.md``): FA-HMC on mesquite under schemes I and II (5 of 10 clients), control
 variates alone leave sds up to 1.16 and 1.10; with this correction 0.97-1.02 and 1.00-1.05 (16 chains x
@@ -56,13 +52,11 @@ from fedlangevin.federation.participation import Full
 from fedlangevin.warmup.adaptation import DENSE_MAX_DIM
 from fedlangevin.warmup.setting_noise import preconditioner_diagonal
 
-__all__ = ["BUDGET", "CHAINS", "MAX_FRACTION", "MAX_FRICTION_STEP", "ROWS", "GradientNoise", "check_choice", "dense",
-           "kick_weight", "measure", "raised_friction", "record", "restore", "share_per_unit", "sizes", "why_not"]
+__all__ = ["BUDGET", "CHAINS", "MAX_FRACTION", "ROWS", "GradientNoise", "check_choice", "dense", "kick_weight", "measure",
+           "record", "restore", "sizes", "why_not"]
 
 #: the largest share of the refresh's variance the correction takes out, per direction (module docstring)
 MAX_FRACTION = 0.8
-#: the largest gamma h a raised friction goes to (a = exp(-10): the refresh is all but a fresh draw)
-MAX_FRICTION_STEP = 10.0
 #: per-example gradients per client and chain, and chains, that measure V_mb here: more than the end-of-run
 #: check's (:data:`fedlangevin.warmup.setting_noise.ROWS`), once per sampler, within the same bytes. Why: the
 #: correction acts on V's largest whitened direction, which a few records with large gradients can set
@@ -74,14 +68,12 @@ ROWS, CHAINS, BUDGET = 1024, 32, 1 << 26
 class GradientNoise:
     """The correction in use: ``factor`` B ((d, d), or (d,) above the dense limit), ``removed`` the noise
     covariance it takes out in V's units (what the end-of-run check subtracts), ``max_fraction`` c
-    lambda_max(A^T V A) of (1) at the warm-up's friction, ``floored`` whether the floor bound it, ``friction``
-    the raised gamma the sampler runs with from then on (None: the warm-up's)."""
+    lambda_max(A^T V A) of (1) before the floor, ``floored`` whether the floor bound it."""
 
     factor: torch.Tensor
     removed: torch.Tensor
     max_fraction: float
     floored: bool
-    friction: float | None = None
 
 
 def check_choice(value: Any) -> bool:
@@ -114,62 +106,33 @@ def why_not(sampler) -> str:
     return ""
 
 
-def share_per_unit(h: float, friction: float, temperature: float) -> float:
-    """c of (1): the refresh's share of variance per unit of whitened noise, k(a) h^2 / (tau (1 - a^2))."""
-    return kick_weight(h, friction) * h * h / (temperature * -math.expm1(-2.0 * friction * h))
-
-
-def raised_friction(top: float, h: float, friction: float, temperature: float) -> float:
-    """The friction at which the largest whitened noise ``top`` (lambda_max(A^T V A)) takes :data:`MAX_FRACTION`
-    of the refresh's variance, where ``friction`` gives it more; at most :data:`MAX_FRICTION_STEP` / h (module
-    docstring). c of (1) falls as gamma grows (towards h^2 / (4 tau)), so the root is bracketed."""
-    if share_per_unit(h, friction, temperature) * top <= MAX_FRACTION:
-        return friction
-    high = MAX_FRICTION_STEP / h
-    if share_per_unit(h, high, temperature) * top > MAX_FRACTION:
-        return max(friction, high)
-    low = friction
-    for _ in range(100):  # bisection on log gamma
-        mid = math.sqrt(low * high)
-        if share_per_unit(h, mid, temperature) * top > MAX_FRACTION:
-            low = mid
-        else:
-            high = mid
-    return high
-
-
 def measure(sampler, noise: tuple[torch.Tensor, torch.Tensor]) -> tuple[GradientNoise, float]:
-    """The correction (1) for ``sampler``'s frozen h, tau and M from the measured ``noise`` = (V_part, V_mb)
-    ((d, d) at d <= ``DENSE_MAX_DIM``, else diagonals), at the sampler's friction or a higher one where the
-    noise is more than the refresh can give up (module docstring), and the set-up floats it uploads."""
+    """The correction (1) for ``sampler``'s frozen h, gamma, tau and M from the measured ``noise`` =
+    (V_part, V_mb) ((d, d) at d <= ``DENSE_MAX_DIM``, else diagonals), and the set-up floats it uploads."""
     d, n, r = sampler.problem.dim, sampler.problem.num_clients, sampler.state.theta.shape[0]
     v = (noise[0] + noise[1]).to(torch.float64)
     h = float(sampler.schedule(sampler.state.step))
     gamma, tau = float(sampler.friction), float(sampler.temperature)
+    c = kick_weight(h, gamma) * h * h / (tau * -math.expm1(-2.0 * gamma * h))
     if v.dim() == 1:
-        whitened = torch.as_tensor(preconditioner_diagonal(sampler.preconditioner, d), dtype=torch.float64)
-        lam = whitened * v.clamp(min=0.0)
+        m = torch.as_tensor(preconditioner_diagonal(sampler.preconditioner, d), dtype=torch.float64)
+        share = c * m * v.clamp(min=0.0)
+        kept = (1.0 - share).clamp(min=1.0 - MAX_FRACTION)
+        removed = (1.0 - kept) / (c * m)
+        factor, top = kept.sqrt(), float(share.max())
     else:
         a = _noise_root(sampler.preconditioner, d)
-        inner = a.T @ v @ a
+        inner = c * (a.T @ v @ a)
         lam, q = torch.linalg.eigh(0.5 * (inner + inner.T))
-        lam = lam.clamp(min=0.0)
-    top = float(lam.max())
-    raised = raised_friction(top, h, gamma, tau)
-    c = share_per_unit(h, raised, tau)
-    kept = (1.0 - c * lam).clamp(min=1.0 - MAX_FRACTION)
-    if v.dim() == 1:
-        factor, removed = kept.sqrt(), (1.0 - kept) / (c * whitened)
-    else:
+        kept = (1.0 - lam.clamp(min=0.0)).clamp(min=1.0 - MAX_FRACTION)
         factor = (q * kept.sqrt()) @ q.T
         a_inv = torch.linalg.inv(a)
         removed = a_inv.T @ ((q * (1.0 - kept)) @ q.T) @ a_inv / c
-        removed = 0.5 * (removed + removed.T)
+        top = float(lam.max())
     per_client = (d * (d + 1) / 2 if v.dim() == 2 else d) if sampler.batch_size is not None else 0.0
     floats_up = float(n * r * d + n * per_client)
-    top_share = share_per_unit(h, gamma, tau) * top
-    return GradientNoise(factor, removed, top_share, c * top > MAX_FRACTION,
-                         None if raised == gamma else raised), floats_up
+    return GradientNoise(factor, 0.5 * (removed + removed.T) if removed.dim() == 2 else removed, top,
+                         top > MAX_FRACTION), floats_up
 
 
 def _noise_root(preconditioner, d: int) -> torch.Tensor:
@@ -195,8 +158,7 @@ def dense(d: int) -> bool:
 def record(value: GradientNoise | None) -> dict | None:
     """The checkpoint's entry (None: no correction in use)."""
     return None if value is None else {"factor": value.factor, "removed": value.removed,
-                                       "max_fraction": value.max_fraction, "floored": value.floored,
-                                       "friction": value.friction}
+                                       "max_fraction": value.max_fraction, "floored": value.floored}
 
 
 def restore(stored: dict | None) -> GradientNoise | None:
@@ -205,4 +167,4 @@ def restore(stored: dict | None) -> GradientNoise | None:
         return None
     return GradientNoise(torch.as_tensor(stored["factor"], dtype=torch.float64),
                          torch.as_tensor(stored["removed"], dtype=torch.float64), float(stored["max_fraction"]),
-                         bool(stored["floored"]), None if stored["friction"] is None else float(stored["friction"]))
+                         bool(stored["floored"]))

@@ -408,7 +408,6 @@ class FAHMC(Runner):
             if self.gradient_noise and not hgn.why_not(self):  # the force's noise out of the refresh
                 noise = hnoise.measured_noise(self, hgn.dense(problem.dim), **hgn.sizes())
                 self.noise_correction, floats = hgn.measure(self, noise)
-                self.friction = self.noise_correction.friction or self.friction  # raised where the noise needs it
                 self._count_setup(run, "setup_floats_up", floats)
         self._apply_local_steps(changes)
         return sent

@@ -131,30 +131,14 @@ def test_where_it_is_not_run_it_says_why(setting, why):
     assert sampler.noise_correction is None
 
 
-def test_more_noise_than_the_refresh_gives_raises_the_friction():
-    """h = 0.1, gamma = 1: c = k(a) h^2 / (1 - a^2) = 0.050, so a whitened noise of 40 would take twice the
-    refresh's variance. The friction is raised until it takes MAX_FRACTION (c falls to h^2 / 4 = 0.0025 as
-    gamma grows) and B^2 = 1 - 0.8 there: no floor, the noise all taken out."""
-    sampler = fl.FAHMC(minibatch_problem(), 0.1, friction=1.0, chains=4, seed=0, batch_size=2)
-    v = torch.eye(2, dtype=torch.float64) * 40.0
-    value, floats = hgn.measure(sampler, (torch.zeros_like(v), v))
-    assert value.max_fraction == pytest.approx(40 * hgn.share_per_unit(0.1, 1.0, 1.0)) and value.max_fraction > 1.9
-    assert not value.floored and value.friction > 1.0
-    assert hgn.share_per_unit(0.1, value.friction, 1.0) * 40 == pytest.approx(hgn.MAX_FRACTION, rel=1e-9)
-    np.testing.assert_allclose(value.factor.numpy(), math.sqrt(1 - hgn.MAX_FRACTION) * np.eye(2), rtol=1e-9)
-    np.testing.assert_allclose(value.removed.numpy(), 40.0 * np.eye(2), rtol=1e-9)  # all of V
-    assert floats == 4 * 4 * 2 + 4 * 3  # the clients' gradients at every chain, and each client's 2 x 2 V_mb
-
-
-def test_noise_beyond_any_friction_is_floored_and_says_so():
-    """Where even gamma h = MAX_FRICTION_STEP leaves c lambda > MAX_FRACTION (c -> h^2 / 4 = 0.0025 here, and
-    a noise of 1e6), B^2 is floored at 1 - MAX_FRACTION and only part of V is removed."""
+def test_a_floored_correction_says_so():
+    """A noise larger than the refresh can give up: B^2 floored at 1 - MAX_FRACTION (module docstring)."""
     sampler = fl.FAHMC(minibatch_problem(), 0.1, friction=1.0, chains=4, seed=0, batch_size=2)
     v = torch.eye(2, dtype=torch.float64) * 1e6
-    value, _ = hgn.measure(sampler, (torch.zeros_like(v), v))
-    assert value.floored and value.friction == pytest.approx(hgn.MAX_FRICTION_STEP / 0.1)
+    value, floats = hgn.measure(sampler, (torch.zeros_like(v), v))
+    assert value.floored and value.max_fraction > 1
     np.testing.assert_allclose(value.factor.numpy(), math.sqrt(1 - hgn.MAX_FRACTION) * np.eye(2), rtol=1e-12)
-    assert (value.removed.diagonal() < 1e6).all()
+    assert floats == 4 * 4 * 2 + 4 * 3  # the clients' gradients at every chain, and each client's 2 x 2 V_mb
 
 
 def test_a_checkpoint_after_the_warm_up_resumes_bit_for_bit(tmp_path, monkeypatch):
