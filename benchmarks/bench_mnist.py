@@ -81,7 +81,7 @@ CHILD = textwrap.dedent("""
         "lpd_chain_means": lpd.mean(1).tolist(), "friction": getattr(sampler, "friction", None),
         "noise_correction": None if getattr(sampler, "noise_correction", None) is None else {
             "max_fraction": sampler.noise_correction.max_fraction, "floored": sampler.noise_correction.floored,
-            "friction": sampler.noise_correction.friction}}))
+            "removed_trace": float(sampler.noise_correction.removed.sum())}}))
 """)
 
 

@@ -1,8 +1,7 @@
 """A non-Gaussian posterior (kilpisjarvi's regression, log sigma sampled) under each realistic setting with
 FA-HMC's defaults (step_size="auto", correction="auto": control variates) from init="map": scheme I (5 of
 10), scheme II (5 of 10) and minibatches of 10 % of a client's records, within the validation's acceptance
-up to the run's Monte Carlo error; plain minibatches miss it without either correction (the test can fail),
-and meet it with the gradient-noise correction alone."""
+up to the run's Monte Carlo error; plain minibatches miss it without either correction (the test can fail)."""
 
 from __future__ import annotations
 
@@ -39,16 +38,10 @@ def test_each_setting_samples_the_posterior_with_the_defaults(setting):
     assert 0.9 - 3 * se / math.sqrt(2) <= row.min_sd_ratio and row.max_sd_ratio <= 1.1 + 3 * se / math.sqrt(2), row
 
 
-def test_uncorrected_minibatches_miss_the_posterior_and_the_gradient_noise_correction_alone_meets_it():
+def test_uncorrected_minibatches_miss_the_posterior():
     # earnings' plain minibatches (12 of 119-120 records) widen FA-HMC's sds to 1.30-2.31 at 16 x 1,000
-    # (docs/realistic.md): beyond the same tolerance, so the check above can fail
+    # (docs/realistic.md): beyond the same tolerance, so the check above can fail. (With the gradient-noise
+    # correction alone the noise is far more than the refresh holds: floored, sds up to 2.2; docs/gradient-noise.md)
     _, row = _run("minibatch", correction=None, name="earnings-logearn_interaction_z", gradient_noise=None)
     se = 1 / math.sqrt(row.min_ess_bulk)
     assert row.max_sd_ratio > 1.1 + 3 * se / math.sqrt(2), row
-    # without control variates, the gradient-noise correction alone (docs/gradient-noise.md) brings them back
-    # within it (1.04 measured)
-    sampler, row = _run("minibatch", correction=None, name="earnings-logearn_interaction_z")
-    se = 1 / math.sqrt(row.min_ess_bulk)
-    assert sampler.noise_correction is not None and sampler.correction is None
-    assert row.max_mean_error <= 0.1 + 3 * se, row
-    assert 0.9 - 3 * se / math.sqrt(2) <= row.min_sd_ratio and row.max_sd_ratio <= 1.1 + 3 * se / math.sqrt(2), row
