@@ -25,8 +25,9 @@ sqrt(1 - c m_j V_jj): O(d).
 When (``gradient_noise="auto"``, FA-HMC's default): at the end of ``step_size="auto"``'s warm-up, where
 the chains are near the target and h, gamma and M are frozen, when the run has random participation or
 minibatches, K = 1 (fixed), one process and no privacy. V is measured once there, at the chains' states
-(every client's full gradient per chain, and up to :data:`ROWS` per-example gradients per client for up to
-:data:`CHAINS` chains, at most :data:`BUDGET` bytes of them), and B is kept for the rest of the sampler's life.
+(every client's full gradient per chain, and up to ``ROWS`` per-example gradients per client for up to
+``MB_CHAINS`` chains, at most ``PER_EXAMPLE_BYTES`` of them: :mod:`fedlangevin.warmup.setting_noise`), and B is
+kept for the rest of the sampler's life.
 The clients' gradients (N R d floats) and, with minibatches, each client's noise covariance (d (d + 1) / 2
 floats, d above the dense limit) are counted as set-up uploads.
 
@@ -52,18 +53,11 @@ from fedlangevin.federation.participation import Full
 from fedlangevin.warmup.adaptation import DENSE_MAX_DIM
 from fedlangevin.warmup.setting_noise import preconditioner_diagonal
 
-__all__ = ["BUDGET", "CHAINS", "MAX_FRACTION", "ROWS", "GradientNoise", "check_choice", "dense", "kick_weight", "measure",
-           "record", "restore", "sizes", "why_not"]
+__all__ = ["MAX_FRACTION", "GradientNoise", "check_choice", "dense", "kick_weight", "measure", "record", "restore",
+           "why_not"]
 
 #: the largest share of the refresh's variance the correction takes out, per direction (module docstring)
 MAX_FRACTION = 0.8
-#: per-example gradients per client and chain, and chains, that measure V_mb here: more than the end-of-run
-#: check's (:data:`fedlangevin.warmup.setting_noise.ROWS`), once per sampler, within the same bytes. Why: the
-#: correction acts on V's largest whitened direction, which a few records with large gradients can set
-#: (diamonds' minibatches: c lambda_max read 0.44-11 from 64 rows of 8 chains, 1.3-2.1 from all 500 rows of 16)
-ROWS, CHAINS, BUDGET = 1024, 32, 1 << 26
-
-
 @dataclass(frozen=True)
 class GradientNoise:
     """The correction in use: ``factor`` B ((d, d), or (d,) above the dense limit), ``removed`` the noise
@@ -143,11 +137,6 @@ def _noise_root(preconditioner, d: int) -> torch.Tensor:
     if factor is not None:  # the built-in preconditioners' A
         return torch.as_tensor(factor).to(device="cpu", dtype=torch.float64)
     return preconditioner.noise(torch.eye(d, dtype=torch.float64)).to(device="cpu", dtype=torch.float64).T
-
-
-def sizes() -> dict:
-    """:func:`fedlangevin.warmup.setting_noise.drift_noise`'s ``rows``, ``chains`` and ``budget`` for V here."""
-    return {"rows": ROWS, "chains": CHAINS, "budget": BUDGET}
 
 
 def dense(d: int) -> bool:

@@ -406,7 +406,7 @@ class FAHMC(Runner):
         if changes.finished:
             self.adapter, self.adapted = None, True
             if self.gradient_noise and not hgn.why_not(self):  # the force's noise out of the refresh
-                noise = hnoise.measured_noise(self, hgn.dense(problem.dim), **hgn.sizes())
+                noise = hnoise.measured_noise(self, hgn.dense(problem.dim))
                 self.noise_correction, floats = hgn.measure(self, noise)
                 self._count_setup(run, "setup_floats_up", floats)
         self._apply_local_steps(changes)

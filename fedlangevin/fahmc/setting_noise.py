@@ -101,12 +101,11 @@ def check(sampler, draws: torch.Tensor | None, generator_seed: int = 0) -> Setti
                         corrected=sampler.centred is not None or removed is not None)
 
 
-def measured_noise(sampler, dense: bool, seed: int = 0, **sizes) -> tuple[torch.Tensor, torch.Tensor]:
+def measured_noise(sampler, dense: bool, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """(V_part, V_mb) of the averaged force at the chains' states, with the run's control variates
-    (:func:`fedlangevin.warmup.setting_noise.drift_noise`; (d, d) when ``dense``, else diagonals; ``sizes``:
-    its ``rows``, ``chains`` and ``budget``)."""
+    (:func:`fedlangevin.warmup.setting_noise.drift_noise`; (d, d) when ``dense``, else diagonals)."""
     problem, b, centred = sampler.problem, sampler.batch_size, sampler.centred
     term = None if centred is None else centred.offsets
     centre = centred.reference if centred is not None and b is not None and centred.inner is not problem else None
     return drift_noise(problem, sampler.state.theta, sampler.participation, b, term=term, centre=centre,
-                       generator=torch.Generator().manual_seed(seed), dense=dense, **sizes)
+                       generator=torch.Generator().manual_seed(seed), dense=dense)

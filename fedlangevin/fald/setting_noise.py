@@ -20,7 +20,7 @@ the ratio is sqrt(1 + m_j Q_jj / (2 tau)).
 
 :func:`check` measures V_part and V_mb at the chains' last states (every client's full
 gradient once per chain, and up to :data:`ROWS` per-example gradients per client for up to
-:data:`MB_CHAINS` chains, at most :data:`PER_EXAMPLE_BYTES` of them: one round's gradient work or less), with the run's correction (control variates centre both), and
+:data:`MB_CHAINS` chains, at most :data:`PER_EXAMPLE_BYTES` of them), with the run's correction (control variates centre both), and
 :class:`SettingNoise` warns where a predicted sd ratio exceeds 1 + :data:`TOLERANCE`. Full
 participation with full-batch gradients has Q = 0 and is not checked.
 """
