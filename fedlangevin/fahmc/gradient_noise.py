@@ -53,7 +53,7 @@ from fedlangevin.federation.participation import Full
 from fedlangevin.warmup.adaptation import DENSE_MAX_DIM
 from fedlangevin.warmup.setting_noise import preconditioner_diagonal
 
-__all__ = ["MAX_FRACTION", "GradientNoise", "check_choice", "dense", "kick_weight", "measure", "record", "restore",
+__all__ = ["MAX_FRACTION", "GradientNoise", "check_choice", "dense", "kick_weight", "measure", "refresh_share", "record", "restore",
            "why_not"]
 
 #: the largest share of the refresh's variance the correction takes out, per direction (module docstring)
@@ -85,6 +85,12 @@ def kick_weight(h: float, friction: float) -> float:
     return (0.5 * (1.0 + math.exp(-friction * h))) ** 2
 
 
+def refresh_share(h: float, friction: float, temperature: float) -> float:
+    """c of (1): k(a) h^2 / (tau (1 - a^2)), the share of the refresh's covariance that the force's
+    noise V (times M) takes per unit of V."""
+    return kick_weight(h, friction) * h * h / (temperature * -math.expm1(-2.0 * friction * h))
+
+
 def why_not(sampler) -> str:
     """Why the correction is not measured for ``sampler`` now ("" where it is: module docstring)."""
     if isinstance(sampler.participation, Full) and sampler.batch_size is None:
@@ -107,7 +113,7 @@ def measure(sampler, noise: tuple[torch.Tensor, torch.Tensor]) -> tuple[Gradient
     v = (noise[0] + noise[1]).to(torch.float64)
     h = float(sampler.schedule(sampler.state.step))
     gamma, tau = float(sampler.friction), float(sampler.temperature)
-    c = kick_weight(h, gamma) * h * h / (tau * -math.expm1(-2.0 * gamma * h))
+    c = refresh_share(h, gamma, tau)
     if v.dim() == 1:
         m = torch.as_tensor(preconditioner_diagonal(sampler.preconditioner, d), dtype=torch.float64)
         share = c * m * v.clamp(min=0.0)

@@ -29,19 +29,17 @@ Checked at K = 1 only (with K > 1 the local trajectories move the kicks apart); 
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
 from fedlangevin.warmup.setting_noise import (MAX_DRAWS, MIN_KEPT, TOLERANCE, SettingNoise, drift_noise,
                                              preconditioner_diagonal, sd_ratios_from)
-from fedlangevin.fahmc.gradient_noise import kick_weight
+from fedlangevin.fahmc.gradient_noise import dense as dense_noise, refresh_share
 from fedlangevin.federation.participation import Full
 from fedlangevin.federation.preconditioning import preconditioner_matrix
-from fedlangevin.warmup.adaptation import DENSE_MAX_DIM
 
 __all__ = ["check", "measured_noise", "predicted_sd_ratios"]
+
 
 def predicted_sd_ratios(noise: torch.Tensor, preconditioner, sigma: np.ndarray, temperature: float, h: float,
                         friction: float) -> np.ndarray:
@@ -51,13 +49,12 @@ def predicted_sd_ratios(noise: torch.Tensor, preconditioner, sigma: np.ndarray, 
     from scipy.linalg import solve_continuous_lyapunov
 
     d = noise.shape[0]
-    a = math.exp(-friction * h)
-    kh2 = kick_weight(h, friction) * h * h
+    c = refresh_share(h, friction, temperature)
     if noise.dim() == 1:
         m = preconditioner_diagonal(preconditioner, d)
-        return np.sqrt(np.maximum(1.0 + kh2 * m * noise.numpy() / ((1.0 - a * a) * temperature), 0.0))
+        return np.sqrt(np.maximum(1.0 + c * m * noise.numpy(), 0.0))
     m = preconditioner_matrix(preconditioner, d).numpy()
-    extra = (2.0 * friction * kh2 / (1.0 - a * a)) * (m @ noise.numpy() @ m)
+    extra = (2.0 * friction * temperature * c) * (m @ noise.numpy() @ m)
     d2 = np.zeros((2 * d, 2 * d))
     d2[d:, d:] = extra
 
@@ -86,7 +83,7 @@ def check(sampler, draws: torch.Tensor | None, generator_seed: int = 0) -> Setti
     if draws is None or draws.shape[1] < MIN_KEPT:
         kept = 0 if draws is None else draws.shape[1]
         return SettingNoise(False, None, 0.0, 0.0, False, f"{kept} draws kept; the check needs {MIN_KEPT}")
-    dense = d <= DENSE_MAX_DIM
+    dense = dense_noise(d)
     flat = draws[:, -MAX_DRAWS:].reshape(-1, d).to(torch.float64)
     sigma = torch.cov(flat.T).numpy().reshape(d, d) if dense else flat.var(0).numpy()
     part, mb = measured_noise(sampler, dense, generator_seed)
