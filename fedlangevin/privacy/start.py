@@ -11,10 +11,27 @@ released before):
 - **client level**: each client uploads its data term (1/p_c) sum_i g_i clipped to C_r plus
   N(0, (z_g 2 C_r)^2 I), and the indicator that the term's norm is at most C_r plus N(0, sigma_b^2).
 
-The server forms the posterior energy's gradient from the uploads and the public prior, takes a
-heavy-ball gradient step (momentum 0.9) of the public step size 1 / lambda_r (lambda_r the public curvature
-guess :func:`fedlangevin.warmup.iterates.public_curvature` at C_r plus the prior's curvature),
-and updates the clip geometrically towards the ``quantile`` gamma of the norms:
+The server forms the posterior energy's gradient g_r from the uploads and the public prior and
+moves theta in two phases, both post-processing of what was released (they cost no privacy):
+
+1. **A step search** (gradient descent). The public curvature guess lambda_r
+   (:func:`fedlangevin.warmup.iterates.public_curvature` at C_r, plus the prior's curvature) comes
+   from the Fisher-trace bound n C^2 and can sit far above the energy's largest curvature (full
+   MNIST at theta = 0: 4.0e6 against 2.3e5), so its step 1 / lambda_r moves the model too little
+   (50 rounds: test accuracy 0.844, ECE 0.27). The step s_r / lambda_r starts at s = 1 and grows
+   by GROW a round while gradient descent is seen to be stable: on a convex quadratic, descent at
+   a stable step shrinks |g| every round, and beyond 2 / lambda_max the stiffest direction grows.
+   The server reads |g_r|^2 minus its noise's known mean d sigma^2 (sigma^2 the per-coordinate
+   variance of the uploads' summed noise), in units of C_r^2 (a clipped sum scales with the clip),
+   with its standard error sqrt(2 d) sigma^2 + 2 |g| sigma; the search ends when that signal rises
+   by more than SIGNIFICANCE standard errors (the step passed the stable range) or is no longer
+   SIGNIFICANCE standard errors above zero (the noise hides the rest), and s falls by BACK (in
+   the second case to no less than 1: nothing was seen to be unstable).
+2. **Heavy ball** (momentum MOMENTUM) at the step s / lambda_r found, for the remaining rounds.
+
+The step is capped at 1 / (the prior's curvature) (the prior alone is stable there). The start is
+the average of the second half of the heavy-ball rounds (of all rounds where the search never
+ended), and the clip moves geometrically towards the ``quantile`` gamma of the norms:
 C_{r+1} = C_r exp(-eta_C (b_r - gamma)), b_r the noisy fraction of unclipped records (clients).
 
 One round is one Gaussian mechanism of noise multiplier (z_g^-2 + sigma_b^-2)^(-1/2)
@@ -37,15 +54,22 @@ from fedlangevin.warmup.iterates import prior_curvature
 
 __all__ = ["PrivateStart", "private_start"]
 
-#: heavy-ball momentum of the noisy gradient descent (post-processing of the released gradients)
+#: heavy-ball momentum of the second phase (post-processing of the released gradients)
 MOMENTUM = 0.9
+#: the step search's growth of the step a round, its fall where it ends, and the rise (or the level) of the
+#: gradient's signal energy, in standard errors, that ends it (module docstring)
+GROW = 1.25
+BACK = 2.0
+SIGNIFICANCE = 2.0
 
 
 @dataclass(frozen=True)
 class PrivateStart:
     """What :func:`private_start` returns: the start ``theta`` (d,), the ``clip`` after the last
     round, the clip and the noisy unclipped fraction of every round, and the ``release`` (its
-    rounds as the accountant sees them), with the gradient's and the count's noise."""
+    rounds as the accountant sees them), with the gradient's and the count's noise; ``scales``: the
+    step's multiple s_r of 1 / lambda_r every round, ``search_rounds``: the rounds of the step
+    search (None: it never ended)."""
 
     theta: torch.Tensor
     clip: float
@@ -54,6 +78,8 @@ class PrivateStart:
     release: Release
     gradient_noise: float
     count_noise: float
+    scales: tuple[float, ...] = ()
+    search_rounds: int | None = None
 
 
 def _record_round(problem, theta, clip):
@@ -144,8 +170,10 @@ def private_start(problem, *, adjacency: str = "record", rounds: int, noise_mult
     zg = gradient_noise_multiplier(z, sb)
     prior = prior_curvature(problem)
     gen = generator if generator is not None else torch.Generator().manual_seed(0)
+    noise_weight = float(n) if adjacency == "record" else float((weights ** 2).sum())
     velocity = torch.zeros(d, dtype=torch.float64)
-    clips, fractions, kept = [], [], []
+    clips, fractions, scales, iterates = [], [], [], []
+    scale, searched, previous = 1.0, None, None
     for r in range(rounds):
         record = RecordLevel(clip=c) if adjacency == "record" else ClientLevel(clip=c)
         if adjacency == "record":
@@ -158,18 +186,42 @@ def private_start(problem, *, adjacency: str = "record", rounds: int, noise_mult
         prior_grad = (weights[:, None] * problem.prior_grad(th)[0].double().cpu()).sum(0)
         data = sums.sum(0) if adjacency == "record" else (weights[:, None] * sums).sum(0)
         lam = public_curvature(record, weights, sizes) + prior
-        if move:  # heavy ball at the public step 1 / lambda_r (stable: lambda_r bounds the curvature guess)
-            velocity = MOMENTUM * velocity + (data + prior_grad)
-            x = x - velocity / lam
+        force = data + prior_grad
+        if move and searched is None:
+            signal = _signal(force, (zg * 2.0 * c) ** 2 * noise_weight, c)
+            rose = r > 0 and signal[0] - previous[0] > SIGNIFICANCE * math.hypot(signal[1], previous[1])
+            if rose or (r > 0 and signal[0] < SIGNIFICANCE * signal[1]):  # lost in the noise: no lower than 1
+                searched, scale = r, scale / BACK if rose else max(scale / BACK, 1.0)
+            elif r > 0:
+                scale = scale * GROW
+            previous = signal
+        if prior > 0:  # the prior alone is stable at 1 / its curvature
+            scale = min(scale, lam / prior)
+        if move and searched is None:  # gradient descent while the step is searched
+            x = x - scale * force / lam
+        elif move:  # heavy ball at the step found
+            velocity = MOMENTUM * velocity + force
+            x = x - scale * velocity / lam
         if not torch.all(torch.isfinite(x)):
             raise FloatingPointError(f"the private start diverged in round {r}; give a smaller clip or a proper prior")
         b = float(counts.sum()) / denominator
         clips.append(c)
         fractions.append(b)
+        scales.append(scale)
         if adapt_clip:
             c = c * math.exp(-rate * (min(max(b, 0.0), 1.0) - gamma))  # b clamped to [0, 1]: post-processing
-        if r >= rounds // 2:
-            kept.append(x)
+        iterates.append(x)
+    first = 0 if searched is None else searched
+    kept = iterates[first + (rounds - first) // 2:]
     start = torch.stack(kept).mean(0) if move else x
     release = Release("start", z, rounds)
-    return PrivateStart(start, c, tuple(clips), tuple(fractions), release, zg, sb)
+    return PrivateStart(start, c, tuple(clips), tuple(fractions), release, zg, sb, tuple(scales), searched)
+
+
+def _signal(force: torch.Tensor, variance: float, clip: float) -> tuple[float, float]:
+    """The step search's statistic (module docstring): |g|^2 less its noise's mean d sigma^2, and its
+    standard error sqrt(2 d) sigma^2 + 2 |g| sigma, both in units of C^2 (``variance`` = sigma^2)."""
+    d = force.numel()
+    energy = float(force @ force) - d * variance
+    error = math.sqrt(2.0 * d) * variance + 2.0 * math.sqrt(max(energy, 0.0) * variance)
+    return energy / clip ** 2, error / clip ** 2
