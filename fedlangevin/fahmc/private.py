@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedlangevin.privacy.runplan import check_planned
+from fedlangevin.privacy.runplan import check_planned, check_unplanned_init
 from fedlangevin.problems.base import FederatedProblem
 from fedlangevin.problems.clipped import Clipped
 
@@ -48,9 +48,8 @@ def check_private(problem: FederatedProblem, privacy: Any, *, step_size: Any, lo
                          "clients' exact energies, gradients and Hessians, outside the private mechanism; give a "
                          "numeric step_size (a number, a sequence or a callable k -> h_k), a numeric friction and, "
                          "if wanted, a preconditioner of your own")
-    if isinstance(init, str) and not budgeted:
-        raise ValueError(f"privacy: init={init!r} searches the mode with noiseless gradients and Hessians; start "
-                         "from zeros or a value of your own (a budgeted run's init='map' is a private start)")
+    if not budgeted:
+        check_unplanned_init(init)
     if auto_local_steps:
         raise ValueError("privacy: local_steps='auto' runs candidate chains beside the sampler's on the same "
                          "data, releases the accountant does not cover; give local_steps a number")

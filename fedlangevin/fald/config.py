@@ -218,8 +218,7 @@ def check_private(step_size: Any, init: Any, correction: Any) -> None:
             f"privacy: step_size={step_size!r} is computed from the smoothness and convexity constants of the data "
             "without noise, outside the private mechanism; use 'auto' (adapted from the broadcast iterates), a "
             "number, a sequence or a schedule")
-    if isinstance(init, str):
-        raise ValueError(f"privacy: init={init!r} searches the mode with noiseless gradients and Hessians; give a "
-                         "budget (RecordLevel(epsilon=..., delta=...)) for a private start, or start from zeros, prior "
-                         "draws or a value of your own")
+    from fedlangevin.privacy.runplan import check_unplanned_init
+
+    check_unplanned_init(init)
     drift.check_private(correction)

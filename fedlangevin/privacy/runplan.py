@@ -35,7 +35,7 @@ import torch
 from fedlangevin.privacy.levels import client_levels, record_levels
 from fedlangevin.privacy.planning import Release, compose_epsilon, largest_within, noise_for_epsilon
 
-__all__ = ["BudgetPlan", "LANGEVIN", "SAFETY", "START_ROUNDS", "START_SHARE", "StepRule", "check_planned", "plan",
+__all__ = ["BudgetPlan", "LANGEVIN", "SAFETY", "START_ROUNDS", "START_SHARE", "StepRule", "check_planned", "check_unplanned_init", "plan",
            "resolved", "run_length"]
 
 #: the start's share of epsilon (spent alone; the sampling gets what the composition leaves)
@@ -237,6 +237,15 @@ def check_planned(step_size, adapt, init) -> None:
                          "budget was planned; a budgeted run does not adapt (leave adapt unset)")
     if isinstance(init, str) and init != "map":
         raise ValueError(f"init must be an array of shape (d,) or (R, d), None or 'map'; got {init!r}")
+
+
+def check_unplanned_init(init) -> None:
+    """A private run without a budget refuses an ``init`` string (any sampler): the mode search reads the
+    data without noise; a budgeted run's ``init="map"`` is the private start."""
+    if isinstance(init, str):
+        raise ValueError(f"privacy: init={init!r} searches the mode with noiseless gradients and Hessians; give a "
+                         "budget (RecordLevel(epsilon=..., delta=...)) for a private start, or start from zeros, prior "
+                         "draws or a value of your own")
 
 
 def run_length(sampler, rounds, warmup) -> tuple[int, torch.Generator]:
