@@ -61,6 +61,8 @@ MOMENTUM = 0.9
 GROW = 1.25
 BACK = 2.0
 SIGNIFICANCE = 2.0
+#: the start averages the last KEEP of the heavy-ball rounds (0.8 on full MNIST: ECE 0.033 against 0.016)
+KEEP = 0.5
 
 
 @dataclass(frozen=True)
@@ -212,7 +214,7 @@ def private_start(problem, *, adjacency: str = "record", rounds: int, noise_mult
             c = c * math.exp(-rate * (min(max(b, 0.0), 1.0) - gamma))  # b clamped to [0, 1]: post-processing
         iterates.append(x)
     first = 0 if searched is None else searched
-    kept = iterates[first + (rounds - first) // 2:]
+    kept = iterates[first + int((rounds - first) * (1 - KEEP)):]
     start = torch.stack(kept).mean(0) if move else x
     release = Release("start", z, rounds)
     return PrivateStart(start, c, tuple(clips), tuple(fractions), release, zg, sb, tuple(scales), searched)
