@@ -130,3 +130,28 @@ def test_a_friction_far_below_critical_buys_no_useful_run_and_says_so():
                        privacy=fl.privacy.RecordLevel(epsilon=8.0, delta=DELTA))
     with pytest.raises(ValueError, match=r"relaxation times .* would not leave their start"):
         sampler.run(rounds=40, progress=False)
+
+
+def test_the_split_gives_fahmc_s_start_what_it_gives_fald_s():
+    """Many records per client (3,000 x 10): the sampling at its public step leaves the start most of
+    epsilon = 4. The split reserves for the sampling at most FA-LD's public step in the accountant's
+    units, so both samplers' private starts get the same noise multiplier; FA-HMC's public h at the
+    critical friction would cost an eta_eq about 2.4 times that, so its h is then set by the budget
+    (below its public step) and its eta_eq lands near FA-LD's eta (within 10 %: the split is made at
+    the unit clip without the prior's curvature, the step solved afterwards at the clip found)."""
+    problem = small_logistic(3000, 10)
+    budget = fl.privacy.RecordLevel(epsilon=4.0, delta=DELTA)
+    fald = fl.FALD(problem, chains=2, seed=0, privacy=budget)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fald.run(rounds=100, progress=False)
+    with pytest.warns(UserWarning, match="the budget, not stability, sets the step"):
+        hmc = fl.FAHMC(problem, chains=2, seed=0, privacy=budget)
+        hmc.run(rounds=100, progress=False)
+    starts = [s.budget.releases[0] for s in (fald, hmc)]
+    assert all(r.name == "start" for r in starts)
+    assert starts[0].noise_multiplier == pytest.approx(starts[1].noise_multiplier, rel=1e-9)
+    assert hmc.budget.step_size < hmc.budget.public_step
+    assert fald.budget.step_size == pytest.approx(fald.budget.public_step)
+    eta_eq = equivalent_step_size(hmc.budget.step_size, hmc.budget.friction)
+    assert eta_eq == pytest.approx(fald.budget.step_size, rel=0.1)
