@@ -53,8 +53,8 @@ from fedlangevin.federation.participation import Full
 from fedlangevin.warmup.adaptation import DENSE_MAX_DIM
 from fedlangevin.warmup.setting_noise import preconditioner_diagonal
 
-__all__ = ["MAX_FRACTION", "GradientNoise", "check_choice", "dense", "kick_weight", "measure", "refresh_share", "record", "restore",
-           "why_not"]
+__all__ = ["MAX_FRACTION", "GradientNoise", "check_choice", "dense", "kick_weight", "measure", "record",
+           "refresh_share", "restore", "why_not"]
 
 #: the largest share of the refresh's variance the correction takes out, per direction (module docstring)
 MAX_FRACTION = 0.8

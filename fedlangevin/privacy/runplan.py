@@ -35,8 +35,8 @@ import torch
 from fedlangevin.privacy.levels import client_levels, record_levels
 from fedlangevin.privacy.planning import Release, compose_epsilon, largest_within, noise_for_epsilon
 
-__all__ = ["BudgetPlan", "LANGEVIN", "SAFETY", "START_ROUNDS", "START_SHARE", "StepRule", "check_planned", "check_unplanned_init", "plan",
-           "resolved", "run_length"]
+__all__ = ["BudgetPlan", "LANGEVIN", "SAFETY", "START_ROUNDS", "START_SHARE", "StepRule", "check_planned",
+           "check_unplanned_init", "plan", "resolved", "run_length"]
 
 #: the start's share of epsilon (spent alone; the sampling gets what the composition leaves)
 START_SHARE = 0.3

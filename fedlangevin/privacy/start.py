@@ -191,11 +191,12 @@ def private_start(problem, *, adjacency: str = "record", rounds: int, noise_mult
         force = data + prior_grad
         if move and searched is None:
             signal = _signal(force, (zg * 2.0 * c) ** 2 * noise_weight, c)
-            rose = r > 0 and signal[0] - previous[0] > SIGNIFICANCE * math.hypot(signal[1], previous[1])
-            if rose or (r > 0 and signal[0] < SIGNIFICANCE * signal[1]):  # lost in the noise: no lower than 1
-                searched, scale = r, scale / BACK if rose else max(scale / BACK, 1.0)
-            elif r > 0:
-                scale = scale * GROW
+            if previous is not None:
+                rose = signal[0] - previous[0] > SIGNIFICANCE * math.hypot(signal[1], previous[1])
+                if rose or signal[0] < SIGNIFICANCE * signal[1]:  # past the stable range, or lost in the noise
+                    searched, scale = r, scale / BACK if rose else max(scale / BACK, 1.0)  # (then no lower than 1)
+                else:
+                    scale = scale * GROW
             previous = signal
         if prior > 0:  # the prior alone is stable at 1 / its curvature
             scale = min(scale, lam / prior)
