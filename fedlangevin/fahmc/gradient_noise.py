@@ -22,23 +22,27 @@ and the sum of the two noises is the refresh's own: the long-run law is the full
 Above the dense limit (d > ``DENSE_MAX_DIM``) V and M are taken diagonal and B is the vector
 sqrt(1 - c m_j V_jj): O(d).
 
-When (``gradient_noise="auto"``, FA-HMC's default): at the end of ``step_size="auto"``'s warm-up, where
-the chains are near the target and h, gamma and M are frozen, when the run has random participation or
-minibatches, K = 1 (fixed), one process and no privacy. V is measured once there, at the chains' states
-(every client's full gradient per chain, and up to ``ROWS`` per-example gradients per client for up to
-``MB_CHAINS`` chains, at most ``PER_EXAMPLE_BYTES`` of them: :mod:`fedlangevin.warmup.setting_noise`), and B is
-kept for the rest of the sampler's life.
-The clients' gradients (N R d floats) and, with minibatches, each client's noise covariance (d (d + 1) / 2
-floats, d above the dense limit) are counted as set-up uploads.
+When (``gradient_noise="auto"``, FA-HMC's default): when the run has random participation or minibatches,
+K = 1 (fixed), one process and no privacy, from the underdamped phase of ``step_size="auto"``'s warm-up on
+(``FAHMC._correct_warmup``: V measured where that phase sets the friction, B recomputed for each new h by
+:func:`remeasure`, h held at :func:`step_limit`; the warm-up's statistic then reads the noiseless round,
+:mod:`fedlangevin.fahmc.warmup`'s GHOST), and again at the warm-up's end, where the chains are near the
+target and h, gamma and M freeze: V measured there at the chains' states (every client's full gradient per
+chain, and up to ``ROWS`` per-example gradients per client for up to ``MB_CHAINS`` chains, at most
+``PER_EXAMPLE_BYTES`` of them: :mod:`fedlangevin.warmup.setting_noise`) gives the B kept for the rest of the
+sampler's life. Each measurement's clients' gradients (N R d floats) and, with minibatches, each client's
+noise covariance (d (d + 1) / 2 floats, d above the dense limit) are counted as set-up uploads.
 
-Where the noise is larger than the refresh can give up (c lambda_max(A^T V A) > MAX_FRACTION), B^2 is
-floored at 1 - ``MAX_FRACTION``: the part not taken out stays, and the end-of-run check
-(:mod:`fedlangevin.fahmc.setting_noise`), which subtracts what was taken out, warns with the numbers.
-Why a floor: V is an estimate, and taking out more than it holds would narrow the posterior instead.
+Where the noise is larger than the refresh can give up (c lambda_max(A^T V A) > MAX_FRACTION), B^2 would
+be floored at 1 - ``MAX_FRACTION`` and the part not taken out would stay; so the sampler lowers h instead, to
+:func:`feasible_step` (c falls with h), at the warm-up's end: the right law at fewer effective draws per round.
+Why a floor at all: V is an estimate, and taking out more than it holds would narrow the posterior instead.
+The end-of-run check (:mod:`fedlangevin.fahmc.setting_noise`) subtracts what was taken out and warns with
+what is left.
 
-Measured (``docs/realistic.md``): FA-HMC on mesquite under schemes I and II (5 of 10 clients), control
-variates alone leave sds up to 1.16 and 1.10; with this correction 0.97-1.02 and 1.00-1.05 (16 chains x
-1,000 rounds), at the same ESS per round.
+Measured (``docs/realistic.md``, ``docs/gradient-noise.md``): FA-HMC on mesquite under schemes I and II (5 of
+10 clients), control variates alone leave sds up to 1.16 and 1.10; with this correction 0.97-1.02 and
+1.00-1.05 (16 chains x 1,000 rounds), at the same ESS per round.
 """
 
 from __future__ import annotations
@@ -53,8 +57,8 @@ from fedlangevin.federation.participation import Full
 from fedlangevin.warmup.adaptation import DENSE_MAX_DIM
 from fedlangevin.warmup.setting_noise import preconditioner_diagonal
 
-__all__ = ["MAX_FRACTION", "GradientNoise", "check_choice", "dense", "kick_weight", "measure", "record",
-           "refresh_share", "restore", "why_not"]
+__all__ = ["MAX_FRACTION", "GradientNoise", "check_choice", "dense", "feasible_step", "kick_weight", "measure",
+           "record", "refresh_share", "remeasure", "restore", "step_limit", "why_not"]
 
 #: the largest share of the refresh's variance the correction takes out, per direction (module docstring)
 MAX_FRACTION = 0.8
@@ -68,6 +72,7 @@ class GradientNoise:
     removed: torch.Tensor
     max_fraction: float
     floored: bool
+    noise: torch.Tensor | None = None  #: the measured V = V_part + V_mb it was computed from (:func:`remeasure`)
 
 
 def check_choice(value: Any) -> bool:
@@ -89,6 +94,36 @@ def refresh_share(h: float, friction: float, temperature: float) -> float:
     """c of (1): k(a) h^2 / (tau (1 - a^2)), the share of the refresh's covariance that the force's
     noise V (times M) takes per unit of V."""
     return kick_weight(h, friction) * h * h / (temperature * -math.expm1(-2.0 * friction * h))
+
+
+def feasible_step(h: float, friction: float, temperature: float, max_fraction: float) -> float:
+    """The largest h' <= h at which the noise measured at h fits the refresh: c(h') lambda <= MAX_FRACTION,
+    lambda = max_fraction / c(h) the largest eigenvalue of A^T V A (V does not depend on h; c of (1) grows
+    with h, so bisection); h itself where it fits already."""
+    if max_fraction <= MAX_FRACTION:
+        return h
+    return step_limit(max_fraction / refresh_share(h, friction, temperature), friction, temperature, h)
+
+
+def step_limit(lam: float, friction: float, temperature: float, upper: float = math.inf) -> float:
+    """The h (at most ``upper``) at which c(h) lam = MAX_FRACTION: the largest step whose refresh holds a
+    force noise whose A^T V A has largest eigenvalue ``lam`` (inf where lam <= 0)."""
+    if not lam > 0:
+        return upper
+    high = 1.0
+    while lam * refresh_share(high, friction, temperature) <= MAX_FRACTION and high < upper:
+        high *= 2.0
+    high = min(high, upper)
+    if lam * refresh_share(high, friction, temperature) <= MAX_FRACTION:
+        return high
+    low = 0.0
+    for _ in range(60):  # c is continuous and increasing: 60 halvings reach float precision
+        mid = 0.5 * (low + high)
+        if lam * refresh_share(mid, friction, temperature) <= MAX_FRACTION:
+            low = mid
+        else:
+            high = mid
+    return low
 
 
 def why_not(sampler) -> str:
@@ -132,7 +167,13 @@ def measure(sampler, noise: tuple[torch.Tensor, torch.Tensor]) -> tuple[Gradient
     per_client = (d * (d + 1) / 2 if v.dim() == 2 else d) if sampler.batch_size is not None else 0.0
     floats_up = float(n * r * d + n * per_client)
     return GradientNoise(factor, 0.5 * (removed + removed.T) if removed.dim() == 2 else removed, top,
-                         top > MAX_FRACTION), floats_up
+                         top > MAX_FRACTION, v), floats_up
+
+
+def remeasure(sampler, value: GradientNoise) -> GradientNoise:
+    """``value``'s correction for ``sampler``'s current h, gamma and M, from the noise it was measured with
+    (no new measurement: nothing is uploaded)."""
+    return measure(sampler, (torch.zeros_like(value.noise), value.noise))[0]
 
 
 def _noise_root(preconditioner, d: int) -> torch.Tensor:
@@ -153,7 +194,8 @@ def dense(d: int) -> bool:
 def record(value: GradientNoise | None) -> dict | None:
     """The checkpoint's entry (None: no correction in use)."""
     return None if value is None else {"factor": value.factor, "removed": value.removed,
-                                       "max_fraction": value.max_fraction, "floored": value.floored}
+                                       "max_fraction": value.max_fraction, "floored": value.floored,
+                                       "noise": value.noise}
 
 
 def restore(stored: dict | None) -> GradientNoise | None:
@@ -162,4 +204,5 @@ def restore(stored: dict | None) -> GradientNoise | None:
         return None
     return GradientNoise(torch.as_tensor(stored["factor"], dtype=torch.float64),
                          torch.as_tensor(stored["removed"], dtype=torch.float64), float(stored["max_fraction"]),
-                         bool(stored["floored"]))
+                         bool(stored["floored"]),
+                         None if stored.get("noise") is None else torch.as_tensor(stored["noise"], dtype=torch.float64))

@@ -126,7 +126,7 @@ from fedlangevin.federation.contracts import TRANSPORT, check_conforms
 from fedlangevin.problems.base import FederatedProblem, check_client_indices, check_problem, check_weights
 
 __all__ = ["DEFAULT_FRICTION", "FAHMCKernel", "FAHMCState", "OVERDAMPED", "SPLITTINGS", "as_fahmc_preconditioner", "assemble", "build",
-           "checked_arguments", "local_steps_"]
+           "checked_arguments", "exact_round", "local_steps_"]
 
 #: gamma with a numeric step size and ``friction="auto"`` (with M the posterior covariance: the friction rule's
 #: value is about 0.7, :mod:`fedlangevin.fahmc.warmup`)
@@ -328,6 +328,23 @@ def local_steps_(x: torch.Tensor, u: torch.Tensor, step_sizes: Sequence[float], 
             u.add_(f, alpha=0.5 * h)
             x.add_(u, alpha=h)
 
+
+
+def exact_round(x: torch.Tensor, v: torch.Tensor, grad: torch.Tensor, h: float, gamma: float, tau: float, pre: Any,
+                splitting: str, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """(theta', v') of one K = 1 round of ``splitting`` from (x, v) (R, d) with the exact force -M ``grad``
+    (grad f at x) and a refresh drawn from ``generator``: what the round would be without the force's noise
+    (the warm-up's noiseless statistic, :mod:`fedlangevin.fahmc.warmup`, GHOST). ``pre``: M (None: I)."""
+    force = -(grad if pre is None else pre.drift(grad))
+
+    def refresh(u: torch.Tensor, step: float) -> None:
+        xi = torch.randn(u.shape, generator=generator, dtype=u.dtype)
+        u.mul_(math.exp(-gamma * step)).add_(xi if pre is None else pre.noise(xi),
+                                             alpha=math.sqrt(tau * -math.expm1(-2.0 * gamma * step)))
+
+    x1, v1 = x.clone(), v.clone()
+    local_steps_(x1, v1, [h], splitting=splitting, force=lambda _: force, refresh=refresh)
+    return x1, v1
 
 
 def build(

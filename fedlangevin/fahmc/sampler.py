@@ -22,6 +22,7 @@ from fedlangevin.fahmc import auto as hauto, budget as hbudget, local_bias as hc
 from fedlangevin.fahmc import correction as hcorrection, private as hprivate, setting_noise as hnoise
 from fedlangevin.fahmc import divergence, gradient_noise as hgn
 from fedlangevin.fahmc import warmup as fahmc_warmup
+from fedlangevin.fahmc import warmup_noise
 from fedlangevin.warmup import setting_noise as shared_noise
 from fedlangevin.fahmc.arguments import check_auto, is_auto, refuse_unbuilt
 from fedlangevin.fahmc.kernel import DEFAULT_FRICTION, SPLITTINGS, FAHMCKernel, as_fahmc_preconditioner, assemble, checked_arguments
@@ -101,10 +102,11 @@ class FAHMC(Runner):
     correction : ``None``, ``"control_variates"`` or a ``ControlVariates`` record (:mod:`fedlangevin.fahmc.correction`:
         the kernel runs on :class:`~fedlangevin.problems.CentredClients`, ``docs/realistic.md``); default ``"auto"``:
         control variates under random participation or minibatches at K = 1 in one process, not in a private run.
-    gradient_noise : ``"auto"`` (default) or None: at the end of ``step_size="auto"``'s warm-up, under random
-        participation or minibatches at K = 1 in one process without privacy, the force's measured noise is
-        taken out of the momentum refresh (SGHMC's B-hat; :mod:`fedlangevin.fahmc.gradient_noise`;
-        ``noise_correction`` holds it); None: never.
+    gradient_noise : ``"auto"`` (default) or None: under random participation or minibatches at K = 1 in one
+        process without privacy, the force's measured noise is taken out of the momentum refresh (SGHMC's
+        B-hat; :mod:`fedlangevin.fahmc.gradient_noise`; ``noise_correction`` holds it) from the underdamped
+        phase of ``step_size="auto"``'s warm-up on, h kept where the refresh can hold it
+        (:mod:`fedlangevin.fahmc.warmup_noise`); None: never.
     privacy : :class:`fedlangevin.privacy.RecordLevel` or :class:`~fedlangevin.privacy.ClientLevel`
         (``docs/fahmc.md``, "Private FA-HMC"): every local step's likelihood gradient is clipped as
         FALD's (:class:`fedlangevin.problems.clipped.Clipped`), and ``trace.privacy(delta=...)``
@@ -403,12 +405,13 @@ class FAHMC(Runner):
             self.state = dataclasses.replace(self.state, theta=changes.theta)
         if changes.momentum is not None:
             self.state = dataclasses.replace(self.state, momentum=changes.momentum)
-        if changes.finished:
+        if changes.finished:  # the force's noise out of the refresh (fahmc.warmup_noise), for good
             self.adapter, self.adapted = None, True
-            if self.gradient_noise and not hgn.why_not(self):  # the force's noise out of the refresh
-                noise = hnoise.measured_noise(self, hgn.dense(problem.dim))
-                self.noise_correction, floats = hgn.measure(self, noise)
-                self._count_setup(run, "setup_floats_up", floats)
+            self.noise_correction, floats, _ = warmup_noise.at_end(self)
+            self._count_setup(run, "setup_floats_up", floats)
+        elif self.adapter is not None and self.adapter.overdamped is None and changes.step_size is not None:
+            self.noise_correction, floats, _ = warmup_noise.during(self, changes.friction is not None)
+            self._count_setup(run, "setup_floats_up", floats)
         self._apply_local_steps(changes)
         return sent
 
