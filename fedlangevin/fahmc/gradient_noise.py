@@ -48,7 +48,7 @@ Measured (``docs/realistic.md``, ``docs/gradient-noise.md``): FA-HMC on mesquite
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -73,6 +73,7 @@ class GradientNoise:
     max_fraction: float
     floored: bool
     noise: torch.Tensor | None = None  #: the measured V = V_part + V_mb it was computed from (:func:`remeasure`)
+    count: int = 1  #: the measurements ``noise`` averages (:mod:`fedlangevin.fahmc.warmup_noise`)
 
 
 def check_choice(value: Any) -> bool:
@@ -173,7 +174,7 @@ def measure(sampler, noise: tuple[torch.Tensor, torch.Tensor]) -> tuple[Gradient
 def remeasure(sampler, value: GradientNoise) -> GradientNoise:
     """``value``'s correction for ``sampler``'s current h, gamma and M, from the noise it was measured with
     (no new measurement: nothing is uploaded)."""
-    return measure(sampler, (torch.zeros_like(value.noise), value.noise))[0]
+    return replace(measure(sampler, (torch.zeros_like(value.noise), value.noise))[0], count=value.count)
 
 
 def _noise_root(preconditioner, d: int) -> torch.Tensor:
@@ -195,7 +196,7 @@ def record(value: GradientNoise | None) -> dict | None:
     """The checkpoint's entry (None: no correction in use)."""
     return None if value is None else {"factor": value.factor, "removed": value.removed,
                                        "max_fraction": value.max_fraction, "floored": value.floored,
-                                       "noise": value.noise}
+                                       "noise": value.noise, "count": value.count}
 
 
 def restore(stored: dict | None) -> GradientNoise | None:
@@ -205,4 +206,5 @@ def restore(stored: dict | None) -> GradientNoise | None:
     return GradientNoise(torch.as_tensor(stored["factor"], dtype=torch.float64),
                          torch.as_tensor(stored["removed"], dtype=torch.float64), float(stored["max_fraction"]),
                          bool(stored["floored"]),
-                         None if stored.get("noise") is None else torch.as_tensor(stored["noise"], dtype=torch.float64))
+                         None if stored.get("noise") is None else torch.as_tensor(stored["noise"], dtype=torch.float64),
+                         int(stored.get("count", 1)))

@@ -248,10 +248,12 @@ def test_without_an_energy_h_comes_from_the_curvature_rule_and_there_is_no_under
     assert 0 < sampler.schedule(sampler.state.step) < 2
 
 
-def test_a_divergent_move_caps_h_and_puts_the_chain_back(monkeypatch):
+@pytest.mark.parametrize("when", [12, 40])
+def test_a_divergent_move_caps_h_and_puts_the_chain_back(monkeypatch, when):
     """A move whose energy error exceeds DIVERGENT (a Metropolis acceptance below 5e-5) in phase 2: h
-    is capped at BACKOFF times the round's h for the rest of the warm-up (and after it), and the chain
-    restarts at the (theta, v) of another chain; the round's other chains stay where they are."""
+    is capped at BACKOFF times the round's h, and the chain restarts at the (theta, v) of another chain;
+    the round's other chains stay where they are. After the window (its 30 rounds) the cap holds for the
+    rest of the warm-up and after it; in the window it holds until the window's new M lifts it."""
     problem = gaussian()
     sampler = fl.FAHMC(problem, chains=6, seed=3)
     real, steps = wu.energy_error, []
@@ -260,26 +262,32 @@ def test_a_divergent_move_caps_h_and_puts_the_chain_back(monkeypatch):
         delta = real(*args, **kwargs)
         if delta.shape[0] == 6:                                     # a round's (not the target's Monte Carlo)
             steps.append(args[8])
-            if len(steps) == 12:                                    # the 12th underdamped round: chain 4
+            if len(steps) == when:                                  # that underdamped round: chain 4
                 delta = delta.clone()
                 delta[4] = 50.0
         return delta
 
     monkeypatch.setattr(wu, "energy_error", diverges_once)
-    rounds = []
+    rounds, caps = [], []
     observe = sampler._observe
 
     def spy(run, theta, *args):
         count = len(steps)
         observe(run, theta, *args)
-        rounds.append((len(steps) > count and len(steps) == 12, theta.clone(), sampler.state.theta.clone(),
+        rounds.append((len(steps) > count and len(steps) == when, theta.clone(), sampler.state.theta.clone(),
                        sampler.state.momentum.clone()))
+        if sampler.adapter is not None and len(steps) > count:
+            caps.append(sampler.adapter.cap)
 
     sampler._observe = spy
     sampler.run(200)                                                # phase 2: warm-up rounds 51-100
-    h_then = steps[11]
-    assert max(steps[12:]) <= wu.BACKOFF * h_then + 1e-15           # capped for the rest of the warm-up
-    assert sampler.schedule(sampler.state.step) <= wu.BACKOFF * h_then + 1e-15
+    h_then = steps[when - 1]
+    if when > 30:
+        assert max(steps[when:]) <= wu.BACKOFF * h_then + 1e-15     # capped for the rest of the warm-up
+        assert sampler.schedule(sampler.state.step) <= wu.BACKOFF * h_then + 1e-15
+    else:
+        assert max(steps[when:30]) <= wu.BACKOFF * h_then + 1e-15   # capped in the window
+        assert caps[when - 1] == pytest.approx(wu.BACKOFF * h_then) and caps[30] == math.inf  # lifted there
     (hit,) = [r for r in rounds if r[0]]
     _, before, theta, momentum = hit
     assert torch.equal(theta[[0, 1, 2, 3, 5]], before[[0, 1, 2, 3, 5]])
