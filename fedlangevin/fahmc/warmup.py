@@ -199,8 +199,7 @@ class HMCAdapter:
             seed=seed, preconditioner=preconditioner, temperature=temperature, target=target)
         self.preconditioner = self.overdamped.preconditioner
         self.pooled = Scatter.empty(problem.dim, self.overdamped.dense)  # the window's iterates
-        self.seed = int(seed)
-        self.cap = math.inf  # h's cap after a divergent move (DIVERGENT)
+        self.seed, self.cap = int(seed), math.inf  # cap: h's after a divergent move (DIVERGENT)
         self.reset: tuple | None = None  # (theta, v) (R, d) where divergent chains are put back
         self.step_size: float | None = None
         self.friction: float = OVERDAMPED
@@ -266,7 +265,9 @@ class HMCAdapter:
             u1, g1 = self._evaluate(x1)
         delta = energy_error(x0, x1, v0, v1, u0, u1, g0, g1, self.step_size, pre, self.splitting, self.temperature)
         divergent = ~(torch.nan_to_num(delta, nan=math.inf) <= DIVERGENT)
-        self.dual = da_update(self.dual, mean_acceptance(-delta), self.target)
+        accept, proposed = mean_acceptance(-delta), math.sqrt(2.0 * math.exp(min(self.dual.x, 700.0)))
+        if accept < self.target or self.step_size >= proposed * (1 - 1e-12):  # a capped h passing: no news
+            self.dual = da_update(self.dual, accept, self.target)
         self.last = (x, v, *here)
         if bool(divergent.any()):  # the step is too large somewhere the chains go: back off, put them back
             self.cap = min(self.cap, BACKOFF * self.step_size)
@@ -298,8 +299,7 @@ class HMCAdapter:
         """The window's end: M <- its regularised covariance (FA-LD's), dual averaging restarted (with
         its doubling search) from the averaged step over lambda_max(M_old^-1 M_new) (as stable as the
         step before: :func:`~fedlangevin.warmup.acceptance.matrix_growth`), gamma again, and earlier divergent
-        moves' cap lifted, a step under the old M (eight_schools, scheme I, 32 chains, seeds 0-2: caps from the
-        window held h at 0.057-0.18; lifted, 0.13-0.21; every client: 0.23-0.25)."""
+        moves' cap lifted, a step under the old M (``docs/gradient-noise.md``: eight_schools)."""
         d = self.problem.dim
         new = as_preconditioner(regularised_covariance(self.pooled.covariance(), self.pooled.count, self.pooled.dense), d)
         eta = 0.5 * self.step_size ** 2 / matrix_growth(self.preconditioner, new, d)  # the step run (capped)

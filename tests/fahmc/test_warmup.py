@@ -268,7 +268,7 @@ def test_a_divergent_move_caps_h_and_puts_the_chain_back(monkeypatch, when):
         return delta
 
     monkeypatch.setattr(wu, "energy_error", diverges_once)
-    rounds, caps = [], []
+    rounds, caps, duals = [], [], []
     observe = sampler._observe
 
     def spy(run, theta, *args):
@@ -278,6 +278,7 @@ def test_a_divergent_move_caps_h_and_puts_the_chain_back(monkeypatch, when):
                        sampler.state.momentum.clone()))
         if sampler.adapter is not None and len(steps) > count:
             caps.append(sampler.adapter.cap)
+            duals.append(sampler.adapter.dual.x)
 
     sampler._observe = spy
     sampler.run(200)                                                # phase 2: warm-up rounds 51-100
@@ -285,6 +286,12 @@ def test_a_divergent_move_caps_h_and_puts_the_chain_back(monkeypatch, when):
     if when > 30:
         assert max(steps[when:]) <= wu.BACKOFF * h_then + 1e-15     # capped for the rest of the warm-up
         assert sampler.schedule(sampler.state.step) <= wu.BACKOFF * h_then + 1e-15
+        # a capped h that passes says nothing of the larger step the dual averaging proposes: while the
+        # proposal is above the cap it is not raised (it was, round after round, until exp overflowed in a
+        # 6,000-round warm-up); below the cap it adapts as before
+        cap = wu.BACKOFF * h_then
+        bound = [(a, b) for a, b in zip(duals[when - 1:], duals[when:]) if math.sqrt(2 * math.exp(a)) > cap]
+        assert bound and all(b <= a + 1e-12 for a, b in bound)
     else:
         assert max(steps[when:30]) <= wu.BACKOFF * h_then + 1e-15   # capped in the window
         assert caps[when - 1] == pytest.approx(wu.BACKOFF * h_then) and caps[30] == math.inf  # lifted there
