@@ -12,10 +12,10 @@ unbiased, noisy estimate of the gradient; where that noise stays in the law, the
 the round's actual move, counts it like integration error (h smaller where it is large:
 ``docs/adaptation.md``); where the correction takes it out, GHOST below.
 
-**The noiseless round (GHOST).** Where FA-HMC's gradient-noise correction runs (random participation
-or minibatches, K = 1, one process, no privacy: :mod:`fedlangevin.fahmc.warmup_noise`), phase 2 reads its
-statistic off the round the exact force would have made from the chains' (theta, v)
-(:func:`~fedlangevin.fahmc.kernel.exact_round`: grad U there is read anyway, the refresh is drawn here, U
+**The noiseless round (GHOST).** Where FA-HMC's gradient-noise correction runs in the warm-up (random
+participation or minibatches, K = 1, one process, no privacy, d <= 100: :mod:`~fedlangevin.fahmc.warmup_noise`),
+phase 2 reads its statistic off the round the exact force would have made from the chains' (theta, v) (:func:`~
+fedlangevin.fahmc.kernel.exact_round`: grad U there is read anyway, the refresh is drawn here, U
 and grad U at its end cost d + 1 more floats per client and chain, counted), so the noise the correction
 takes out no longer shrinks h; h stays under :attr:`HMCAdapter.limit`, where the refresh holds that noise;
 its energy error also decides divergence. arK, scheme I: h 0.392 before, 0.481 now (every client: 0.478).
@@ -106,7 +106,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from fedlangevin.fahmc import gradient_noise
+from fedlangevin.fahmc import warmup_noise
 from fedlangevin.fahmc.kernel import OVERDAMPED, exact_round
 from fedlangevin.federation.preconditioning import (
     as_preconditioner, is_identity, placed, preconditioner_from_record, preconditioner_matrix,
@@ -443,7 +443,7 @@ def init(sampler, warmup: int) -> tuple[HMCAdapter, Changes]:
                          preconditioner=sampler.preconditioner, splitting=sampler.splitting,
                          temperature=sampler.temperature, target=rule.target(sampler.problem.dim),
                          given_target=not isinstance(rule.target_accept, str), friction=sampler.given_friction,
-                         ghost=bool(sampler.gradient_noise) and not gradient_noise.why_not(sampler))
+                         ghost=warmup_noise.in_warmup(sampler))
     adapter.overdamped.start(sampler.state.theta)
     first = fald_session.proposed(adapter.overdamped, sampler.preconditioner, floats_up=False)
     changes = _changes(adapter, first)
