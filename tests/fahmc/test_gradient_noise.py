@@ -142,24 +142,28 @@ def test_a_floored_correction_says_so():
     assert floats == 4 * 4 * 2 + 4 * 3  # the clients' gradients at every chain, and each client's 2 x 2 V_mb
 
 
-def test_a_checkpoint_after_the_warm_up_resumes_bit_for_bit(tmp_path, monkeypatch):
-    """The correction measured at the warm-up's end is stored: a run stopped in round 150 of 200 (warm-up
-    100) and resumed from the checkpoint of round 120 ends on the same draws and ledger."""
+@pytest.mark.parametrize("rounds, dies, every", [(200, 150, 120), (140, 90, 80)])
+def test_a_checkpoint_resumes_bit_for_bit(tmp_path, monkeypatch, rounds, dies, every):
+    """The correction is stored with the checkpoint, measured at the warm-up's end (a run stopped in round 150
+    of 200, warm-up 100, resumed from the checkpoint of round 120) or running in the warm-up's underdamped
+    phase (V, B, the step limit: stopped in round 90, resumed from round 80; phase 2 from round 51): the
+    resumed run ends on the same draws and ledger."""
     kw = dict(chains=4, seed=2, batch_size=2, correction=None)
     whole = fl.FAHMC(minibatch_problem(), **kw)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        reference = whole.run(200, warmup=100, progress=False)
+        reference = whole.run(rounds, warmup=100, progress=False)
         first = fl.FAHMC(minibatch_problem(), **kw)
-        monkeypatch.setattr(first._kernel, "step", dies_in_round(first._kernel.step, 150))
+        monkeypatch.setattr(first._kernel, "step", dies_in_round(first._kernel.step, dies))
         with pytest.raises(KeyboardInterrupt):
-            first.run(200, warmup=100, progress=False, checkpoint=tmp_path / "c", checkpoint_every=120)
+            first.run(rounds, warmup=100, progress=False, checkpoint=tmp_path / "c", checkpoint_every=every)
         resumed = fl.FAHMC.resume(tmp_path / "c")
         assert resumed.noise_correction is not None and resumed.gradient_noise
-        torch.testing.assert_close(resumed.noise_correction.factor, whole.noise_correction.factor, rtol=0, atol=0)
+        assert (resumed.adapter is not None) == (every < 100)
         trace = resumed.run()
     assert torch.equal(trace.samples, reference.samples)
     assert dict(resumed.ledger) == dict(whole.ledger)
+    torch.testing.assert_close(resumed.noise_correction.factor, whole.noise_correction.factor, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("value", ["on", True, 1])
@@ -212,24 +216,6 @@ def test_a_step_whose_noise_the_refresh_cannot_hold_is_lowered_until_it_can():
     assert float(sampler.schedule(sampler.state.step)) < 0.1 * float(full.schedule(full.state.step))
     assert not sampler.noise_correction.floored
     assert sampler.noise_correction.max_fraction == pytest.approx(hgn.MAX_FRACTION, rel=1e-6)
-
-
-def test_a_checkpoint_in_the_warm_up_s_underdamped_phase_resumes_bit_for_bit(tmp_path, monkeypatch):
-    """The correction runs in phase 2 of the warm-up (V, B, the step limit): a run stopped in round 90 and
-    resumed from the checkpoint of round 80 (warm-up 100, phase 2 from round 51) ends on the same draws."""
-    kw = dict(chains=4, seed=2, batch_size=2, correction=None)
-    whole = fl.FAHMC(minibatch_problem(), **kw)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        reference = whole.run(140, warmup=100, progress=False)
-        first = fl.FAHMC(minibatch_problem(), **kw)
-        monkeypatch.setattr(first._kernel, "step", dies_in_round(first._kernel.step, 90))
-        with pytest.raises(KeyboardInterrupt):
-            first.run(140, warmup=100, progress=False, checkpoint=tmp_path / "c", checkpoint_every=80)
-        resumed = fl.FAHMC.resume(tmp_path / "c")
-        assert resumed.noise_correction is not None and resumed.adapter is not None
-        trace = resumed.run()
-    assert torch.equal(trace.samples, reference.samples)
 
 
 @pytest.mark.parametrize("dim, runs", [(2, True), (101, False)])
