@@ -9,7 +9,7 @@ the wider one of an uncorrected round.
 
 Why an average: V at the chains' states is a heavy-tailed estimate where the noise grows away from the
 bulk (a funnel, a GP, a few records with large gradients): on eight_schools under scheme I and diamonds'
-centred minibatches, single measurements 300 and 200 rounds apart differed 15-fold and 2-fold, and the
+centred minibatches, single measurements 300 and 200 rounds apart differed 13-fold and 2-fold, and the
 correction of the larger one narrowed an sd to 0.76 and 0.87 of the posterior's. So from each friction set
 on (the phase's start, its window's end: the chains' law, and with it V, may have changed there) V is
 measured every :data:`EVERY` rounds and at the warm-up's end and averaged; B and the step limit follow
