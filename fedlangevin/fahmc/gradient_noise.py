@@ -24,18 +24,19 @@ sqrt(1 - c m_j V_jj): O(d).
 
 When (``gradient_noise="auto"``, FA-HMC's default): when the run has random participation or minibatches,
 K = 1 (fixed), one process and no privacy, from the underdamped phase of ``step_size="auto"``'s warm-up on
-(``FAHMC._correct_warmup``: V measured where that phase sets the friction, B recomputed for each new h by
-:func:`remeasure`, h held at :func:`step_limit`; the warm-up's statistic then reads the noiseless round,
-:mod:`fedlangevin.fahmc.warmup`'s GHOST), and again at the warm-up's end, where the chains are near the
-target and h, gamma and M freeze: V measured there at the chains' states (every client's full gradient per
-chain, and up to ``ROWS`` per-example gradients per client for up to ``MB_CHAINS`` chains, at most
-``PER_EXAMPLE_BYTES`` of them: :mod:`fedlangevin.warmup.setting_noise`) gives the B kept for the rest of the
-sampler's life. Each measurement's clients' gradients (N R d floats) and, with minibatches, each client's
+(at d <= ``DENSE_MAX_DIM``: :mod:`fedlangevin.fahmc.warmup_noise`, V measured where that phase sets the
+friction, B recomputed for each new h by :func:`remeasure`, h held at :func:`step_limit`; the warm-up's
+statistic then reads the noiseless round, :mod:`fedlangevin.fahmc.warmup`'s GHOST), and at the warm-up's
+end, where the chains are near the target and h, gamma and M freeze: V measured there at the chains'
+states (every client's full gradient per chain, and up to ``ROWS`` per-example gradients per client for up
+to ``MB_CHAINS`` chains, at most ``PER_EXAMPLE_BYTES`` of them: :mod:`fedlangevin.warmup.setting_noise`),
+averaged with the phase's, gives the B kept for the rest of the sampler's life. Each measurement's clients' gradients (N R d floats) and, with minibatches, each client's
 noise covariance (d (d + 1) / 2 floats, d above the dense limit) are counted as set-up uploads.
 
 Where the noise is larger than the refresh can give up (c lambda_max(A^T V A) > MAX_FRACTION), B^2 would
-be floored at 1 - ``MAX_FRACTION`` and the part not taken out would stay; so the sampler lowers h instead, to
-:func:`feasible_step` (c falls with h), at the warm-up's end: the right law at fewer effective draws per round.
+be floored at 1 - ``MAX_FRACTION`` and the part not taken out would stay; so at d <= ``DENSE_MAX_DIM`` the
+sampler lowers h instead, to :func:`feasible_step` (c falls with h), at the warm-up's end: the right law at
+fewer effective draws per round. Above, B^2 is floored (:mod:`fedlangevin.fahmc.warmup_noise` says why).
 Why a floor at all: V is an estimate, and taking out more than it holds would narrow the posterior instead.
 The end-of-run check (:mod:`fedlangevin.fahmc.setting_noise`) subtracts what was taken out and warns with
 what is left.

@@ -407,10 +407,10 @@ class FAHMC(Runner):
             self.state = dataclasses.replace(self.state, momentum=changes.momentum)
         if changes.finished:  # the force's noise out of the refresh (fahmc.warmup_noise), for good
             self.adapter, self.adapted = None, True
-            self.noise_correction, floats, _ = warmup_noise.at_end(self)
+            self.noise_correction, floats = warmup_noise.at_end(self)
             self._count_setup(run, "setup_floats_up", floats)
         elif self.adapter is not None and self.adapter.overdamped is None and changes.step_size is not None:
-            self.noise_correction, floats, _ = warmup_noise.during(self, changes.friction is not None)
+            self.noise_correction, floats = warmup_noise.during(self, changes.friction is not None)
             self._count_setup(run, "setup_floats_up", floats)
         self._apply_local_steps(changes)
         return sent

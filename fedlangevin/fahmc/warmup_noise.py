@@ -23,8 +23,10 @@ refresh can give up there, and chains from zero did not reach the posterior in 4
 ECE 0.032, R-hat of the test log predictive 1.79, against 0.9235, 0.0153 and 1.43 with the earlier rule;
 ``docs/gradient-noise.md``).
 
-Each function returns what the sampler applies (``FAHMC._apply``): the correction (None: none), the floats
-it uploaded (counted as set-up uploads) and h from the current step on (None: unchanged).
+:func:`during` and :func:`at_end` return the correction (None: none) and the floats its measurement uploaded
+(``FAHMC._apply`` keeps the one and counts the other as set-up uploads); where h must come down to the
+step limit they set it themselves, on the sampler's schedule from the current step on (and on the
+adapter, whose dual averaging it then bounds).
 """
 
 from __future__ import annotations
@@ -45,9 +47,14 @@ EVERY = 10
 
 def in_warmup(sampler) -> bool:
     """Whether the correction runs in the warm-up's underdamped phase, with the noiseless statistic and the
-    step limit: where it runs at all (:func:`~fedlangevin.fahmc.gradient_noise.why_not`) and V is dense
-    (d <= ``DENSE_MAX_DIM``; module docstring: above, the earlier rule)."""
-    return bool(sampler.gradient_noise) and not hgn.why_not(sampler) and hgn.dense(sampler.problem.dim)
+    step limit: where it runs at all (:func:`_runs`) and V is dense (d <= ``DENSE_MAX_DIM``; module
+    docstring: above, the earlier rule). The warm-up keeps the answer (``HMCAdapter.ghost``)."""
+    return _runs(sampler) and hgn.dense(sampler.problem.dim)
+
+
+def _runs(sampler) -> bool:
+    """Whether the correction runs for ``sampler`` (:func:`~fedlangevin.fahmc.gradient_noise.why_not`)."""
+    return bool(sampler.gradient_noise) and not hgn.why_not(sampler)
 
 
 def during(sampler, friction_set: bool) -> tuple:
@@ -57,34 +64,34 @@ def during(sampler, friction_set: bool) -> tuple:
     :func:`~fedlangevin.fahmc.gradient_noise.step_limit` (also the adapter's cap from then on:
     :attr:`~fedlangevin.fahmc.warmup.HMCAdapter.limit`)."""
     current = sampler.noise_correction
-    if not in_warmup(sampler) or (not friction_set and current is None):
-        return current, 0.0, None
+    if not sampler.adapter.ghost or (not friction_set and current is None):
+        return current, 0.0
     if not friction_set and sampler.adapter.done % EVERY:
-        return hgn.remeasure(sampler, current), 0.0, None
+        return hgn.remeasure(sampler, current), 0.0
     value, floats = _measured(sampler, None if friction_set else current)
     h = float(sampler.schedule(sampler.state.step))
     lam = value.max_fraction / hgn.refresh_share(h, sampler.friction, sampler.temperature)
     sampler.adapter.limit = hgn.step_limit(lam, sampler.friction, sampler.temperature)
     if h <= sampler.adapter.limit:
-        return value, floats, None
+        return value, floats
     sampler.adapter.step_size = sampler.adapter.limit
     sampler.schedule.set(sampler.state.step, sampler.adapter.limit)
-    return hgn.remeasure(sampler, value), floats, sampler.adapter.limit
+    return hgn.remeasure(sampler, value), floats
 
 
 def at_end(sampler) -> tuple:
     """The warm-up has ended (h, gamma and M frozen): V measured at the chains' states and added to the
     phase's average, B for the frozen step; where the noise is more than the refresh holds, h lowered to
     :func:`~fedlangevin.fahmc.gradient_noise.feasible_step` and B recomputed there (None: no correction)."""
-    if not sampler.gradient_noise or hgn.why_not(sampler):
-        return None, 0.0, None
+    if not _runs(sampler):
+        return None, 0.0
     value, floats = _measured(sampler, sampler.noise_correction)
     if not value.floored or not hgn.dense(sampler.problem.dim):
-        return value, floats, None
+        return value, floats
     h = hgn.feasible_step(float(sampler.schedule(sampler.state.step)), sampler.friction, sampler.temperature,
                           value.max_fraction)
     sampler.schedule.set(sampler.state.step, h)
-    return hgn.remeasure(sampler, value), floats, h
+    return hgn.remeasure(sampler, value), floats
 
 
 def _measured(sampler, pool) -> tuple:
