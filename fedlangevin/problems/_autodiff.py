@@ -124,10 +124,26 @@ class AutodiffProblem(FederatedProblem):
         return self._groups
 
     # -- gradients --------------------------------------------------------------------------
+    #: a subclass whose energy is ``scale * _nll_sum + U_0`` with U_0's gradient in closed form
+    #: (:meth:`_closed_prior_grad`) sets this: the vectorised gradients then differentiate the likelihood
+    #: only and add the prior's gradient (a sixth of a small network's minibatch gradient,
+    #: benchmarks/bench_cost.py)
+    _separable_prior = False
+
+    def _closed_prior_grad(self, theta: torch.Tensor) -> torch.Tensor:
+        """grad U_0 (..., d) at theta (..., d), for ``_separable_prior`` subclasses."""
+        raise NotImplementedError
+
+    def _with_prior(self, g: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+        return g.add_(self._closed_prior_grad(theta)) if self._separable_prior else g
+
     def _fn(self, kind: str) -> Callable:
         """Vectorised gradient functions, built once per instance."""
         if kind not in self._fns:
-            g = torch.func.grad(self._energy)
+            if self._separable_prior:
+                g = torch.func.grad(lambda t, x, m, s: s * self._nll_sum(t, x, m))
+            else:
+                g = torch.func.grad(self._energy)
             if kind == "full":  # theta (R, G, d); data, mask, scale per client, shared by chains
                 per_client = torch.func.vmap(g, in_dims=(0, 0, 0, 0))
                 fn = torch.func.vmap(per_client, in_dims=(0, None, None, None), chunk_size=self.chunk_size)
@@ -174,6 +190,7 @@ class AutodiffProblem(FederatedProblem):
                         g = self._fn("full_nomask")(th, grp.data, grp.scale)
                     else:
                         g = self._fn("full")(th, grp.data, grp.mask, grp.scale)
+                    g = self._with_prior(g, th)
                 else:
                     g = self._loop_grad(th, grp.data, grp.mask, grp.scale, per_chain_data=False)
                 if grp.everyone:
@@ -188,7 +205,7 @@ class AutodiffProblem(FederatedProblem):
         p = self.weights.to(device=theta.device, dtype=theta.dtype)
         scale = self.client_sizes.to(device=theta.device, dtype=theta.dtype) / (p * b)
         if self.vectorized:
-            return self._fn("batch")(theta, batch, scale)
+            return self._with_prior(self._fn("batch")(theta, batch, scale), theta)
         return self._loop_grad(theta, batch, None, scale, per_chain_data=True)
 
     def client_hvp(self, theta: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor | None:

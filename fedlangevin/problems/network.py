@@ -151,11 +151,12 @@ class NetworkProblem(AutodiffProblem):
 
     def unflatten(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
         """The module's parameters {name: tensor (..., *shape)} as views of theta (..., d)."""
-        out, start = {}, 0
-        for (name, shape), size in zip(self.param_shapes.items(), self._sizes):
-            out[name] = theta[..., start:start + size].reshape(*theta.shape[:-1], *shape)
-            start += size
-        return out
+        # torch.split, not one slice per parameter: the backward of a split is one concatenation, that of
+        # each slice a d-sized zero tensor (a network's gradient was 1.3x the hand-written loop's:
+        # benchmarks/bench_cost.py)
+        parts = torch.split(theta, self._sizes, dim=-1)
+        lead = theta.shape[:-1]
+        return {name: part.reshape(*lead, *shape) for (name, shape), part in zip(self.param_shapes.items(), parts)}
 
     def constrain(self, samples: Any) -> dict[str, np.ndarray]:
         """Draws (..., d) split into the module's named parameters."""
@@ -200,15 +201,22 @@ class NetworkProblem(AutodiffProblem):
 
     def _nll_sum(self, theta, data, mask):
         x, y = data
-        logp = torch.log_softmax(self._forward(theta, x), dim=-1)
-        nll = -logp.gather(-1, y.unsqueeze(-1)).squeeze(-1)
-        return nll.sum() if mask is None else (nll * mask.to(nll.dtype)).sum()
+        logits = self._forward(theta, x)
+        if mask is None:  # the fused log-softmax and NLL (its backward: one softmax minus the one-hot labels)
+            return torch.nn.functional.cross_entropy(logits, y, reduction="sum")
+        nll = torch.nn.functional.cross_entropy(logits, y, reduction="none")
+        return (nll * mask.to(nll.dtype)).sum()
 
     def _prior_energy(self, theta, data):
         return 0.5 * self.prior_precision * (theta * theta).sum()
 
     def _energy(self, theta, data, mask, scale):
         return scale * self._nll_sum(theta, data, mask) + self._prior_energy(theta, data)
+
+    _separable_prior = True
+
+    def _closed_prior_grad(self, theta):
+        return theta * self.prior_precision
 
     def prior_grad(self, theta):
         """grad U_0 = theta / sigma^2, (R, N, d)."""
