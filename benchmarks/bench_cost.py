@@ -2,14 +2,14 @@
 
 For each configuration (d, N clients, R chains, dtype) the script compares, per communication round,
 ``fl.FALD``'s sampling (a fixed step size, K = 1, every client, minibatches of ``--batch`` rows per
-client drawn with replacement, no drift correction, draws not kept: the kernel's own cost) with a
-loop written directly in torch that does the same arithmetic and nothing else:
+client, or all n / N where fewer, drawn with replacement, no drift correction, draws not kept: the
+kernel's own cost) with a loop written directly in torch that does the same arithmetic and nothing else:
 
-- draw b row indices per chain and client, gather the rows, the minibatch gradient
-  (n / b) sum_i grad l_i(theta_c) + theta_c / sigma^2 (eq. 3's grad f^c; every client holds n / N rows),
-- theta_c <- theta_c - eta grad f^c + sqrt(2 eta / p_c) xi_c (eq. 4 with K = 1, the noise drawn in the
-  sampler's ``noise_dtype``, float32, as the sampler does), then theta <- sum_c p_c theta_c (eq. 5),
-  broadcast to every client.
+- draw b row indices per chain and client, gather the rows, the minibatch gradient of the client's
+  energy, (n / b) sum_i grad l_i(theta_c) + theta_c / sigma^2 (every client holds n / N rows, p_c = 1 / N),
+- one local step of Deng et al.'s eq. 10 (rho = 0, K = 1), theta_c <- theta_c - eta grad f^c +
+  sqrt(2 eta / p_c) xi_c, the noise drawn in float32 (the sampler's default ``noise_dtype``), then the
+  server's average theta <- sum_c p_c theta_c (Alg. 1), broadcast to every client.
 
 Two models: ``logistic``, a multinomial logistic regression with 10 classes (d = 10 (p + 1), p
 features; d = 7,850 is MNIST's) whose minimal gradient is the closed form (S - Y) X_b; ``network``, an
@@ -18,13 +18,14 @@ MLP (784 - hidden - 10, ReLU) whose minimal gradient is ``torch.func.vmap(grad(l
 cost does not depend on the values. There are ``--records`` of them (default 60,000, MNIST's count), fewer
 where the features would take more than ``--data-mb`` (the largest d).
 
-Every configuration runs in three fresh processes (``ru_maxrss`` is per process):
+Every configuration runs in three fresh processes:
 
 - ``time``: both loops built once, one round each to warm up, then ``--reps`` timed calls of each,
   alternating (sampler, minimal, sampler, ...), each call ``rounds`` rounds long with ``rounds`` grown
   until a call lasts ``--seconds``; per round: the median over the calls; ``ratio``: sampler / minimal;
-- ``sampler`` and ``minimal``: each loop alone for a few rounds, its peak resident memory less the
-  process's before the data was built (Python and torch), beside ``need``: the features and labels
+- ``sampler`` and ``minimal``: each loop built alone, then a few rounds: the peak resident memory of
+  those rounds (``VmHWM``, reset after the build, so that building the data once in float64 does not
+  count) less the process's before the data was built (Python and torch), beside ``need``: the features and labels
   in the run's dtype, the chains' state R N d and the gathered minibatches R N b (p + 1) (what any
   implementation holds).
 
@@ -73,12 +74,13 @@ CHILD = textwrap.dedent("""
     n = m * N
     X = torch.rand(N, m, p, generator=g, dtype=torch.float64)
     Y = torch.randint(0, 10, (N, m), generator=g)
-    b = min(b, m) if cfg["model"] == "network" else b
+    b = min(b, m)  # the sampler refuses a minibatch larger than a client
     data_bytes = X.numel() * X.element_size() + Y.numel() * 8
     problem = None
     if cfg["model"] == "network":
         torch.manual_seed(0)
-        net = torch.nn.Sequential(torch.nn.Linear(p, cfg["hidden"]), torch.nn.ReLU(), torch.nn.Linear(cfg["hidden"], 10))
+        hidden = cfg["hidden"]
+        net = torch.nn.Sequential(torch.nn.Linear(p, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 10))
         net = net.double()
         d = sum(q.numel() for q in net.parameters())
         if cfg["mode"] != "minimal":
