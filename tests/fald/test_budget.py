@@ -61,6 +61,30 @@ def test_more_chains_buy_a_smaller_step_when_the_budget_binds():
     assert four.budget.step_size < one.budget.step_size
 
 
+def test_the_split_gives_the_start_most_of_the_budget_and_the_sampling_its_relaxation_times():
+    """runplan._start_noise: the start gets START_SHARE of epsilon, lowered (not below MIN_SHARE) until the
+    sampling has MIN_RELAXATION relaxation times, or more where the sampling's public step leaves more."""
+    from fedlangevin.privacy import runplan
+    from fedlangevin.privacy.planning import Release, noise_for_epsilon
+
+    problem = _logistic()
+
+    def alone(share, eps):  # the start's noise multiplier when it spends share * eps by itself
+        return noise_for_epsilon(share * eps, DELTA, lambda z: Release("start", z, runplan.START_ROUNDS))
+
+    lowered, _ = _run(problem, 2.0, rounds=200, chains=1)  # 0.9 would leave the sampling under 10
+    z = lowered.budget.releases[0].noise_multiplier
+    assert alone(runplan.START_SHARE, 2.0) < z < alone(runplan.MIN_SHARE, 2.0)
+    # the bisection's share to 2^-12 of (0.9 - 0.3) moves the relaxation by well under 1 %
+    assert lowered.budget.relaxation == pytest.approx(runplan.MIN_RELAXATION, rel=0.01)
+    floored, _ = _run(problem, 2.0, rounds=200, chains=4)  # four chains: even 0.3 leaves less
+    assert floored.budget.releases[0].noise_multiplier == pytest.approx(alone(runplan.MIN_SHARE, 2.0), rel=1e-9)
+    assert floored.budget.relaxation < runplan.MIN_RELAXATION
+    public, _ = _run(problem, 8.0, rounds=200, chains=1)  # the public step costs less than 0.1 of epsilon
+    assert public.budget.step_size == pytest.approx(public.budget.public_step, rel=2e-3)
+    assert public.budget.releases[0].noise_multiplier < alone(runplan.START_SHARE, 8.0)
+
+
 def test_a_budget_too_small_for_a_useful_run_is_refused_with_the_numbers():
     problem = _logistic()
     sampler = fl.FALD(problem, chains=4, seed=0, privacy=fl.privacy.RecordLevel(epsilon=0.05, delta=DELTA))
