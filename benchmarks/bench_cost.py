@@ -1,40 +1,48 @@
-"""Cost growth: FA-LD's sampling round against a minimal hand-written torch loop doing the same work.
+"""Cost growth: a sampling round against a minimal hand-written torch loop doing the same work.
 
-For each configuration (d, N clients, R chains, dtype) the script compares, per communication round,
-``fl.FALD``'s sampling (a fixed step size, K = 1, every client, minibatches of ``--batch`` rows per
-client, or all n / N where fewer, drawn with replacement, no drift correction, draws not kept: the
-kernel's own cost) with a loop written directly in torch that does the same arithmetic and nothing else:
+For each configuration (sampler, d, N clients, R chains, dtype) the script compares, per
+communication round, ``fl.FALD``'s or ``fl.FAHMC``'s sampling (a fixed step size, K = 1, every
+client, minibatches of ``--batch`` rows per client, or all n / N where fewer, drawn with
+replacement, no drift correction, draws not kept: the kernel's own cost) with a loop written
+directly in torch that does the same arithmetic and nothing else:
 
 - draw b row indices per chain and client, gather the rows, the minibatch gradient of the client's
-  energy, (n / b) sum_i grad l_i(theta_c) + theta_c / sigma^2 (every client holds n / N rows, p_c = 1 / N),
-- one local step of Deng et al.'s eq. 10 (rho = 0, K = 1), theta_c <- theta_c - eta grad f^c +
-  sqrt(2 eta / p_c) xi_c, the noise drawn in float32 (the sampler's default ``noise_dtype``), then the
-  server's average theta <- sum_c p_c theta_c (Alg. 1), broadcast to every client.
+  energy, (n / b) sum_i grad l_i(theta_c) + theta_c / sigma^2 (every client holds n / N rows,
+  p_c = 1 / N),
+- FA-LD: one local step of Deng et al.'s eq. 10 (rho = 0, K = 1), theta_c <- theta_c - eta grad f^c
+  + sqrt(2 eta / p_c) xi_c, the noise drawn in float32 (the sampler's default ``noise_dtype``), then
+  the server's average theta <- sum_c p_c theta_c (Alg. 1), broadcast to every client;
+- FA-HMC (``--samplers fahmc``; friction ``--friction``, M = I, no gradient-noise correction): the
+  local step B(h) A(h/2) O A(h/2) of :mod:`fedlangevin.fahmc.kernel` (BAOAB, the default splitting;
+  h = ``--eta``), v <- v - h grad f^c, theta <- theta + (h/2) v, v <- a v + sqrt((1 - a^2) / p_c)
+  xi_c (a = exp(-gamma h)), theta <- theta + (h/2) v, then theta and v averaged.
 
 Two models: ``logistic``, a multinomial logistic regression with 10 classes (d = 10 (p + 1), p
-features; d = 7,850 is MNIST's) whose minimal gradient is the closed form (S - Y) X_b; ``network``, an
-MLP (784 - hidden - 10, ReLU) whose minimal gradient is ``torch.func.vmap(grad(loss))`` over the R N
-(chain, client) pairs. The records are synthetic (uniform pixels in [0, 1], random labels): a round's
-cost does not depend on the values. There are ``--records`` of them (default 60,000, MNIST's count), fewer
-where the features would take more than ``--data-mb`` (the largest d).
+features; d = 7,850 is MNIST's) whose minimal gradient is the closed form (S - Y) X_b; ``network``,
+an MLP (784 - hidden - 10, ReLU) whose minimal gradient is ``torch.func.vmap(grad(loss))`` over the
+R N (chain, client) pairs. The records are synthetic (uniform pixels in [0, 1], random labels): a
+round's cost does not depend on the values. There are ``--records`` of them (default 60,000, MNIST's
+count), fewer where the features would take more than ``--data-mb`` (the largest d).
 
 Every configuration runs in three fresh processes:
 
 - ``time``: both loops built once, one round each to warm up, then ``--reps`` timed calls of each,
-  alternating (sampler, minimal, sampler, ...), each call ``rounds`` rounds long with ``rounds`` grown
-  until a call lasts ``--seconds``; per round: the median over the calls; ``ratio``: sampler / minimal;
+  alternating (sampler, minimal, sampler, ...), each call ``rounds`` rounds long with ``rounds``
+  grown until a call lasts ``--seconds``; per round: the median over the calls; ``ratio``: sampler /
+  minimal;
 - ``sampler`` and ``minimal``: each loop built alone, then a few rounds: the peak resident memory of
   those rounds (``VmHWM``, reset after the build, so that building the data once in float64 does not
-  count) less the process's before the data was built (Python and torch), beside ``need``: the features and labels
-  in the run's dtype, the chains' state R N d and the gathered minibatches R N b (p + 1) (what any
-  implementation holds).
+  count) less the process's before the data was built (Python and torch), beside ``need``: the
+  features and labels in the run's dtype, the chains' state R N d (FA-HMC: twice, theta and v) and
+  the gathered minibatches R N b (p + 1) (what any implementation holds).
 
-    python benchmarks/bench_cost.py [--dims 100 7850] [--clients 10] [--chains 4] [--dtypes float64]
-        [--network] [--hidden 100] [--records 60000] [--batch 200] [--reps 5] [--seconds 1] [--threads 1]
-        [--json out.json]
+    python benchmarks/bench_cost.py [--samplers fald fahmc] [--dims 100 7850] [--clients 10] [--chains 4]
+        [--dtypes float64] [--network] [--hidden 100] [--records 60000] [--batch 200] [--reps 5]
+        [--seconds 1] [--threads 1] [--json out.json]
 
-``--dims``, ``--clients`` and ``--chains`` take several values: every combination runs. ``--network``
-adds the MLP at each (clients, chains, dtype). A configuration that fails prints its reason in the table.
+``--samplers``, ``--dims``, ``--clients`` and ``--chains`` take several values: every combination
+runs. ``--network`` adds the MLP at each (sampler, clients, chains, dtype). A configuration that
+fails prints its reason in the table.
 """
 
 from __future__ import annotations
@@ -92,7 +100,13 @@ CHILD = textwrap.dedent("""
     if problem is not None:  # the problem in the run's dtype (held once: the float64 build is dropped)
         problem = problem.to(dtype=dtype)
 
+    hmc = cfg["sampler"] == "fahmc"
+    gamma = cfg["friction"]
+
     def make_sampler():
+        if hmc:
+            return fl.FAHMC(problem, step_size=eta, friction=gamma, chains=R, batch_size=b, correction=None,
+                            check_local_bias=False, gradient_noise=None, dtype=dtype, seed=0)
         return fl.FALD(problem, step_size=eta, chains=R, batch_size=b, correction=None, check_local_bias=False,
                        dtype=dtype, seed=0)
 
@@ -150,21 +164,32 @@ CHILD = textwrap.dedent("""
 
         state = {"w": torch.zeros(shape, dtype=dtype)}
 
+        a = math.exp(-gamma * eta)
+        refresh_sd = math.sqrt((1.0 - a * a) * N)  # sqrt(tau (1 - a^2) / p_c)
+        state["v"] = torch.zeros(shape, dtype=dtype)
+
         def minimal_rounds(rounds):
-            w = state["w"]
+            w, v = state["w"], state["v"]
             for _ in range(rounds):
                 gr = minimal_grad(w)
                 xi = torch.randn(shape, generator=gen, dtype=torch.float32)
-                w = w - eta * gr + noise_sd * xi.to(dtype)
-                w = w.mean(1, keepdim=True).expand(shape).contiguous()  # eq. 5 with p_c = 1 / N, broadcast
-            state["w"] = w
+                if hmc:  # BAOAB's local step B(h) A(h/2) O A(h/2), then (theta, v) averaged
+                    v = v - eta * gr
+                    w = w + 0.5 * eta * v
+                    v = a * v + refresh_sd * xi.to(dtype)
+                    w = w + 0.5 * eta * v
+                    v = v.mean(1, keepdim=True).expand(shape).contiguous()
+                else:
+                    w = w - eta * gr + noise_sd * xi.to(dtype)
+                w = w.mean(1, keepdim=True).expand(shape).contiguous()  # Alg. 1 with p_c = 1 / N, broadcast
+            state["w"], state["v"] = w, v
 
         return minimal_rounds
 
     out = dict(d=d, records=n, batch=b)
     width = torch.finfo(dtype).bits / 8  # bytes per float
     rows = R * N * b * (p + 1) * width  # the gathered minibatch of every chain and client
-    need = data_bytes * width / 8 + R * N * d * width + rows
+    need = data_bytes * width / 8 + R * N * d * width * (2 if hmc else 1) + rows  # FA-HMC: theta and v
     out["need_mb"] = need / 2**20
     if cfg["mode"] == "time":
         s = make_sampler()
@@ -216,6 +241,8 @@ def child(cfg: dict, timeout: float) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--samplers", nargs="+", default=["fald"], choices=["fald", "fahmc"])
+    ap.add_argument("--friction", type=float, default=1.0, help="FA-HMC's gamma (the cost does not depend on it)")
     ap.add_argument("--dims", type=int, nargs="*", default=[100, 7850])
     ap.add_argument("--clients", type=int, nargs="+", default=[10])
     ap.add_argument("--chains", type=int, nargs="+", default=[4])
@@ -233,34 +260,38 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     configs = []
-    for d, n_clients, r, dt in itertools.product(args.dims, args.clients, args.chains, args.dtypes):
+    for sampler, d, n_clients, r, dt in itertools.product(args.samplers, args.dims, args.clients, args.chains,
+                                                          args.dtypes):
         if d % 10 or d < 20:
             raise SystemExit(f"--dims: d = 10 (p + 1) with p >= 1 features; got {d}")
         p = d // 10 - 1
         records = min(args.records, int(args.data_mb * 2**20 / (8 * (p + 1))))
-        configs.append(dict(model="logistic", features=p, records=records, clients=n_clients, chains=r, dtype=dt))
+        configs.append(dict(sampler=sampler, model="logistic", features=p, records=records, clients=n_clients,
+                            chains=r, dtype=dt))
     if args.network:
-        for n_clients, r, dt in itertools.product(args.clients, args.chains, args.dtypes):
-            configs.append(dict(model="network", features=784, hidden=args.hidden, records=args.records,
-                                clients=n_clients, chains=r, dtype=dt))
+        for sampler, n_clients, r, dt in itertools.product(args.samplers, args.clients, args.chains, args.dtypes):
+            configs.append(dict(sampler=sampler, model="network", features=784, hidden=args.hidden,
+                                records=args.records, clients=n_clients, chains=r, dtype=dt))
     rows = []
-    print("| model | d | clients | chains | dtype | sampler s/round | minimal s/round | ratio | sampler MB | "
+    print("| sampler | model | d | clients | chains | dtype | sampler s/round | minimal s/round | ratio | sampler MB | "
           "minimal MB | need MB |")
-    print("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for cfg in configs:
-        cfg.update(batch=args.batch, eta=args.eta, reps=args.reps, seconds=args.seconds, threads=args.threads)
+        cfg.update(batch=args.batch, eta=args.eta, friction=args.friction, reps=args.reps, seconds=args.seconds,
+                   threads=args.threads)
         row = dict(cfg)
         row.update(child(dict(cfg, mode="time"), args.timeout))
         row["sampler_mb"] = child(dict(cfg, mode="sampler"), args.timeout).get("peak_mb")
         row["minimal_mb"] = child(dict(cfg, mode="minimal"), args.timeout).get("peak_mb")
         rows.append(row)
         if "error" in row:
-            print(f"| {cfg['model']} | | {cfg['clients']} | {cfg['chains']} | {cfg['dtype']} | {row['error']} |")
+            print(f"| {cfg['sampler']} | {cfg['model']} | | {cfg['clients']} | {cfg['chains']} | {cfg['dtype']} | "
+                  f"{row['error']} |")
             continue
         fmt = lambda v: "n/a" if v is None else f"{v:,.0f}"  # noqa: E731
-        print(f"| {cfg['model']} | {row['d']:,} | {cfg['clients']} | {cfg['chains']} | {cfg['dtype']} | "
-              f"{row['sampler_s']:.4g} | {row['minimal_s']:.4g} | {row['ratio']:.2f} | {fmt(row['sampler_mb'])} | "
-              f"{fmt(row['minimal_mb'])} | {fmt(row['need_mb'])} |", flush=True)
+        print(f"| {cfg['sampler']} | {cfg['model']} | {row['d']:,} | {cfg['clients']} | {cfg['chains']} | "
+              f"{cfg['dtype']} | {row['sampler_s']:.4g} | {row['minimal_s']:.4g} | {row['ratio']:.2f} | "
+              f"{fmt(row['sampler_mb'])} | {fmt(row['minimal_mb'])} | {fmt(row['need_mb'])} |", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 
