@@ -166,7 +166,7 @@ CHILD = textwrap.dedent("""
 
         a = math.exp(-gamma * eta)
         refresh_sd = math.sqrt((1.0 - a * a) * N)  # sqrt(tau (1 - a^2) / p_c)
-        state["v"] = torch.zeros(shape, dtype=dtype)
+        state["v"] = torch.zeros(shape, dtype=dtype) if hmc else None  # FA-LD's loop holds no velocity
 
         def minimal_rounds(rounds):
             w, v = state["w"], state["v"]

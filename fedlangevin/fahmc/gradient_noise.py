@@ -30,8 +30,9 @@ statistic then reads the noiseless round, :mod:`fedlangevin.fahmc.warmup`'s GHOS
 end, where the chains are near the target and h, gamma and M freeze: V measured there at the chains'
 states (every client's full gradient per chain, and up to ``ROWS`` per-example gradients per client for up
 to ``MB_CHAINS`` chains, at most ``PER_EXAMPLE_BYTES`` of them: :mod:`fedlangevin.warmup.setting_noise`),
-averaged with the phase's, gives the B kept for the rest of the sampler's life. Each measurement's clients' gradients (N R d floats) and, with minibatches, each client's
-noise covariance (d (d + 1) / 2 floats, d above the dense limit) are counted as set-up uploads.
+averaged with the phase's, gives the B kept for the rest of the sampler's life. Each measurement's
+clients' gradients (N R d floats) and, with minibatches, each client's noise covariance (d (d + 1) / 2
+floats, d above the dense limit) are counted as set-up uploads.
 
 Where the noise is larger than the refresh can give up (c lambda_max(A^T V A) > MAX_FRACTION), B^2 would
 be floored at 1 - ``MAX_FRACTION`` and the part not taken out would stay; so at d <= ``DENSE_MAX_DIM`` the

@@ -14,10 +14,10 @@ the round's actual move, counts it like integration error (h smaller where it is
 
 **The noiseless round (GHOST).** Where FA-HMC's gradient-noise correction runs in the warm-up (random
 participation or minibatches, K = 1, one process, no privacy, d <= 100: :mod:`~fedlangevin.fahmc.warmup_noise`),
-phase 2 reads its statistic off the round the exact force would have made from the chains' (theta, v) (:func:`~
-fedlangevin.fahmc.kernel.exact_round`: grad U there is read anyway, the refresh is drawn here, U
-and grad U at its end cost d + 1 more floats per client and chain, counted), so the noise the correction
-takes out no longer shrinks h; h stays under :attr:`HMCAdapter.limit`, where the refresh holds that noise;
+phase 2 reads its statistic off the round the exact force would have made from the chains' (theta, v)
+(:func:`~fedlangevin.fahmc.kernel.exact_round`: grad U there is read anyway, the refresh is drawn here, U and
+grad U at its end cost d + 1 more floats per client and chain, counted), so the noise the correction takes
+out no longer shrinks h; h stays under :attr:`HMCAdapter.limit`, where the refresh holds that noise;
 its energy error also decides divergence. arK, scheme I: h 0.392 before, 0.481 now (every client: 0.478).
 
 Two phases

@@ -190,15 +190,15 @@ def _start_noise(problem, privacy, eps: float, delta: float, rule: StepRule = LA
     def relaxation(share: float) -> float:
         return largest_within(eps, delta, [start(alone(share))], make, rule.public(lam_unit))[0] * time
 
-    low, high = MIN_SHARE, START_SHARE
-    if relaxation(high) < MIN_RELAXATION and relaxation(low) >= MIN_RELAXATION:
-        for _ in range(12):  # bisection to 2^-12 of (START_SHARE - MIN_SHARE): relaxation falls as the share grows
-            mid = 0.5 * (low + high)
-            low, high = (mid, high) if relaxation(mid) >= MIN_RELAXATION else (low, mid)
-        high = low
-    elif relaxation(high) < MIN_RELAXATION:
-        high = low  # even MIN_SHARE leaves less: the plan refuses the run with the numbers
-    z = alone(high)
+    share = START_SHARE
+    if relaxation(share) < MIN_RELAXATION:
+        low, high = MIN_SHARE, START_SHARE
+        if relaxation(low) >= MIN_RELAXATION:  # (else even MIN_SHARE leaves less: the plan refuses the run)
+            for _ in range(12):  # bisection to 2^-12 of (START_SHARE - MIN_SHARE): relaxation falls as the share grows
+                mid = 0.5 * (low + high)
+                low, high = (mid, high) if relaxation(mid) >= MIN_RELAXATION else (low, mid)
+        share = low
+    z = alone(share)
     if compose_epsilon([start(alone(MIN_SHARE)), at_public], delta) <= eps:
         z = min(z, noise_for_epsilon(eps, delta, start, fixed=[at_public]))
     return z

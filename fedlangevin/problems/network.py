@@ -221,7 +221,7 @@ class NetworkProblem(AutodiffProblem):
     def prior_grad(self, theta):
         """grad U_0 = theta / sigma^2, (R, N, d)."""
         self._check_theta(theta)
-        return theta * self.prior_precision
+        return self._closed_prior_grad(theta)
 
     # -- predictions and curvature --------------------------------------------------------------
     def predict_proba(self, theta: torch.Tensor, X: torch.Tensor, *, batch: int = 2048) -> torch.Tensor:
