@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from fedlangevin.experiments.gaussian import STUDIES as SIMULATIONS
 
@@ -97,12 +98,17 @@ def _run_simulation(name: str, args: argparse.Namespace) -> int:
 
 def _configure_classification(parser: argparse.ArgumentParser) -> None:
     from fedlangevin.data.splits import SPLITS
-    from fedlangevin.experiments.classification_settings import TUNE_METRICS, ClassificationSettings
+    from fedlangevin.experiments.classification_settings import SAMPLERS, TUNE_METRICS, ClassificationSettings
 
     d = ClassificationSettings()
     parser.add_argument("--dataset", nargs="+", default=["digits"],
                         help="digits, mnist5k, a folder of MNIST-format IDX files or an .npz file; several run one "
                              "after the other (default: %(default)s)")
+    parser.add_argument("--samplers", nargs="+", choices=SAMPLERS, default=[d.sampler],
+                        help="fald (the paper's FA-LD) and/or fahmc (FA-HMC at h = sqrt(2 eta) of the same ladder); "
+                             "several run one study each and add a figure of both (default: %(default)s)")
+    parser.add_argument("--friction", type=float, default=d.friction,
+                        help="FA-HMC's friction gamma (default: %(default)s)")
     parser.add_argument("--local-steps", type=int, nargs="+", default=list(d.local_steps), metavar="K",
                         help="numbers of local steps K (default: %(default)s, as the paper)")
     parser.add_argument("--rounds", type=int, default=None, help="communication rounds per run "
@@ -147,25 +153,40 @@ def _run_classification(args: argparse.Namespace) -> int:
     import torch
 
     from fedlangevin.experiments.classification import ClassificationSettings, run_classification
+    from fedlangevin.experiments.classification_plots import plot_curves
+    from fedlangevin.experiments.report import slug
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     for dataset in args.dataset:
-        settings = ClassificationSettings(
-            dataset=dataset, local_steps=tuple(args.local_steps), rounds=args.rounds, warmup=args.warmup,
-            thin=args.thin, temperature=args.temperature, num_clients=args.clients, split=args.split,
-            classes_per_client=args.classes_per_client, dirichlet_alpha=args.dirichlet_alpha,
-            batch_size=args.batch_size, prior_scale=args.prior_scale,
-            eta_factors=tuple(args.eta_factors),
-            step_sizes=None if args.step_sizes is None else tuple(args.step_sizes),
-            search=args.search, eta_start=args.eta_start,
-            tune_metric=args.tune_metric, validation_fraction=args.val_fraction, chains=args.chains,
-            seed=args.seed, dtype=args.dtype,
-        ).resolved()
-        result = run_classification(settings, progress=False if args.no_progress else None,
-                                    log=lambda line: print(line, file=sys.stderr, flush=True))
-        paths = result.write(args.out)
-        print(result.table())
-        print("files: " + ", ".join(str(p) for p in paths))
-        print()
+        results = []
+        for sampler in dict.fromkeys(args.samplers):
+            settings = ClassificationSettings(
+                dataset=dataset, sampler=sampler, friction=args.friction, local_steps=tuple(args.local_steps),
+                rounds=args.rounds, warmup=args.warmup,
+                thin=args.thin, temperature=args.temperature, num_clients=args.clients, split=args.split,
+                classes_per_client=args.classes_per_client, dirichlet_alpha=args.dirichlet_alpha,
+                batch_size=args.batch_size, prior_scale=args.prior_scale,
+                eta_factors=tuple(args.eta_factors),
+                step_sizes=None if args.step_sizes is None else tuple(args.step_sizes),
+                search=args.search, eta_start=args.eta_start,
+                tune_metric=args.tune_metric, validation_fraction=args.val_fraction, chains=args.chains,
+                seed=args.seed, dtype=args.dtype,
+            ).resolved()
+            result = run_classification(settings, progress=False if args.no_progress else None,
+                                        log=lambda line, name=sampler: print(f"{name}: {line}", file=sys.stderr,
+                                                                             flush=True))
+            results.append(result)
+            paths = result.write(args.out)
+            print(result.table())
+            print("files: " + ", ".join(str(p) for p in paths))
+            print()
+        if len(results) > 1:
+            path = Path(args.out) / f"{slug(results[0].dataset)}_curves_samplers.png"
+            s = results[0].settings
+            plot_curves([row for r in results for row in r.curve_rows()], path, warmup=s.warmup,
+                        title=f"FA-LD (solid) and FA-HMC (dashed), Bayesian logistic regression on {results[0].dataset}: "
+                              f"N = {s.num_clients} {s.split} clients, tau = {s.temperature:g}, batch "
+                              f"{s.batch_size}/client, eta tuned per sampler and K on validation {s.tune_metric}")
+            print(f"figure of both samplers: {path}")
     return 0

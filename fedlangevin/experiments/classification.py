@@ -1,4 +1,5 @@
-"""Bayesian logistic regression on real images with FA-LD: Deng et al., Sec. 7.2 (Fig. 3 and 4).
+"""Bayesian logistic regression on real images with FA-LD (and FA-HMC beside it): Deng et al.,
+Sec. 7.2 (Fig. 3 and 4).
 
 The study. A data set with a held-out test split (``digits``, ``mnist5k``, or the user's
 MNIST-format files) is split into N clients (the paper: iid, N = 10); a validation set is
@@ -22,8 +23,14 @@ starts at ``eta_start``, every later K at the previous K's choice, tries one run
 keeps stepping in the direction that improves the validation score until it stops improving
 (so each K costs at least three runs, and the choice is a local optimum on the ladder).
 
+FA-HMC. ``sampler="fahmc"`` runs the same study with FA-HMC (Liang et al. 2024) at the same K,
+the ladder read as FA-LD's equivalent step: h = sqrt(2 eta), whose overdamped limit is FA-LD at
+eta (``docs/fahmc.md``), friction ``friction`` (default 1), no drift correction, as FA-LD's
+runs here. One study per sampler; :func:`~fedlangevin.experiments.classification_plots.plot_curves`
+draws both in one figure.
+
 Point estimates. Beside the BMA, the study scores single parameter vectors on the same test
-set: the last FA-LD sample, the plug-in of the posterior mean (mean of the after-warm-up
+set: the last sample, the plug-in of the posterior mean (mean of the after-warm-up
 samples) and the MAP (:meth:`LogisticRegression.mode`, full-batch L-BFGS on pooled data —
 a centralised reference).
 
@@ -105,25 +112,29 @@ def run_classification(
     samples_of: dict[int, torch.Tensor] = {}
     chosen: dict[int, RunRecord] = {}
     expected = (len(candidates) if s.search == "grid" else min(3, len(candidates))) * s.rounds * sum(s.local_steps)
-    bar = progress_bar(expected, f"classification ({s.dataset})", progress, unit="step", mininterval=1.0)
+    bar = progress_bar(expected, f"classification ({s.dataset}, {s.sampler})", progress, unit="step", mininterval=1.0)
 
     def evaluate(k: int, i: int) -> RunRecord:
         eta, factor = candidates[i]
-        sampler = fl.FALD(problem, step_size=eta, local_steps=k, temperature=s.temperature,
-                          chains=s.chains, batch_size=s.batch_size, dtype=dtype, seed=s.seed,
-                          check_local_bias=False, correction=None)  # the paper's FA-LD at its fixed K, on purpose
+        common = dict(local_steps=k, temperature=s.temperature, chains=s.chains, batch_size=s.batch_size,
+                      dtype=dtype, seed=s.seed, check_local_bias=False, correction=None)
+        if s.sampler == "fald":  # the paper's FA-LD at its fixed K, on purpose
+            sampler = fl.FALD(problem, step_size=eta, **common)
+        else:  # FA-HMC at the step whose overdamped limit is FA-LD's eta (eta = h^2 / 2)
+            sampler = fl.FAHMC(problem, step_size=math.sqrt(2.0 * eta), friction=s.friction, **common)
         t0 = time.perf_counter()
         try:
             trace = sampler.run(s.rounds, thin=s.thin, progress=False)
         except fl.DivergenceError as exc:
-            run = RunRecord(k, eta, factor, True, time.perf_counter() - t0, message=str(exc).split(";")[0])
+            run = RunRecord(k, eta, factor, True, time.perf_counter() - t0, message=str(exc).split(";")[0],
+                            sampler=s.sampler)
             if log:
                 log(f"K={k:<4} eta={eta:.3g}: diverged ({run.message})")
         else:
             seconds = time.perf_counter() - t0
             rounds, samples = trace.draw_rounds, trace.samples
             run = RunRecord(
-                k, eta, factor, False, seconds, draw_rounds=rounds,
+                k, eta, factor, False, seconds, draw_rounds=rounds, sampler=s.sampler,
                 test_curves=bma_curves(scoring, samples, rounds, s.warmup, data.X_test, data.y_test, s.n_bins),
                 validation=final_validation(scoring, samples, rounds, s.warmup, X_val, y_val, s.n_bins),
                 point=point_scores(scoring, samples, rounds, s.warmup, data.X_test, data.y_test, s.n_bins),

@@ -15,40 +15,51 @@ __all__ = ["plot_curves", "reliability_figure"]
 
 
 def plot_curves(rows, path: str | Path, title: str | None = None, warmup: int | None = None) -> Path:
-    """Plot the chosen runs' test curves from :meth:`ClassificationResult.curve_rows` or from a
-    ``<dataset>_curves.csv`` file written by the study (so a figure can be redrawn without
-    sampling again): accuracy, Brier and ECE of the BMA against communication rounds, one line
-    per K; top row without warm-up (log axes, Fig. 3), bottom row after the warm-up (linear
-    axes, Fig. 4)."""
+    """Plot the chosen runs' test curves from :meth:`ClassificationResult.curve_rows` or from
+    ``<stem>_curves.csv`` files written by the study (one path or a list: e.g. FA-LD's and
+    FA-HMC's of the same data set, so a figure can be redrawn without sampling again):
+    accuracy, Brier and ECE of the BMA against communication rounds, one line per sampler and
+    K (FA-LD solid, FA-HMC dashed, one colour per K); top row without warm-up (log axes, Fig. 3),
+    bottom row after the warm-up (linear axes, Fig. 4)."""
     plt = pyplot()
 
     if isinstance(rows, (str, Path)):
-        with open(rows, newline="") as fh:
-            rows = list(csv.DictReader(fh))
-    runs: dict[int, dict[str, Any]] = {}
+        rows = [rows]
+    if rows and all(isinstance(r, (str, Path)) for r in rows):
+        read = []
+        for name in rows:
+            with open(name, newline="") as fh:
+                read.extend(csv.DictReader(fh))
+        rows = read
+    runs: dict[tuple[str, int], dict[str, Any]] = {}
     for row in rows:
         if str(row["selected"]) not in ("True", "true", "1"):
             continue
-        k = int(row["K"])
-        run = runs.setdefault(k, {"eta": float(row["step_size"]), "all": [], "after_warmup": []})
+        key = (str(row.get("sampler") or "fald"), int(row["K"]))  # files written before FA-HMC joined: FA-LD
+        run = runs.setdefault(key, {"eta": float(row["step_size"]), "all": [], "after_warmup": []})
         run[row["mode"]].append((int(row["round"]), *(float(row[m]) for m in ("accuracy", "brier", "ece"))))
     if not runs:
         raise ValueError("rows hold no selected run to plot")
     if warmup is None:
         warmup = int(rows[0]["warmup"]) if "warmup" in rows[0] else None
+    ks = sorted({k for _, k in runs})
+    colour_of = dict(zip(ks, plt.cm.viridis(np.linspace(0.0, 0.9, len(ks)))))
+    styles = {"fald": ("-", "FA-LD"), "fahmc": ("--", "FA-HMC")}
+    several = len({name for name, _ in runs}) > 1
     fig, axes = plt.subplots(2, 3, figsize=(15, 8.2), sharex="row")
     labels = {"accuracy": "test accuracy", "brier": "test Brier score", "ece": "test ECE (15 bins)"}
-    colors = plt.cm.viridis(np.linspace(0.0, 0.9, len(runs)))
     rows_spec = (("all", "BMA of all samples from round 0 (no warm-up, cf. Fig. 3)"),
                  ("after_warmup", "BMA of the samples after the warm-up" +
                   (f" of {warmup} rounds" if warmup is not None else "") + " (cf. Fig. 4)"))
     for row, (mode, subtitle) in enumerate(rows_spec):
         for col, metric in enumerate(("accuracy", "brier", "ece")):
             ax = axes[row, col]
-            for color, k in zip(colors, sorted(runs)):
-                pts = np.array(sorted(runs[k][mode]))
+            for (name, k), run in sorted(runs.items()):
+                pts = np.array(sorted(run[mode]))
+                style, label = styles.get(name, (":", name))
                 if pts.size:
-                    ax.plot(pts[:, 0], pts[:, 1 + col], color=color, label=f"K = {k} (eta = {runs[k]['eta']:.2g})")
+                    ax.plot(pts[:, 0], pts[:, 1 + col], style, color=colour_of[k],
+                            label=(f"{label} " if several else "") + f"K = {k} (eta = {run['eta']:.2g})")
             ax.set_xlabel("communication rounds" + (" (log)" if mode == "all" else ""))
             ax.set_ylabel(labels[metric])
             if mode == "all":

@@ -1,5 +1,5 @@
 """Results of the classification study (:mod:`fedlangevin.experiments.classification`): the
-record of each FA-LD run (:class:`RunRecord`) and the study's result (:class:`ClassificationResult`)
+record of each run (:class:`RunRecord`) and the study's result (:class:`ClassificationResult`)
 with its tables, CSV files and figures.
 """
 
@@ -16,12 +16,16 @@ from fedlangevin.experiments.classification_settings import ClassificationSettin
 from fedlangevin.experiments.report import slug, write_csv
 from fedlangevin.experiments.scoring import METRICS
 
-__all__ = ["RunRecord", "ClassificationResult"]
+__all__ = ["RunRecord", "ClassificationResult", "SAMPLER_NAMES"]
+
+#: the samplers' names in tables and figures
+SAMPLER_NAMES = {"fald": "FA-LD", "fahmc": "FA-HMC"}
 
 
 @dataclass
 class RunRecord:
-    """One FA-LD run (one K, one eta, all chains).
+    """One run of the study's sampler (one K, one eta, all chains; ``sampler`` "fald" or "fahmc",
+    whose step is h = sqrt(2 eta)).
 
     ``draw_rounds`` (D,): the rounds of the kept samples. ``test_curves[mode][metric]`` is a
     (chains, D) array of the test score of the BMA after each sample, for ``mode`` ``"all"``
@@ -42,6 +46,7 @@ class RunRecord:
     point: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     message: str = ""
     selected: bool = False
+    sampler: str = "fald"
 
     def final(self, mode: str = "after_warmup") -> dict[str, float]:
         """Chain-mean test scores of the BMA at the last round."""
@@ -78,10 +83,11 @@ class ClassificationResult:
         for k in self.settings.local_steps:
             run = self.chosen.get(k)
             if run is None:
-                rows.append({"dataset": self.dataset, "K": k, "step_size": float("nan"), "status": "all step sizes diverged"})
+                rows.append({"dataset": self.dataset, "sampler": self.settings.sampler, "K": k,
+                             "step_size": float("nan"), "status": "all step sizes diverged"})
                 continue
-            row: dict[str, Any] = {"dataset": self.dataset, "K": k, "step_size": run.step_size,
-                                   "eta_factor": run.factor, "status": "ok"}
+            row: dict[str, Any] = {"dataset": self.dataset, "sampler": self.settings.sampler, "K": k,
+                                   "step_size": run.step_size, "eta_factor": run.factor, "status": "ok"}
             for mode, tag in (("after_warmup", "bma"), ("all", "bma_nowarmup")):
                 for m, v in run.final(mode).items():
                     row[f"{tag}_{m}"] = v
@@ -96,8 +102,8 @@ class ClassificationResult:
     def tuning_rows(self) -> list[dict[str, Any]]:
         rows = []
         for run in self.runs:
-            row: dict[str, Any] = {"dataset": self.dataset, "K": run.local_steps, "step_size": run.step_size,
-                                   "eta_factor": run.factor, "diverged": run.diverged, "selected": run.selected,
+            row: dict[str, Any] = {"dataset": self.dataset, "sampler": run.sampler, "K": run.local_steps,
+                                   "step_size": run.step_size, "eta_factor": run.factor, "diverged": run.diverged, "selected": run.selected,
                                    "seconds": round(run.seconds, 2)}
             for m in METRICS:
                 row[f"val_{m}"] = run.validation_score(m) if not run.diverged else float("nan")
@@ -116,8 +122,8 @@ class ClassificationResult:
                 for j, r in enumerate(run.draw_rounds):
                     if mode == "after_warmup" and r <= self.settings.warmup:
                         continue
-                    row: dict[str, Any] = {"dataset": self.dataset, "K": run.local_steps, "step_size": run.step_size,
-                                           "selected": run.selected, "mode": mode, "warmup": self.settings.warmup,
+                    row: dict[str, Any] = {"dataset": self.dataset, "sampler": run.sampler, "K": run.local_steps,
+                                           "step_size": run.step_size, "selected": run.selected, "mode": mode, "warmup": self.settings.warmup,
                                            "round": int(r)}
                     for m in METRICS:
                         row[m] = float(np.mean(curves[m][:, j]))
@@ -127,7 +133,7 @@ class ClassificationResult:
     def table(self) -> str:
         """Plain-text summary: chosen eta and final test scores per K, then the MAP."""
         s = self.settings
-        head = (f"{self.dataset}: n_train={self.sizes['train']} (N={s.num_clients} {s.split} clients), "
+        head = (f"{SAMPLER_NAMES[s.sampler]} on {self.dataset}: n_train={self.sizes['train']} (N={s.num_clients} {s.split} clients), "
                 f"n_val={self.sizes['validation']}, n_test={self.sizes['test']}, d={self.sizes['dim']}, "
                 f"tau={s.temperature:g}, batch={s.batch_size}, {s.rounds} rounds, warm-up {s.warmup}, "
                 f"one sample / {s.thin} rounds, {s.chains} chain(s), eta chosen by validation {s.tune_metric}")
@@ -160,11 +166,12 @@ class ClassificationResult:
 
     # -- files --------------------------------------------------------------------------------
     def write(self, out: str | Path) -> list[Path]:
-        """Write ``<dataset>_{final,tuning,curves}.csv``, ``<dataset>_curves.png`` and
-        ``<dataset>_reliability.png`` into ``out``; returns the paths."""
+        """Write ``<stem>_{final,tuning,curves}.csv``, ``<stem>_curves.png`` and
+        ``<stem>_reliability.png`` into ``out``, the stem the data set's name (``_fahmc`` appended
+        for FA-HMC); returns the paths."""
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        stem = slug(self.dataset)
+        stem = slug(self.dataset) + ("" if self.settings.sampler == "fald" else f"_{self.settings.sampler}")
         paths = []
         for name, rows in (("final", self.final_rows()), ("tuning", self.tuning_rows()), ("curves", self.curve_rows())):
             path = out / f"{stem}_{name}.csv"
@@ -179,9 +186,10 @@ class ClassificationResult:
         """Accuracy, Brier and ECE of the test BMA against communication rounds, one line per K
         (its chosen eta): top row without warm-up (Fig. 3), bottom row with (Fig. 4)."""
         s = self.settings
-        title = (f"FA-LD, Bayesian logistic regression on {self.dataset}: N = {s.num_clients} {s.split} clients, "
+        title = (f"{SAMPLER_NAMES[s.sampler]}, Bayesian logistic regression on {self.dataset}: N = {s.num_clients} {s.split} clients, "
                  f"tau = {s.temperature:g}, batch {s.batch_size}/client, one sample every {s.thin} rounds, "
-                 f"{s.chains} chain(s), eta tuned per K on validation {s.tune_metric}")
+                 f"{s.chains} chain(s), eta tuned per K on validation {s.tune_metric}"
+                 + (f", h = sqrt(2 eta), friction {s.friction:g}" if s.sampler == "fahmc" else ""))
         return plot_curves(self.curve_rows(), path, title=title, warmup=s.warmup)
 
     def reliability_figure(self, path: str | Path) -> Path:

@@ -12,6 +12,7 @@ from fedlangevin._validation import check_int, check_real
 
 __all__ = [
     "PAPER_LOCAL_STEPS",
+    "SAMPLERS",
     "TUNE_METRICS",
     "DATASET_DEFAULTS",
     "ETA_FACTORS",
@@ -20,6 +21,9 @@ __all__ = [
 
 #: the paper's numbers of local steps (Sec. 7.2)
 PAPER_LOCAL_STEPS = (1, 10, 20, 50, 100)
+
+#: the samplers the study runs (one study per sampler, the same ladder and K)
+SAMPLERS = ("fald", "fahmc")
 
 #: validation scores that can choose eta per K (test statistics: :data:`~fedlangevin.experiments.scoring.METRICS`)
 TUNE_METRICS = ("nll", "brier", "accuracy", "ece")
@@ -45,6 +49,10 @@ class ClassificationSettings:
     ----------
     dataset : ``"digits"``, ``"mnist5k"``, a folder with the four MNIST-format IDX files, or
         an ``.npz`` file (see :func:`fedlangevin.data.load_dataset`).
+    sampler : ``"fald"`` (the paper's FA-LD) or ``"fahmc"`` (FA-HMC at the same K and the same
+        ladder read as FA-LD's equivalent step, h = sqrt(2 eta): its overdamped limit is FA-LD at
+        eta = h^2 / 2, ``docs/fahmc.md``).
+    friction : FA-HMC's friction gamma (> 0; ignored by FA-LD).
     local_steps : the values of K compared (the paper: 1, 10, 20, 50, 100).
     rounds : communication rounds per run (the same for every K: an equal budget).
     warmup : rounds whose samples the "with warm-up" average leaves out (the paper: 500).
@@ -73,6 +81,8 @@ class ClassificationSettings:
     """
 
     dataset: str = "digits"
+    sampler: str = "fald"
+    friction: float = 1.0
     local_steps: tuple[int, ...] = PAPER_LOCAL_STEPS
     rounds: int | None = None
     warmup: int | None = None
@@ -100,6 +110,9 @@ class ClassificationSettings:
         """Fill the ``None`` fields from the data set's defaults and validate everything."""
         defaults = DATASET_DEFAULTS.get(self.dataset, _GENERIC_DEFAULTS)
         s = replace(self, **{k: v for k, v in defaults.items() if getattr(self, k) is None})
+        if s.sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}; got {s.sampler!r}")
+        check_real("friction", s.friction, low=0.0, low_open=True)
         ks = tuple(check_int("local_steps", k, 1) for k in s.local_steps)
         if not ks or len(set(ks)) != len(ks):
             raise ValueError(f"local_steps must be a non-empty list of distinct integers >= 1; got {s.local_steps}")
