@@ -143,6 +143,7 @@ def _configure_classification(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chains", type=int, default=None, help="chains per run (default: digits 2, mnist5k 1)")
     parser.add_argument("--seed", type=int, default=d.seed, help="seed of splits and sampler (default: %(default)s)")
     parser.add_argument("--dtype", choices=("float32", "float64"), default=d.dtype, help="(default: %(default)s)")
+    parser.add_argument("--device", default=d.device, help="where the chains run, e.g. cuda (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads, at most the CPU count (default: torch's choice; 1 is fastest on a "
                              "busy machine)")
@@ -171,7 +172,7 @@ def _run_classification(args: argparse.Namespace) -> int:
                 step_sizes=None if args.step_sizes is None else tuple(args.step_sizes),
                 search=args.search, eta_start=args.eta_start,
                 tune_metric=args.tune_metric, validation_fraction=args.val_fraction, chains=args.chains,
-                seed=args.seed, dtype=args.dtype,
+                seed=args.seed, dtype=args.dtype, device=args.device,
             ).resolved()
             result = run_classification(settings, progress=False if args.no_progress else None,
                                         log=lambda line, name=sampler: print(f"{name}: {line}", file=sys.stderr,

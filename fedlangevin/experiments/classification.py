@@ -117,7 +117,7 @@ def run_classification(
     def evaluate(k: int, i: int) -> RunRecord:
         eta, factor = candidates[i]
         common = dict(local_steps=k, temperature=s.temperature, chains=s.chains, batch_size=s.batch_size,
-                      dtype=dtype, seed=s.seed, check_local_bias=False, correction=None)
+                      dtype=dtype, device=s.device, seed=s.seed, check_local_bias=False, correction=None)
         if s.sampler == "fald":  # the paper's FA-LD at its fixed K, on purpose
             sampler = fl.FALD(problem, step_size=eta, **common)
         else:  # FA-HMC at the step whose overdamped limit is FA-LD's eta (eta = h^2 / 2)
@@ -132,7 +132,7 @@ def run_classification(
                 log(f"K={k:<4} eta={eta:.3g}: diverged ({run.message})")
         else:
             seconds = time.perf_counter() - t0
-            rounds, samples = trace.draw_rounds, trace.samples
+            rounds, samples = trace.draw_rounds, torch.as_tensor(trace.samples).cpu()
             run = RunRecord(
                 k, eta, factor, False, seconds, draw_rounds=rounds, sampler=s.sampler,
                 test_curves=bma_curves(scoring, samples, rounds, s.warmup, data.X_test, data.y_test, s.n_bins),

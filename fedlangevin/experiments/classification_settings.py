@@ -77,6 +77,8 @@ class ClassificationSettings:
     chains : independent chains per run (curves are chain means).
     seed : seeds the data split, the validation split and the sampler.
     dtype : ``"float32"`` (default, about 2x faster on CPU) or ``"float64"``.
+    device : where the chains run (``"cpu"``, default, or e.g. ``"cuda"``); the scores are computed
+        on the CPU in float64 either way.
     n_bins : ECE bins (equal width, Guo et al. 2017).
     """
 
@@ -104,6 +106,7 @@ class ClassificationSettings:
     chains: int | None = None
     seed: int = 0
     dtype: str = "float32"
+    device: str = "cpu"
     n_bins: int = 15
 
     def resolved(self) -> "ClassificationSettings":
@@ -149,4 +152,17 @@ class ClassificationSettings:
         if s.dtype not in ("float32", "float64"):
             raise ValueError(f"dtype must be 'float32' or 'float64'; got {s.dtype!r}")
         check_int("n_bins", s.n_bins, 1)
+        _check_device(s.device)
         return replace(s, local_steps=ks, rounds=rounds, thin=thin, warmup=warmup)
+
+
+def _check_device(device: str) -> None:
+    """``device`` names a torch device this machine has (a clear error before any work)."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device must be a torch device such as 'cpu' or 'cuda'; got {device!r}") from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} needs CUDA, which this machine's torch does not see; use device='cpu'")

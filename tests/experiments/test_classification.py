@@ -142,6 +142,7 @@ def test_paired_bootstrap_of_identical_predictors_is_zero():
         (dict(dtype="float16"), "dtype"),
         (dict(step_sizes=()), "step_sizes"),
         (dict(sampler="nuts"), "sampler"),
+        (dict(device="tpu:x"), "device"),
         (dict(sampler="fahmc", friction=0.0), "friction"),
     ],
 )
