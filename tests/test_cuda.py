@@ -105,3 +105,16 @@ def test_fahmc_cuda_resume_is_bit_for_bit(tmp_path):
     resumed = fl.FAHMC.resume(tmp_path / "c.prev")  # round 20 of 30
     assert resumed.device.type == "cuda"
     assert torch.equal(resumed.run().samples, whole.samples)
+
+
+@pytest.mark.parametrize("name", ["FALD", "FAHMC"])
+def test_defaults_with_minibatches_run_on_cuda_and_check_their_setting(name):
+    """The realistic default path on the GPU: step_size="auto" (the warm-up), correction="auto"
+    (control variates with minibatches at K = 1), FA-HMC's gradient-noise correction, and the
+    end-of-run check of the setting's noise (measured on the CPU in float64): the run finishes,
+    its draws are finite and on the CPU, and the check gives a verdict."""
+    problem = _logistic(per_client=60)
+    sampler = getattr(fl, name)(problem, chains=4, batch_size=10, seed=0, device="cuda")
+    trace = sampler.run(400, progress=False)
+    assert trace.samples.device.type == "cpu" and bool(torch.isfinite(trace.samples).all())
+    assert sampler.setting_noise is not None and sampler.setting_noise.measured

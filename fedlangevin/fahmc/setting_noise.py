@@ -84,12 +84,12 @@ def check(sampler, draws: torch.Tensor | None, generator_seed: int = 0) -> Setti
         kept = 0 if draws is None else draws.shape[1]
         return SettingNoise(False, None, 0.0, 0.0, False, f"{kept} draws kept; the check needs {MIN_KEPT}")
     dense = dense_noise(d)
-    flat = draws[:, -MAX_DRAWS:].reshape(-1, d).to(torch.float64)
+    flat = draws[:, -MAX_DRAWS:].reshape(-1, d).to(device="cpu", dtype=torch.float64)
     sigma = torch.cov(flat.T).numpy().reshape(d, d) if dense else flat.var(0).numpy()
     part, mb = measured_noise(sampler, dense, generator_seed)
     h = float(sampler.schedule(sampler.state.step))
     removed = getattr(sampler, "noise_correction", None)
-    left = part + mb if removed is None else part + mb - removed.removed.reshape(part.shape)
+    left = part + mb if removed is None else part + mb - removed.removed.detach().cpu().reshape(part.shape)
     ratios = predicted_sd_ratios(left, sampler.preconditioner, sigma, sampler.temperature, h, sampler.friction)
     shares = [float((x.diagonal() if x.dim() == 2 else x).abs().sum()) for x in (part, mb)]
     total = max(sum(shares), 1e-300)

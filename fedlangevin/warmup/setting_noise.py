@@ -103,12 +103,13 @@ def drift_noise(problem, theta: torch.Tensor, rule, batch_size: int | None, *, t
     and the most bytes they take (module docstring)."""
     r, d = theta.shape
     n = problem.num_clients
-    p = problem.weights.to(torch.float64)
-    x = theta.to(torch.float64).unsqueeze(1).expand(r, n, d).contiguous()
-    work = problem.to(dtype=torch.float64)
+    # measured on the CPU in float64 whatever device the run is on (a diagnostic after the run)
+    p = problem.weights.detach().to(device="cpu", dtype=torch.float64)
+    x = theta.detach().to(device="cpu", dtype=torch.float64).unsqueeze(1).expand(r, n, d).contiguous()
+    work = problem.to(device="cpu", dtype=torch.float64)
     g = work.grad(x.clone())
     if term is not None:
-        g = g + term.to(torch.float64)
+        g = g + term.detach().to(device="cpu", dtype=torch.float64)
     cov_w = _weight_covariance(rule, p)
     if dense:
         v_part = torch.einsum("ab,rai,rbj->ij", cov_w, g, g) / r
@@ -123,7 +124,7 @@ def drift_noise(problem, theta: torch.Tensor, rule, batch_size: int | None, *, t
         rows = (u * sizes[None, :, None]).long().minimum(sizes.long()[None, :, None] - 1)
         per = work._per_example_grads(x[:chains], rows)  # (chains, N, B, d)
         if centre is not None:
-            star = centre.to(torch.float64).expand(chains, n, d).contiguous()
+            star = centre.detach().to(device="cpu", dtype=torch.float64).expand(chains, n, d).contiguous()
             per = per - work._per_example_grads(star, rows)
         dev = per - per.mean(2, keepdim=True)
         scale = rule.mean_square_weights(p) * (sizes / p) ** 2 / (batch_size * max(rows_n - 1, 1))  # (N,)
