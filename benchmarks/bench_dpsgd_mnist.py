@@ -71,9 +71,11 @@ def main() -> None:
     ap.add_argument("--clip", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--dataset", default="mnist",
+                    help="mnist (default), fashion-mnist, or an MNIST-format .npz file or IDX folder")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    data = fl.data.load_dataset("mnist")
+    data = fl.data.load_dataset(args.dataset)
     for eps in args.epsilon:
         for epochs in args.epochs:
             for lr in args.lr:
