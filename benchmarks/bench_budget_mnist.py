@@ -11,7 +11,7 @@ accuracy >= 0.88, ECE <= 0.03. ``--sampler fahmc``: the same with FA-HMC (OBABO,
 critical friction of the public curvature unless ``--friction`` is given).
 
     python benchmarks/bench_budget_mnist.py [--sampler fald|fahmc] [--friction G] [--rounds 400] [--chains 4]
-        [--epsilon 2] [--threads 1] [--device cpu]
+        [--epsilon 2] [--threads 1] [--device cpu] [--dataset mnist] [--start-rounds 50]
 """
 
 from __future__ import annotations
@@ -39,13 +39,16 @@ def main() -> None:
     ap.add_argument("--sampler", choices=("fald", "fahmc"), default="fald")
     ap.add_argument("--friction", type=float, default=None, help="FA-HMC's gamma (default: critical, planned)")
     ap.add_argument("--device", default=None)
+    ap.add_argument("--start-rounds", type=int, default=None,
+                    help="the private start's rounds (RecordLevel's start_rounds; default: its default, 50)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     t0 = time.time()
     data = fl.data.load_dataset(args.dataset)
     parts = make_partition("iid", data.y_train, 10, torch.Generator().manual_seed(0))
     problem = LogisticRegression.from_partition(data.X_train.double(), data.y_train, parts, prior_scale=1.0)
-    budget = fl.privacy.RecordLevel(epsilon=args.epsilon, delta=args.delta)
+    extra = {} if args.start_rounds is None else {"start_rounds": args.start_rounds}
+    budget = fl.privacy.RecordLevel(epsilon=args.epsilon, delta=args.delta, **extra)
     if args.sampler == "fahmc":
         friction = "auto" if args.friction is None else args.friction
         sampler = fl.FAHMC(problem, chains=args.chains, seed=0, privacy=budget, friction=friction, device=args.device)

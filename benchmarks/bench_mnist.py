@@ -20,7 +20,8 @@ The anchor: the MAP of the same model and prior (scikit-learn ``LogisticRegressi
 accuracy 0.9264, ECE 0.0060, NLL 0.2725.
 
     python benchmarks/bench_mnist.py [--samplers fald fahmc] [--clients 10 100] [--rounds 400]
-        [--chains 4] [--batch-size 200] [--dataset mnist] [--threads 1] [--init map] [--json out.json]
+        [--chains 4] [--batch-size 200] [--dataset mnist] [--threads 1] [--init map] [--device cuda]
+        [--json out.json]
 """
 
 from __future__ import annotations
@@ -52,11 +53,12 @@ CHILD = textwrap.dedent("""
     prob = LogisticRegression.from_partition(data.X_train, data.y_train, parts, num_classes=data.num_classes)
     cls = {"fald": fl.FALD, "fahmc": fl.FAHMC}[cfg["sampler"]]
     extra = {} if cfg.get("init") is None else {"init": cfg["init"]}
-    sampler = cls(prob, chains=cfg["chains"], batch_size=cfg["batch_size"], seed=0, **extra)
+    sampler = cls(prob, chains=cfg["chains"], batch_size=cfg["batch_size"], seed=0, device=cfg.get("device"), **extra)
     t0 = time.perf_counter()
     trace = sampler.run(cfg["rounds"], progress=False)
     wall = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    gpu_peak = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else 0.0
     X, y = data.X_test.double(), data.y_test
     labels = y.numpy()
     samples = torch.as_tensor(np.asarray(trace.samples), dtype=torch.float64)  # (R, D, d)
@@ -74,7 +76,7 @@ CHILD = textwrap.dedent("""
     f = diagnostics.functionals({"test_lpd": lpd})
     proj = diagnostics.projections(samples.numpy(), k=16, seed=0)
     timing = getattr(trace, "timing", None)
-    print(json.dumps({"wall": wall, "peak_mb": peak, "draws": D, "step": float(np.mean(np.atleast_1d(
+    print(json.dumps({"wall": wall, "peak_mb": peak, "gpu_peak_mb": gpu_peak, "draws": D, "step": float(np.mean(np.atleast_1d(
         np.asarray(getattr(sampler, "step_size", np.nan), dtype=float)))),
         "accuracy": s["accuracy"], "ece": s["ece"], "nll": s["nll"],
         "rhat_lpd": f.max_rhat, "ess_lpd": f.min_ess_bulk, "rhat_proj": proj.max_rhat,
@@ -94,6 +96,8 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=200)
     ap.add_argument("--dataset", default="mnist")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default=None, help="where the chains run, e.g. cuda (peak MB is then the CPU's; "
+                    "the JSON rows add the GPU's, gpu_peak_mb)")
     ap.add_argument("--init", choices=["map"], default=None, help="init='map' (default: the sampler's, zeros)")
     ap.add_argument("--timeout", type=float, default=4 * 3600.0)
     ap.add_argument("--json", default=None, help="append each row as a JSON line to this file")
@@ -103,7 +107,8 @@ def main() -> None:
     for clients in args.clients:
         for sampler in args.samplers:
             cfg = {"sampler": sampler, "clients": clients, "rounds": args.rounds, "chains": args.chains,
-                   "batch_size": args.batch_size, "dataset": args.dataset, "threads": args.threads, "init": args.init}
+                   "batch_size": args.batch_size, "dataset": args.dataset, "threads": args.threads, "init": args.init,
+                   "device": args.device}
             res = measure(cfg, args.timeout, child=CHILD)
             name = {"fald": "FA-LD", "fahmc": "FA-HMC"}[sampler]
             if "error" in res:

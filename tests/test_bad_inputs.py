@@ -228,6 +228,10 @@ ARGS = [
     Arg("delta", lambda v: fp.ClientLevel(epsilon=2.0, delta=v).delta, "real", 1e-5, 0.0, 1.0, True, True, of="ClientLevel"),
     Arg("quantile", lambda v: fp.ClientLevel(epsilon=2.0, delta=1e-5, quantile=v).quantile, "real", 0.5, 0.0, 1.0, True, True,
         of="ClientLevel"),
+    Arg("start_rounds", lambda v: fp.RecordLevel(epsilon=2.0, delta=1e-5, start_rounds=v).start_rounds, "int", 20, 1,
+        of="RecordLevel"),
+    Arg("start_rounds", lambda v: fp.ClientLevel(epsilon=2.0, delta=1e-5, start_rounds=v).start_rounds, "int", 20, 1,
+        of="ClientLevel"),
     Arg("step_size_ratio", lambda v: fp.rdp_epsilon(**PRIVACY, delta=1e-5, step_size_ratio=v), "real", 1.1, 1.0, None,
         True),
 ]

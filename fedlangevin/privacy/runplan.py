@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from fedlangevin.privacy.levels import client_levels, record_levels
+from fedlangevin.privacy.mechanism import START_ROUNDS  # the private start's default rounds (a budget's start_rounds)
 from fedlangevin.privacy.planning import Release, compose_epsilon, largest_within, noise_for_epsilon
 
 __all__ = ["BudgetPlan", "LANGEVIN", "MIN_RELAXATION", "MIN_SHARE", "SAFETY", "START_ROUNDS", "START_SHARE", "StepRule",
@@ -45,8 +46,6 @@ __all__ = ["BudgetPlan", "LANGEVIN", "MIN_RELAXATION", "MIN_SHARE", "SAFETY", "S
 START_SHARE = 0.9
 MIN_SHARE = 0.3
 MIN_RELAXATION = 10.0
-#: rounds of the private MAP search
-START_ROUNDS = 50
 #: the sampling's step is at most SAFETY / lambda_0 (the private warm-up's public first step)
 SAFETY = 0.1
 #: first clip of the private quantile search (it moves geometrically, by up to e^(0.1) a round)
@@ -180,7 +179,7 @@ def _start_noise(problem, privacy, eps: float, delta: float, rule: StepRule = LA
     lam_unit = public_curvature(unit, problem.weights, getattr(problem, "client_sizes", None))
     rule = rule if isinstance(rule, StepRule) else rule(lam_unit)
     at_public = by_eta(min(rule.to_eta(rule.public(lam_unit)), LANGEVIN.public(lam_unit)))
-    start = lambda z: Release("start", z, START_ROUNDS)  # noqa: E731
+    start = lambda z: Release("start", z, privacy.start_rounds)  # noqa: E731
     make = lambda x: by_eta(rule.to_eta(x))  # noqa: E731
     time = sampling["rounds"] * sampling["local_steps"] * rule.rate(lam_unit)
 
@@ -225,7 +224,7 @@ def plan(problem, privacy, *, rounds: int, chains: int, local_steps: int, batch_
         theta = None if isinstance(init, str) or init is None else torch.as_tensor(init, dtype=torch.float64)
         if theta is not None and theta.dim() == 2:
             theta = theta.mean(0)
-        start = private_start(problem, adjacency=adjacency, rounds=START_ROUNDS, noise_multiplier=z,
+        start = private_start(problem, adjacency=adjacency, rounds=privacy.start_rounds, noise_multiplier=z,
                               clip=START_CLIP if clip is None else clip, quantile=privacy.quantile,
                               theta=theta, move=isinstance(init, str), generator=generator,
                               adapt_clip=privacy.clip is None)

@@ -147,3 +147,31 @@ def test_the_private_warmup_step_respects_the_prior_curvature():
     trace = sampler.run(rounds=40, progress=False)
     assert float(trace.step_sizes[0]) <= 0.1 + 1e-12  # later windows adapt it from the chains' spread
     assert torch.isfinite(trace.samples).all()
+
+
+@pytest.mark.parametrize("sampler", ["FALD", "FAHMC"])
+def test_start_rounds_sets_the_private_starts_rounds_at_the_same_share_of_the_budget(sampler):
+    """RecordLevel(start_rounds=T): the start's release runs T rounds and the run still reports at most its
+    budget. The start alone is a full-batch Gaussian mechanism, so T rounds at noise multiplier z cost what one
+    round at z / sqrt(T) costs: where the split gives the start the same share (here START_SHARE, the sampling
+    keeping its relaxation times either way), z grows as sqrt(T) to float precision of the solver (1e-3)."""
+    problem = _logistic()
+    zs = {}
+    for t in (20, 80):
+        privacy = fl.privacy.RecordLevel(epsilon=8.0, delta=DELTA, start_rounds=t)
+        run = getattr(fl, sampler)(problem, chains=2, seed=0, privacy=privacy)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trace = run.run(rounds=40, progress=False)
+        start = run.budget.releases[0]
+        assert start.rounds == t and len(run.budget.start.clips) == t
+        assert trace.privacy(delta=DELTA).epsilon <= 8.0
+        zs[t] = start.noise_multiplier
+    assert zs[80] / zs[20] == pytest.approx(2.0, rel=1e-3)
+
+
+def test_start_rounds_is_checked_and_shown():
+    with pytest.raises(ValueError, match="start_rounds"):
+        fl.privacy.RecordLevel(epsilon=1.0, delta=DELTA, start_rounds=0)
+    assert "start_rounds=200" in repr(fl.privacy.ClientLevel(epsilon=1.0, delta=DELTA, start_rounds=200))
+    assert "start_rounds" not in repr(fl.privacy.RecordLevel(epsilon=1.0, delta=DELTA))

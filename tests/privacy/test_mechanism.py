@@ -20,7 +20,7 @@ def test_the_sensitivity_is_twice_the_clip_and_the_adjacency_is_named(record, ad
     r = record(clip=1.5)
     assert r.clip == 1.5 and r.sensitivity == 3.0 and r.adjacency == adjacency
     # adjacency is the class's, not a setting; the budget fields are empty without a budget
-    assert [f.name for f in dataclasses.fields(r)] == ["clip", "epsilon", "delta", "quantile", "spent"]
+    assert [f.name for f in dataclasses.fields(r)] == ["clip", "epsilon", "delta", "quantile", "start_rounds", "spent"]
     assert r.epsilon is None and r.delta is None and r.spent == () and not r.budgeted
     assert r == record(1.5) and hash(r) == hash(record(1.5)) and r != record(2.0)
 
