@@ -76,7 +76,8 @@ CHILD = textwrap.dedent("""
     f = diagnostics.functionals({"test_lpd": lpd})
     proj = diagnostics.projections(samples.numpy(), k=16, seed=0)
     timing = getattr(trace, "timing", None)
-    print(json.dumps({"wall": wall, "peak_mb": peak, "gpu_peak_mb": gpu_peak, "draws": D, "step": float(np.mean(np.atleast_1d(
+    print(json.dumps({"wall": wall, "peak_mb": peak, "gpu_peak_mb": gpu_peak,
+        "draws": D, "step": float(np.mean(np.atleast_1d(
         np.asarray(getattr(sampler, "step_size", np.nan), dtype=float)))),
         "accuracy": s["accuracy"], "ece": s["ece"], "nll": s["nll"],
         "rhat_lpd": f.max_rhat, "ess_lpd": f.min_ess_bulk, "rhat_proj": proj.max_rhat,

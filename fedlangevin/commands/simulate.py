@@ -186,7 +186,8 @@ def _run_classification(args: argparse.Namespace) -> int:
             path = Path(args.out) / f"{slug(results[0].dataset)}_curves_samplers.png"
             s = results[0].settings
             plot_curves([row for r in results for row in r.curve_rows()], path, warmup=s.warmup,
-                        title=f"FA-LD (solid) and FA-HMC (dashed), Bayesian logistic regression on {results[0].dataset}: "
+                        title=f"FA-LD (solid) and FA-HMC (dashed), Bayesian logistic regression on "
+                              f"{results[0].dataset}: "
                               f"N = {s.num_clients} {s.split} clients, tau = {s.temperature:g}, batch "
                               f"{s.batch_size}/client, eta tuned per sampler and K on validation {s.tune_metric}")
             print(f"figure of both samplers: {path}")

@@ -103,8 +103,8 @@ class ClassificationResult:
         rows = []
         for run in self.runs:
             row: dict[str, Any] = {"dataset": self.dataset, "sampler": run.sampler, "K": run.local_steps,
-                                   "step_size": run.step_size, "eta_factor": run.factor, "diverged": run.diverged, "selected": run.selected,
-                                   "seconds": round(run.seconds, 2)}
+                                   "step_size": run.step_size, "eta_factor": run.factor, "diverged": run.diverged,
+                                   "selected": run.selected, "seconds": round(run.seconds, 2)}
             for m in METRICS:
                 row[f"val_{m}"] = run.validation_score(m) if not run.diverged else float("nan")
             for m in METRICS:
@@ -123,8 +123,8 @@ class ClassificationResult:
                     if mode == "after_warmup" and r <= self.settings.warmup:
                         continue
                     row: dict[str, Any] = {"dataset": self.dataset, "sampler": run.sampler, "K": run.local_steps,
-                                           "step_size": run.step_size, "selected": run.selected, "mode": mode, "warmup": self.settings.warmup,
-                                           "round": int(r)}
+                                           "step_size": run.step_size, "selected": run.selected, "mode": mode,
+                                           "warmup": self.settings.warmup, "round": int(r)}
                     for m in METRICS:
                         row[m] = float(np.mean(curves[m][:, j]))
                     rows.append(row)
@@ -133,7 +133,8 @@ class ClassificationResult:
     def table(self) -> str:
         """Plain-text summary: chosen eta and final test scores per K, then the MAP."""
         s = self.settings
-        head = (f"{SAMPLER_NAMES[s.sampler]} on {self.dataset}: n_train={self.sizes['train']} (N={s.num_clients} {s.split} clients), "
+        head = (f"{SAMPLER_NAMES[s.sampler]} on {self.dataset}: n_train={self.sizes['train']} "
+                f"(N={s.num_clients} {s.split} clients), "
                 f"n_val={self.sizes['validation']}, n_test={self.sizes['test']}, d={self.sizes['dim']}, "
                 f"tau={s.temperature:g}, batch={s.batch_size}, {s.rounds} rounds, warm-up {s.warmup}, "
                 f"one sample / {s.thin} rounds, {s.chains} chain(s), eta chosen by validation {s.tune_metric}")
@@ -186,7 +187,8 @@ class ClassificationResult:
         """Accuracy, Brier and ECE of the test BMA against communication rounds, one line per K
         (its chosen eta): top row without warm-up (Fig. 3), bottom row with (Fig. 4)."""
         s = self.settings
-        title = (f"{SAMPLER_NAMES[s.sampler]}, Bayesian logistic regression on {self.dataset}: N = {s.num_clients} {s.split} clients, "
+        title = (f"{SAMPLER_NAMES[s.sampler]}, Bayesian logistic regression on {self.dataset}: "
+                 f"N = {s.num_clients} {s.split} clients, "
                  f"tau = {s.temperature:g}, batch {s.batch_size}/client, one sample every {s.thin} rounds, "
                  f"{s.chains} chain(s), eta tuned per K on validation {s.tune_metric}"
                  + (f", h = sqrt(2 eta), friction {s.friction:g}" if s.sampler == "fahmc" else ""))

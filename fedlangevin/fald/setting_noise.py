@@ -70,7 +70,8 @@ def check(sampler, draws: torch.Tensor | None, generator_seed: int = 0) -> Setti
         kept = 0 if draws is None else draws.shape[1]
         return SettingNoise(False, None, 0.0, 0.0, False, f"{kept} draws kept; the check needs {MIN_KEPT}")
     dense = d <= DENSE_MAX_DIM
-    flat = draws[:, -MAX_DRAWS:].reshape(-1, d).to(device="cpu", dtype=torch.float64)  # the last draws (a store's stay on disk)
+    # the last draws (a store's stay on disk), on the CPU
+    flat = draws[:, -MAX_DRAWS:].reshape(-1, d).to(device="cpu", dtype=torch.float64)
     sigma = torch.cov(flat.T).numpy().reshape(d, d) if dense else flat.var(0).numpy()
     built, cstate = sampler.built_correction, sampler.state.correction
     term, centre = None, None
