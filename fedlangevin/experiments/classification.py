@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import replace
 from typing import Any
 
@@ -180,6 +181,11 @@ def run_classification(
                 best.selected = True
                 chosen[k] = best
                 start = min(finite, key=lambda j: (score(tried[j]), j))  # the next K starts here
+                if len(candidates) > 1 and start in (0, len(candidates) - 1):
+                    end = "smallest" if start == 0 else "largest"
+                    warnings.warn(f"{s.sampler}, K = {k}: the validation chose the {end} step size of the ladder "
+                                  f"({best.step_size:.3g}); the best one may lie beyond it: extend eta_factors "
+                                  "(or step_sizes)", stacklevel=2)
     finally:
         if bar is not None:
             bar.close()

@@ -201,3 +201,11 @@ def test_cli_bad_argument_is_one_line(capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "thin" in err and "Traceback" not in err
+
+
+def test_a_step_chosen_at_the_ladders_end_is_warned_about():
+    """A one-rung grid: the choice is at both ends of the ladder, so the study says the best step may lie
+    beyond it."""
+    with pytest.warns(UserWarning, match="step size of the ladder"):
+        run_classification(dataset="digits", local_steps=(1,), rounds=20, warmup=0, chains=1, search="grid",
+                           eta_factors=(8.0, 16.0), step_sizes=(1e-9, 2e-9))
