@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from fedlangevin._validation import check_int, check_real
+from fedlangevin._validation import check_device, check_int, check_real
 
 __all__ = [
     "PAPER_LOCAL_STEPS",
@@ -152,17 +152,6 @@ class ClassificationSettings:
         if s.dtype not in ("float32", "float64"):
             raise ValueError(f"dtype must be 'float32' or 'float64'; got {s.dtype!r}")
         check_int("n_bins", s.n_bins, 1)
-        _check_device(s.device)
+        check_device("device", s.device)
         return replace(s, local_steps=ks, rounds=rounds, thin=thin, warmup=warmup)
 
-
-def _check_device(device: str) -> None:
-    """``device`` names a torch device this machine has (a clear error before any work)."""
-    import torch
-
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ValueError(f"device must be a torch device such as 'cpu' or 'cuda'; got {device!r}") from exc
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r} needs CUDA, which this machine's torch does not see; use device='cpu'")
